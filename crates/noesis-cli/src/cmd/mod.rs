@@ -1,0 +1,35 @@
+pub(crate) mod conformance;
+pub(crate) mod info;
+pub(crate) mod init;
+pub(crate) mod list;
+pub(crate) mod run;
+pub(crate) mod validate;
+
+use anyhow::Context;
+use noesis_modules::search::{Found, SearchPath};
+use noesis_modules::{ErrorCode, Failure, Module};
+
+/// Resolves and loads a module; a missing module is an E4006 envelope, an
+/// invalid one an error naming the file and field.
+pub(crate) enum Loaded {
+    Module(Module),
+    NotFound(serde_json::Value),
+}
+
+pub(crate) fn load(search: &SearchPath, name: &str) -> anyhow::Result<Loaded> {
+    let found = match search.resolve(name) {
+        Ok(f) => f,
+        Err(e) => {
+            return Ok(Loaded::NotFound(Failure::new(ErrorCode::E4006, e.to_string()).into_envelope()));
+        }
+    };
+    let module = found.load().with_context(|| format!("cannot load module `{name}`"))?;
+    Ok(Loaded::Module(module))
+}
+
+pub(crate) fn location(found: &Found) -> String {
+    match found {
+        Found::Dir(p) => p.display().to_string(),
+        Found::Builtin(n) => format!("builtin:{n}"),
+    }
+}

@@ -1,0 +1,102 @@
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use noesis_modules::search::SearchPath;
+use noesis_modules::{ErrorCode, Failure};
+use noesis_runtime::{RunOptions, run as run_module};
+use serde_json::{Value, json};
+
+use super::{Loaded, load};
+use crate::out;
+use crate::provider::{ProviderArgs, select};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Module name, or a path to a module folder.
+    module: String,
+    /// Input JSON: a file, `-` for stdin, or inline JSON starting with `{`.
+    #[arg(long, short, value_name = "FILE|-|JSON")]
+    input: Option<String>,
+    /// Argument text for $ARGUMENTS (also sets input.query when absent).
+    #[arg(long, value_name = "TEXT")]
+    args: Option<String>,
+    /// Put a file's text into an input field: FIELD=PATH (repeatable).
+    #[arg(long = "file", value_name = "FIELD=PATH")]
+    files: Vec<String>,
+    #[command(flatten)]
+    provider: ProviderArgs,
+    /// Cap on output tokens.
+    #[arg(long, value_name = "N")]
+    max_tokens: Option<u32>,
+    /// Pretty-print the envelope.
+    #[arg(long)]
+    pretty: bool,
+    /// Print the prompt, the raw reply and repairs on stderr.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+fn read_input(spec: Option<&str>) -> Result<Value, String> {
+    let Some(spec) = spec else { return Ok(json!({})) };
+    let (text, origin) = if spec == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s).map_err(|e| format!("stdin: {e}"))?;
+        (s, "stdin".to_owned())
+    } else if spec.trim_start().starts_with('{') {
+        (spec.to_owned(), "--input".to_owned())
+    } else {
+        let s = std::fs::read_to_string(spec).map_err(|e| format!("{spec}: cannot read input: {e}"))?;
+        (s, spec.to_owned())
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| format!("{origin}: input is not JSON: {e}"))?;
+    if !value.is_object() {
+        return Err(format!("{origin}: input must be a JSON object"));
+    }
+    Ok(value)
+}
+
+pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    let module = match load(search, &a.module)? {
+        Loaded::Module(m) => m,
+        Loaded::NotFound(env) => {
+            out::json(&env, a.pretty)?;
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut input = match read_input(a.input.as_deref()) {
+        Ok(v) => v,
+        Err(message) => {
+            let env = Failure::new(ErrorCode::E1001, message).into_envelope();
+            out::json(&env, a.pretty)?;
+            return Ok(ExitCode::from(1));
+        }
+    };
+    for spec in &a.files {
+        let Some((field, path)) = spec.split_once('=') else {
+            anyhow::bail!("--file expects FIELD=PATH, got `{spec}`");
+        };
+        let text = std::fs::read_to_string(PathBuf::from(path)).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
+        input[field] = json!(text);
+    }
+    let provider = select(&a.provider)?;
+    let options = RunOptions { arguments: a.args, max_tokens: a.max_tokens, ..RunOptions::default() };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let record = rt.block_on(run_module(&module, provider.as_ref(), input, &options));
+    if a.verbose {
+        if let Some(p) = &record.prompt {
+            out::note(&format!("--- prompt ({} chars)\n{p}", p.chars().count()));
+        }
+        if let Some(r) = &record.reply {
+            out::note(&format!("--- reply\n{r}"));
+        }
+        if let Some(s) = record.structured {
+            out::note(&format!("--- structured output: {}", serde_json::to_string(&s).unwrap_or_default()));
+        }
+        for r in &record.repairs {
+            out::note(&format!("--- repaired: {r}"));
+        }
+    }
+    out::json(&record.envelope, a.pretty)?;
+    Ok(if record.envelope["ok"] == json!(true) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

@@ -1,0 +1,116 @@
+use crate::support::{Work, example_module, output};
+
+#[test]
+fn version_and_help() {
+    let w = Work::new();
+    let o = output(w.noesis().arg("--version"));
+    assert_eq!(o.code, 0);
+    assert!(o.stdout.starts_with("noesis "), "{}", o.stdout);
+    let o = output(w.noesis().arg("--help"));
+    assert_eq!(o.code, 0);
+    for cmd in ["run", "validate", "conformance", "list", "info", "init"] {
+        assert!(o.stdout.contains(cmd), "help lacks {cmd}: {}", o.stdout);
+    }
+    let o = output(w.noesis().arg("frobnicate"));
+    assert_eq!(o.code, 2, "unknown subcommand is a usage error");
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn list_shows_search_path_then_builtins() {
+    let w = Work::new();
+    w.write("cognitive/modules/local-one/module.yaml", "name: local-one\nversion: 1.0.0\nresponsibility: r\ntier: exec\n");
+    w.write("cognitive/modules/local-one/prompt.md", "p");
+    w.write("cognitive/modules/broken/module.yaml", "name: [unclosed");
+    let o = output(w.noesis().args(["list", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let rows = o.json();
+    let names: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["broken", "local-one", "code-reviewer", "code-simplifier", "task-prioritizer"]);
+    assert_eq!(rows[0]["valid"], false);
+    assert!(rows[0]["error"].as_str().unwrap().contains("module.yaml"));
+    assert_eq!(rows[1]["tier"], "exec");
+    assert_eq!(rows[2]["location"], "builtin:code-reviewer");
+    let o = output(w.noesis().arg("list"));
+    assert!(o.stdout.lines().next().unwrap().starts_with("NAME"));
+    assert!(o.stdout.contains("(invalid:"));
+}
+
+#[test]
+fn info_describes_a_module() {
+    let w = Work::new();
+    let o = output(w.noesis().args(["info", "--json"]).arg(example_module("code-simplifier")));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let v = o.json();
+    assert_eq!(v["name"], "code-simplifier");
+    assert_eq!(v["format"], "v2.2");
+    assert_eq!(v["policy"]["tier"], "decision");
+    assert_eq!(v["policy"]["max_items"], 5);
+    assert_eq!(v["schema_sections"], serde_json::json!(["input", "data", "meta", "error"]));
+    let o = output(w.noesis().args(["info", "code-reviewer"]));
+    assert!(o.stdout.contains("code-reviewer 2.2.0 (v2.2)"), "{}", o.stdout);
+    let o = output(w.noesis().args(["info", "nope"]));
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("module `nope` not found"), "{}", o.stderr);
+}
+
+#[test]
+fn init_scaffolds_a_module_that_validates_and_runs() {
+    let w = Work::new();
+    let o = output(w.noesis().args(["init", "my-mod", "--tier", "exec"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(w.path().join("my-mod/tests/case1.input.json").is_file());
+    let o = output(w.noesis().args(["validate", "./my-mod"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.starts_with("valid: my-mod 0.1.0 (v2.2, tier exec)"), "{}", o.stdout);
+    let o = output(w.noesis().args(["run", "./my-mod", "--provider", "test", "--args", "hello"]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // existing folder is never overwritten; bad names are refused
+    let o = output(w.noesis().args(["init", "my-mod"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("already exists"));
+    let o = output(w.noesis().args(["init", "Bad_Name"]));
+    assert_eq!(o.code, 2);
+    assert!(!w.path().join("Bad_Name").exists());
+}
+
+#[test]
+fn validate_reports_each_example_module() {
+    let w = Work::new();
+    for m in ["code-simplifier", "code-reviewer", "task-prioritizer"] {
+        let o = output(w.noesis().arg("validate").arg(example_module(m)));
+        assert_eq!(o.code, 0, "{m}: {}", o.stderr);
+        assert!(o.stdout.starts_with(&format!("valid: {m} 2.2.0 (v2.2, tier decision)")), "{}", o.stdout);
+    }
+}
+
+#[test]
+fn legacy_layouts_load_and_run() {
+    let w = Work::new();
+    w.write(
+        "v1mod/MODULE.md",
+        "---\nname: v1mod\nversion: 1.0.0\nresponsibility: legacy\n---\n# Legacy\nDo it: $ARGUMENTS\n",
+    );
+    w.write(
+        "v1mod/schema.json",
+        r#"{"input": {"type": "object"}, "output": {"type": "object", "required": ["answer", "rationale"], "properties": {"answer": {"type": "string"}, "rationale": {"type": "string"}}}}"#,
+    );
+    w.write("v0mod/module.md", "# Old module\nSays things.\n");
+    w.write("v0mod/prompt.txt", "Say: $ARGUMENTS");
+    w.write("v0mod/input.schema.json", r#"{"type": "object"}"#);
+    w.write("v0mod/output.schema.json", r#"{"type": "object", "required": ["said"], "properties": {"said": {"type": "string"}}}"#);
+    w.write("v0mod/constraints.yaml", "no_network: true\n");
+    let o = output(w.noesis().args(["info", "--json", "./v1mod"]));
+    assert_eq!(o.json()["format"], "v1");
+    let o = output(w.noesis().args(["info", "--json", "./v0mod"]));
+    assert_eq!(o.json()["format"], "v0");
+    assert_eq!(o.json()["name"], "v0mod");
+    // a v1 module answering with a flat v2.1-style payload is auto-wrapped
+    let script = w.write("flat.json", r#"[{"answer": "42", "rationale": "counted", "confidence": 0.8}]"#);
+    let o = output(w.noesis().args(["run", "./v1mod", "--provider", "scripted", "--args", "x", "--script"]).arg(&script));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let env = o.json();
+    assert_eq!(env["data"]["answer"], "42");
+    assert_eq!(env["meta"]["confidence"], 0.8);
+    crate::support::assert_valid_envelope(&env);
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests of the `noesis` binary. One test binary, topical modules.
+
+mod bad_input;
+mod cli;
+mod conformance;
+mod run;
+mod support;

@@ -1,0 +1,50 @@
+//! LLM providers behind one trait.
+//!
+//! [`Provider`] is the only thing the rest of noesis knows about a model:
+//! a chat request in, text (and usage) out. Implementations here:
+//! [`OpenAiCompatible`] (any chat-completions API over HTTP),
+//! [`Scripted`] (answers from a list or a file) and [`TestModel`]
+//! (fabricates a schema-valid reply with no model at all).
+//!
+//! Architecture invariant: this crate knows nothing about modules or
+//! envelopes; it moves messages and JSON Schemas, never interprets them.
+//!
+//! ```
+//! use noesis_llm::{ChatRequest, Message, Provider, Scripted};
+//! let p = Scripted::new(vec!["{\"ok\": true}".to_owned()]);
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let reply = rt.block_on(p.chat(&ChatRequest::new(vec![Message::user("hi")]))).unwrap();
+//! assert_eq!(reply.text, "{\"ok\": true}");
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod openai;
+mod scripted;
+mod test_model;
+mod types;
+
+pub use error::{ErrorKind, ProviderError};
+pub use openai::{OpenAiCompatible, OpenAiConfig};
+pub use scripted::Scripted;
+pub use test_model::{TestModel, fabricate};
+pub use types::{
+    Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, Usage,
+};
+
+/// A language model behind some API.
+///
+/// Object-safe so runs can hold `Arc<dyn Provider>`; later capabilities
+/// (tool calls, streaming) arrive as provided methods with defaults, so
+/// existing implementations keep compiling.
+#[async_trait::async_trait]
+pub trait Provider: Send + Sync {
+    /// The provider's short name (`openai`, `test`, …).
+    fn name(&self) -> &str;
+    /// The model asked for.
+    fn model(&self) -> &str;
+    /// What this provider can do.
+    fn capabilities(&self) -> Capabilities;
+    /// One chat completion.
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
+}

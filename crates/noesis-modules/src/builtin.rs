@@ -1,0 +1,19 @@
+//! Modules compiled into the binary: the specification's three examples, so a
+//! fresh install can run something with no files of its own.
+
+macro_rules! module {
+    ($name:literal) => {
+        (
+            $name,
+            &[
+                ("module.yaml", include_str!(concat!("../builtin/", $name, "/module.yaml"))),
+                ("prompt.md", include_str!(concat!("../builtin/", $name, "/prompt.md"))),
+                ("schema.json", include_str!(concat!("../builtin/", $name, "/schema.json"))),
+            ],
+        )
+    };
+}
+
+/// `(name, files)` of every built-in module; last in the search path.
+pub static BUILTIN: &[(&str, &[(&str, &str)])] =
+    &[module!("code-reviewer"), module!("code-simplifier"), module!("task-prioritizer")];

@@ -1,0 +1,208 @@
+//! One module run, end to end.
+//!
+//! `run` glues the pure module rules (`noesis-modules`) to a provider
+//! (`noesis-llm`): validate the input, build the prompt, call the model, check
+//! and repair the reply, and stamp the runtime's meta (`trace_id`, `model`,
+//! `latency_ms`). Every path returns an envelope that validates against the
+//! official v2.2 schema; nothing panics on user input.
+//!
+//! Architecture invariant: no CLI, HTTP-server or storage concerns here; a
+//! run is a function of a module, a provider and an input.
+//!
+//! ```
+//! use noesis_llm::TestModel;
+//! use noesis_modules::search::Found;
+//! use noesis_runtime::{run, RunOptions};
+//! let module = Found::Builtin("code-simplifier").load().unwrap();
+//! let input = serde_json::json!({"code": "x = 1"});
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let record = rt.block_on(run(&module, &TestModel, input, &RunOptions::default()));
+//! assert_eq!(record.envelope["ok"], true);
+//! ```
+#![deny(missing_docs)]
+
+use std::time::Instant;
+
+use noesis_llm::{ChatRequest, ErrorKind, FinishReason, Message, Provider, ProviderError, ResponseFormat, StructuredMode, Usage};
+use noesis_modules::{
+    ErrorCode, Failure, Found, Module, PromptParts, Violation, build_prompt, check_input, check_reply, validate_envelope,
+};
+use serde_json::{Value, json};
+
+/// Per-run settings.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The argument text (`$ARGUMENTS`).
+    pub arguments: Option<String>,
+    /// Cap on output tokens.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    pub temperature: Option<f32>,
+    /// A trace id to use instead of a fresh one.
+    pub trace_id: Option<String>,
+}
+
+/// What happened in one run: the envelope and how it came about.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunRecord {
+    /// The envelope returned to the caller.
+    pub envelope: Value,
+    /// The prompt sent (absent when the input was refused).
+    pub prompt: Option<String>,
+    /// The model's raw reply.
+    pub reply: Option<String>,
+    /// How structured output was requested.
+    pub structured: Option<StructuredMode>,
+    /// Where the JSON was found in the reply.
+    pub found: Option<Found>,
+    /// What the repair pass changed.
+    pub repairs: Vec<String>,
+    /// The violations behind a failed check.
+    pub violations: Vec<Violation>,
+    /// Token usage reported by the provider.
+    pub usage: Option<Usage>,
+}
+
+const SYSTEM: &str = "You are a Cognitive Module. Follow the instructions and answer with exactly one JSON object: the v2.2 response envelope.";
+
+/// Runs `module` on `input` with `provider`.
+pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options: &RunOptions) -> RunRecord {
+    let started = Instant::now();
+    let trace_id = options.trace_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    let model_id = format!("{}/{}", provider.name(), provider.model());
+    let mut record = RunRecord {
+        envelope: Value::Null,
+        prompt: None,
+        reply: None,
+        structured: None,
+        found: None,
+        repairs: Vec::new(),
+        violations: Vec::new(),
+        usage: None,
+    };
+
+    let mut input = input;
+    if let (Some(args), Some(obj)) = (&options.arguments, input.as_object_mut()) {
+        obj.entry("$ARGUMENTS").or_insert_with(|| json!(args));
+        obj.entry("query").or_insert_with(|| json!(args));
+    }
+
+    let envelope = match check_input(module, &input) {
+        Err(failure) => failure.into_envelope(),
+        Ok(()) => {
+            let prompt = build_prompt(PromptParts {
+                template: &module.prompt,
+                input: &input,
+                arguments: options.arguments.as_deref(),
+                data_schema: module.data.as_ref().map(|s| &s.schema),
+            });
+            let caps = provider.capabilities();
+            let response_format = if caps.json_schema {
+                ResponseFormat::JsonSchema { name: module.name.clone(), schema: module.reply_schema() }
+            } else if caps.json_mode {
+                ResponseFormat::JsonObject
+            } else {
+                ResponseFormat::Text
+            };
+            let request = ChatRequest {
+                messages: vec![Message::system(SYSTEM), Message::user(prompt.clone())],
+                response_format,
+                max_tokens: options.max_tokens,
+                temperature: options.temperature,
+            };
+            record.prompt = Some(prompt);
+            match provider.chat(&request).await {
+                Err(e) => provider_failure(&e).into_envelope(),
+                Ok(resp) => {
+                    record.structured = Some(resp.structured);
+                    record.usage = resp.usage;
+                    let checked = check_reply(module, &resp.text);
+                    record.found = checked.found;
+                    record.repairs = checked.repairs;
+                    record.violations = checked.violations;
+                    record.reply = Some(resp.text);
+                    let code = checked.envelope.pointer("/error/code").and_then(Value::as_str);
+                    let cut = resp.finish_reason == Some(FinishReason::Length)
+                        && matches!(code, Some("E1000" | "E3001"));
+                    if cut {
+                        Failure::new(ErrorCode::E2003, "the reply was cut off by the output token limit")
+                            .partial(checked.envelope.get("partial_data").cloned())
+                            .into_envelope()
+                    } else {
+                        checked.envelope
+                    }
+                }
+            }
+        }
+    };
+    record.envelope = stamp(envelope, &trace_id, &model_id, started);
+    record
+}
+
+fn stamp(mut envelope: Value, trace_id: &str, model_id: &str, started: Instant) -> Value {
+    if let Some(meta) = envelope.get_mut("meta").and_then(Value::as_object_mut) {
+        meta.insert("trace_id".into(), json!(trace_id));
+        meta.insert("model".into(), json!(model_id));
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        meta.insert("latency_ms".into(), json!((ms * 1000.0).round() / 1000.0));
+    }
+    let violations = validate_envelope(&envelope);
+    if violations.is_empty() {
+        return envelope;
+    }
+    // Our own output must always validate; if it does not, say so plainly
+    // rather than hand the caller a malformed envelope.
+    let internal = Failure::new(ErrorCode::E4000, "noesis produced an envelope that breaks the v2.2 schema")
+        .details(json!({ "violations": violations }))
+        .into_envelope();
+    stamp(internal, trace_id, model_id, started)
+}
+
+/// Maps a provider failure to its E-code.
+pub fn provider_failure(e: &ProviderError) -> Failure {
+    let code = match e.kind {
+        ErrorKind::Timeout(_) => ErrorCode::E2002,
+        ErrorKind::RateLimited { .. } => ErrorCode::E4002,
+        ErrorKind::Unavailable | ErrorKind::Rejected { .. } | ErrorKind::BadResponse | ErrorKind::Script => {
+            ErrorCode::E4001
+        }
+    };
+    Failure::new(code, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noesis_llm::{Scripted, TestModel};
+    use noesis_modules::search::Found as Where;
+
+    fn block<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn test_model_succeeds_on_every_builtin() {
+        for name in ["code-simplifier", "code-reviewer", "task-prioritizer"] {
+            let m = Where::Builtin(name).load().unwrap();
+            let input = if name == "code-simplifier" { json!({"code": "x=1"}) } else { json!({}) };
+            let r = block(run(&m, &TestModel, input, &RunOptions::default()));
+            assert_eq!(r.envelope["ok"], true, "{name}: {}", r.envelope);
+            assert_eq!(r.envelope["meta"]["model"], "test/schema");
+            assert!(r.envelope["meta"]["latency_ms"].as_f64().unwrap() >= 0.0);
+            assert!(r.prompt.unwrap().contains("Response format"));
+        }
+    }
+
+    #[test]
+    fn length_cut_is_e2003_and_input_failure_is_e1002() {
+        let m = Where::Builtin("code-simplifier").load().unwrap();
+        let r = block(run(&m, &TestModel, json!({}), &RunOptions::default()));
+        assert_eq!(r.envelope["error"]["code"], "E1002");
+        assert_eq!(r.envelope["error"]["details"]["pointer"], "/code");
+        assert!(r.prompt.is_none());
+        let s = Scripted::new(vec!["not json".into()]);
+        let r = block(run(&m, &s, json!({"code": "x"}), &RunOptions::default()));
+        assert_eq!(r.envelope["error"]["code"], "E1000");
+        assert!(validate_envelope(&r.envelope).is_empty());
+    }
+}

@@ -1,0 +1,247 @@
+//! A fake LLM server on 127.0.0.1 for tests and benchmarks.
+//!
+//! It speaks real HTTP/1.1 (keep-alive included) and answers
+//! `POST …/chat/completions` in the OpenAI wire format with scripted replies,
+//! so provider code is tested over a real socket, never through a mocked
+//! trait. Plain threads and `std::net`: usable from sync and async tests alike.
+#![deny(missing_docs)]
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// 200 with a chat completion whose message content is this text.
+    Chat(String),
+    /// 200 with a chat completion and the given `finish_reason`.
+    ChatFinish(String, String),
+    /// Any status, body and extra headers.
+    Status(u16, String, Vec<(String, String)>),
+    /// Wait, then give the inner reply.
+    Delay(Duration, Box<Reply>),
+    /// Close the connection without answering.
+    Close,
+}
+
+/// A request the server received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    /// `POST`, `GET`, …
+    pub method: String,
+    /// The request path.
+    pub path: String,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+    /// The body as text.
+    pub body: String,
+}
+
+impl Received {
+    /// The body parsed as JSON (`Null` when it is not JSON).
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or(Value::Null)
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+}
+
+struct State {
+    replies: Vec<Reply>,
+    next: AtomicUsize,
+    received: Mutex<Vec<Received>>,
+    stop: AtomicBool,
+    latency: Duration,
+}
+
+/// A running fake server; stops accepting when dropped.
+pub struct FakeServer {
+    addr: SocketAddr,
+    state: Arc<State>,
+}
+
+impl FakeServer {
+    /// Starts a server on an ephemeral port of 127.0.0.1. Replies are served
+    /// in order; the last one repeats.
+    pub fn start(replies: Vec<Reply>) -> std::io::Result<FakeServer> {
+        FakeServer::start_with(replies, 0, Duration::ZERO)
+    }
+
+    /// Like [`FakeServer::start`], on `port` (0 for any) and adding `latency`
+    /// before every answer.
+    pub fn start_with(replies: Vec<Reply>, port: u16, latency: Duration) -> std::io::Result<FakeServer> {
+        let listener = TcpListener::bind(("127.0.0.1", port))?;
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            replies,
+            next: AtomicUsize::new(0),
+            received: Mutex::new(Vec::new()),
+            stop: AtomicBool::new(false),
+            latency,
+        });
+        let st = Arc::clone(&state);
+        thread::spawn(move || {
+            for conn in listener.incoming() {
+                if st.stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(stream) = conn else { continue };
+                let st = Arc::clone(&st);
+                thread::spawn(move || serve(stream, &st));
+            }
+        });
+        Ok(FakeServer { addr, state })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    /// The socket address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every request received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        // Wake the accept loop so it sees the flag.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// An OpenAI chat-completion body with `content` as the assistant message.
+pub fn chat_completion(content: &str, finish_reason: &str) -> Value {
+    json!({
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "fake-model",
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": content},
+            "finish_reason": finish_reason
+        }],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    })
+}
+
+fn serve(stream: TcpStream, st: &State) {
+    let _ = stream.set_nodelay(true);
+    let Ok(read_half) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(read_half);
+    let mut out = stream;
+    loop {
+        let Some(req) = read_request(&mut reader) else { return };
+        let keep_alive = !req
+            .headers
+            .iter()
+            .any(|(k, v)| k == "connection" && v.eq_ignore_ascii_case("close"));
+        let is_chat = req.method == "POST" && req.path.ends_with("/chat/completions");
+        if let Ok(mut r) = st.received.lock() {
+            r.push(req);
+        }
+        if !st.latency.is_zero() {
+            thread::sleep(st.latency);
+        }
+        let reply = if is_chat {
+            let i = st.next.fetch_add(1, Ordering::SeqCst);
+            st.replies.get(i).or_else(|| st.replies.last()).cloned().unwrap_or(Reply::Status(500, "no replies scripted".into(), vec![]))
+        } else {
+            Reply::Status(404, json!({"error": {"message": "not found"}}).to_string(), vec![])
+        };
+        if !answer(&mut out, reply) || !keep_alive {
+            let _ = out.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+}
+
+fn answer(out: &mut TcpStream, reply: Reply) -> bool {
+    match reply {
+        Reply::Chat(content) => write(out, 200, &chat_completion(&content, "stop").to_string(), &[]),
+        Reply::ChatFinish(content, reason) => write(out, 200, &chat_completion(&content, &reason).to_string(), &[]),
+        Reply::Status(code, body, headers) => write(out, code, &body, &headers),
+        Reply::Delay(d, inner) => {
+            thread::sleep(d);
+            answer(out, *inner)
+        }
+        Reply::Close => false,
+    }
+}
+
+fn write(out: &mut TcpStream, status: u16, body: &str, headers: &[(String, String)]) -> bool {
+    let mut head = format!(
+        "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n",
+        reason(status),
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    out.write_all(head.as_bytes()).and_then(|()| out.write_all(body.as_bytes())).and_then(|()| out.flush()).is_ok()
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        404 => "Not Found",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        _ => "Status",
+    }
+}
+
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Received> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next()?.to_owned();
+    let path = parts.next()?.to_owned();
+    let mut headers = Vec::new();
+    let mut len = 0usize;
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            let k = k.trim().to_ascii_lowercase();
+            let v = v.trim().to_owned();
+            if k == "content-length" {
+                len = v.parse().ok()?;
+            }
+            headers.push((k, v));
+        }
+    }
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    Some(Received { method, path, headers, body: String::from_utf8_lossy(&body).into_owned() })
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: formatting, lints, unit, integration and doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/env.sh
+need_cargo
+
+echo "==> cargo fmt --check" >&2
+cargo fmt --all -- --check >&2
+echo "==> cargo clippy" >&2
+cargo clippy --workspace --all-targets --locked -- -D warnings >&2
+echo "==> doc tests" >&2
+cargo test --workspace --doc --locked
+echo "==> unit and integration tests" >&2
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
