@@ -26,18 +26,12 @@ pub(crate) fn error(text: &str) {
 }
 
 pub(crate) fn is_broken_pipe(err: &anyhow::Error) -> bool {
-    err.chain()
-        .filter_map(|e| e.downcast_ref::<std::io::Error>())
-        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    err.chain().filter_map(|e| e.downcast_ref::<std::io::Error>()).any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 /// An envelope, compact or pretty.
 pub(crate) fn json(value: &serde_json::Value, pretty: bool) -> std::io::Result<()> {
-    let text = if pretty {
-        serde_json::to_string_pretty(value)
-    } else {
-        serde_json::to_string(value)
-    }
-    .unwrap_or_default();
+    let text =
+        if pretty { serde_json::to_string_pretty(value) } else { serde_json::to_string(value) }.unwrap_or_default();
     data(&text)
 }

@@ -27,15 +27,32 @@ const GOOD_YAML: &str = "name: m\nversion: 1.0.0\nresponsibility: r\ntier: decis
 
 #[test]
 fn broken_modules_name_file_field_and_rule() {
-    let cases: Vec<(Option<&str>, Option<&str>, Option<&str>, Vec<&str>)> = vec![
+    type Case<'a> = (Option<&'a str>, Option<&'a str>, Option<&'a str>, Vec<&'a str>);
+    let cases: Vec<Case<'_>> = vec![
         (Some(""), Some("p"), None, vec!["module.yaml", "invalid manifest", "(root)"]),
         (Some("name: [unclosed\n  - x: {"), Some("p"), None, vec!["module.yaml", "invalid YAML"]),
         (Some(":::\n\t- garbage"), Some("p"), None, vec!["module.yaml"]),
-        (Some("name: m\nversion: 1\nresponsibility: r\ntier: boss\n"), Some("p"), None, vec!["module.yaml", "field /version", "rule: pattern", "field /tier", "rule: enum"]),
+        (
+            Some("name: m\nversion: 1\nresponsibility: r\ntier: boss\n"),
+            Some("p"),
+            None,
+            vec!["module.yaml", "field /version", "rule: type", "field /tier", "rule: enum"],
+        ),
         (Some("name: m\nversion: 1.0.0\nresponsibility: r\n"), Some("p"), None, vec!["field /tier", "rule: required"]),
+        (
+            Some("name: Bad_Name\nversion: \"1.0\"\nresponsibility: r\ntier: exec\n"),
+            Some("p"),
+            None,
+            vec!["field /name", "field /version", "rule: pattern"],
+        ),
         (Some(GOOD_YAML), None, None, vec!["prompt.md", "missing prompt"]),
         (Some(GOOD_YAML), Some("p"), Some("{not json"), vec!["schema.json", "invalid JSON", "line 1"]),
-        (Some(GOOD_YAML), Some("p"), Some(r##"{"data": {"type": "object", "properties": {"x": {"$ref": "#/$defs/nowhere"}}}}"##), vec!["schema.json", "#/data", "nowhere"]),
+        (
+            Some(GOOD_YAML),
+            Some("p"),
+            Some(r##"{"data": {"type": "object", "properties": {"x": {"$ref": "#/$defs/nowhere"}}}}"##),
+            vec!["schema.json", "#/data", "nowhere"],
+        ),
         (Some(GOOD_YAML), Some("p"), Some(r#"{"input": {"type": "frobnicate"}}"#), vec!["schema.json", "#/input"]),
         (Some(GOOD_YAML), Some("p"), Some("[1, 2]"), vec!["schema.json", "not an object"]),
     ];
@@ -90,7 +107,8 @@ fn input_failing_its_schema_names_the_pointer() {
         (json!({"code": "x", "options": {"max_line_length": "long"}}), "E1003", "/options/max_line_length"),
     ];
     for (input, code, pointer) in cases {
-        let o = output(w.noesis().args(["run", "code-simplifier", "--provider", "test", "--input", &input.to_string()]));
+        let o =
+            output(w.noesis().args(["run", "code-simplifier", "--provider", "test", "--input", &input.to_string()]));
         no_panic(&o);
         assert_eq!(o.code, 1);
         let env = o.json();
@@ -101,7 +119,12 @@ fn input_failing_its_schema_names_the_pointer() {
         assert!(env["error"]["suggestion"].is_string());
     }
     let w2 = Work::new();
-    module(&w2, Some(GOOD_YAML), Some("p"), Some(r#"{"input": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}}}"#));
+    module(
+        &w2,
+        Some(GOOD_YAML),
+        Some("p"),
+        Some(r#"{"input": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3}}}}"#),
+    );
     let o = output(w2.noesis().args(["run", "./m", "--provider", "test", "--input", "{\"n\": 9}"]));
     assert_eq!(o.json()["error"]["code"], "E1001");
     assert_eq!(o.json()["error"]["details"]["pointer"], "/n");
@@ -116,16 +139,22 @@ fn model_reply_not_json_or_wrong_shape() {
         ("", "E1000"),
         ("[1, 2, 3]", "E1000"),
         (r#"{"answer": 42}"#, "E3001"),
-        (r#"{"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "x"}, "data": {"rationale": "r"}}"#, "E3001"),
+        (
+            r#"{"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "x"}, "data": {"rationale": "r"}}"#,
+            "E3001",
+        ),
         (r#"{"ok": "yes", "data": {}}"#, "E3001"),
     ];
     for (reply, want) in cases {
         let server = FakeServer::start(vec![Reply::Chat(reply.to_owned())]).unwrap();
-        let o = output(
-            w.noesis()
-                .env("OPENAI_BASE_URL", server.base_url())
-                .args(["run", "code-simplifier", "--provider", "openai", "--input", input]),
-        );
+        let o = output(w.noesis().env("OPENAI_BASE_URL", server.base_url()).args([
+            "run",
+            "code-simplifier",
+            "--provider",
+            "openai",
+            "--input",
+            input,
+        ]));
         no_panic(&o);
         assert_eq!(o.code, 1, "{reply}");
         let env = o.json();

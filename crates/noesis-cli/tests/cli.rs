@@ -19,7 +19,10 @@ fn version_and_help() {
 #[test]
 fn list_shows_search_path_then_builtins() {
     let w = Work::new();
-    w.write("cognitive/modules/local-one/module.yaml", "name: local-one\nversion: 1.0.0\nresponsibility: r\ntier: exec\n");
+    w.write(
+        "cognitive/modules/local-one/module.yaml",
+        "name: local-one\nversion: 1.0.0\nresponsibility: r\ntier: exec\n",
+    );
     w.write("cognitive/modules/local-one/prompt.md", "p");
     w.write("cognitive/modules/broken/module.yaml", "name: [unclosed");
     let o = output(w.noesis().args(["list", "--json"]));
@@ -98,7 +101,10 @@ fn legacy_layouts_load_and_run() {
     w.write("v0mod/module.md", "# Old module\nSays things.\n");
     w.write("v0mod/prompt.txt", "Say: $ARGUMENTS");
     w.write("v0mod/input.schema.json", r#"{"type": "object"}"#);
-    w.write("v0mod/output.schema.json", r#"{"type": "object", "required": ["said"], "properties": {"said": {"type": "string"}}}"#);
+    w.write(
+        "v0mod/output.schema.json",
+        r#"{"type": "object", "required": ["said"], "properties": {"said": {"type": "string"}}}"#,
+    );
     w.write("v0mod/constraints.yaml", "no_network: true\n");
     let o = output(w.noesis().args(["info", "--json", "./v1mod"]));
     assert_eq!(o.json()["format"], "v1");
@@ -107,7 +113,8 @@ fn legacy_layouts_load_and_run() {
     assert_eq!(o.json()["name"], "v0mod");
     // a v1 module answering with a flat v2.1-style payload is auto-wrapped
     let script = w.write("flat.json", r#"[{"answer": "42", "rationale": "counted", "confidence": 0.8}]"#);
-    let o = output(w.noesis().args(["run", "./v1mod", "--provider", "scripted", "--args", "x", "--script"]).arg(&script));
+    let o =
+        output(w.noesis().args(["run", "./v1mod", "--provider", "scripted", "--args", "x", "--script"]).arg(&script));
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let env = o.json();
     assert_eq!(env["data"]["answer"], "42");

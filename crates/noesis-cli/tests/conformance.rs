@@ -25,7 +25,12 @@ fn a_wrong_verdict_fails_the_run() {
 fn validate_envelope_files() {
     let w = Work::new();
     let dir = conformance().join("test-vectors");
-    let o = output(w.noesis().args(["validate", "--envelope"]).arg(dir.join("valid/minimal.json")).arg(dir.join("invalid/explain-too-long.json")));
+    let o = output(
+        w.noesis()
+            .args(["validate", "--envelope"])
+            .arg(dir.join("valid/minimal.json"))
+            .arg(dir.join("invalid/explain-too-long.json")),
+    );
     assert_eq!(o.code, 1);
     assert!(o.stdout.contains("minimal.json: valid"));
     assert!(o.stdout.contains("explain-too-long.json: invalid (E3001)"));

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use crate::Provider;
 use crate::error::{ErrorKind, ProviderError};
 use crate::types::{Capabilities, ChatRequest, ChatResponse, FinishReason, ResponseFormat, StructuredMode, Usage};
-use crate::Provider;
 
 /// Settings for an OpenAI-compatible endpoint.
 #[derive(Clone)]
@@ -67,7 +67,9 @@ impl OpenAiCompatible {
             .connect_timeout(config.connect_timeout)
             .timeout(config.timeout)
             .build()
-            .map_err(|e| ProviderError::new(&config.name, ErrorKind::Unavailable, format!("cannot build HTTP client: {e}")))?;
+            .map_err(|e| {
+                ProviderError::new(&config.name, ErrorKind::Unavailable, format!("cannot build HTTP client: {e}"))
+            })?;
         Ok(OpenAiCompatible { config, client, json_schema_ok: AtomicBool::new(true) })
     }
 
@@ -123,7 +125,10 @@ impl OpenAiCompatible {
 
     fn transport_error(&self, e: &reqwest::Error) -> ProviderError {
         if e.is_timeout() {
-            return self.err(ErrorKind::Timeout(self.config.timeout), format!("no answer from {} in time", self.config.base_url));
+            return self.err(
+                ErrorKind::Timeout(self.config.timeout),
+                format!("no answer from {} in time", self.config.base_url),
+            );
         }
         let mut msg = format!("cannot reach {}", self.config.base_url);
         let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
@@ -136,7 +141,11 @@ impl OpenAiCompatible {
 }
 
 fn sanitize_name(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).take(64).collect();
+    let s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .take(64)
+        .collect();
     if s.is_empty() { "envelope".to_owned() } else { s }
 }
 
@@ -164,7 +173,9 @@ impl Provider for OpenAiCompatible {
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
         let mut mode = match request.response_format {
-            ResponseFormat::JsonSchema { .. } if self.json_schema_ok.load(Ordering::Relaxed) => StructuredMode::JsonSchema,
+            ResponseFormat::JsonSchema { .. } if self.json_schema_ok.load(Ordering::Relaxed) => {
+                StructuredMode::JsonSchema
+            }
             ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject => StructuredMode::JsonObject,
             ResponseFormat::Text => StructuredMode::Text,
         };
@@ -179,7 +190,10 @@ impl Provider for OpenAiCompatible {
         match status {
             200..=299 => {}
             429 => {
-                return Err(self.err(ErrorKind::RateLimited { retry_after }, format!("rate limited (HTTP 429): {}", excerpt(&text))));
+                return Err(self.err(
+                    ErrorKind::RateLimited { retry_after },
+                    format!("rate limited (HTTP 429): {}", excerpt(&text)),
+                ));
             }
             401 | 403 => {
                 return Err(self.err(
@@ -188,15 +202,22 @@ impl Provider for OpenAiCompatible {
                 ));
             }
             500..=599 => {
-                return Err(self.err(ErrorKind::Unavailable, format!("server error (HTTP {status}): {}", excerpt(&text))));
+                return Err(
+                    self.err(ErrorKind::Unavailable, format!("server error (HTTP {status}): {}", excerpt(&text)))
+                );
             }
             _ => {
-                return Err(self.err(ErrorKind::Rejected { status }, format!("request rejected (HTTP {status}): {}", excerpt(&text))));
+                return Err(self.err(
+                    ErrorKind::Rejected { status },
+                    format!("request rejected (HTTP {status}): {}", excerpt(&text)),
+                ));
             }
         }
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| self.err(ErrorKind::BadResponse, format!("reply is not JSON ({e}): {}", excerpt(&text))))?;
-        let choice = v.pointer("/choices/0").ok_or_else(|| self.err(ErrorKind::BadResponse, format!("reply has no choices: {}", excerpt(&text))))?;
+        let choice = v
+            .pointer("/choices/0")
+            .ok_or_else(|| self.err(ErrorKind::BadResponse, format!("reply has no choices: {}", excerpt(&text))))?;
         let content = match choice.pointer("/message/content") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Null) | None => String::new(),

@@ -6,9 +6,9 @@ use std::sync::Mutex;
 
 use serde_json::Value;
 
+use crate::Provider;
 use crate::error::{ErrorKind, ProviderError};
 use crate::types::{Capabilities, ChatRequest, ChatResponse, FinishReason, StructuredMode};
-use crate::Provider;
 
 /// Answers with its replies in order; the last one repeats.
 #[derive(Debug)]

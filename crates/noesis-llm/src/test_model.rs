@@ -3,9 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::Provider;
 use crate::error::{ErrorKind, ProviderError};
 use crate::types::{Capabilities, ChatRequest, ChatResponse, FinishReason, ResponseFormat, StructuredMode, Usage};
-use crate::Provider;
 
 /// Fabricates replies from the request's JSON Schema (`--provider test`).
 #[derive(Debug, Default)]
@@ -38,7 +38,10 @@ impl Provider for TestModel {
         let input_chars: usize = request.messages.iter().map(|m| m.content.chars().count()).sum();
         Ok(ChatResponse {
             model: "schema".to_owned(),
-            usage: Some(Usage { input_tokens: (input_chars as u64).div_ceil(4), output_tokens: (text.len() as u64).div_ceil(4) }),
+            usage: Some(Usage {
+                input_tokens: (input_chars as u64).div_ceil(4),
+                output_tokens: (text.len() as u64).div_ceil(4),
+            }),
             text,
             finish_reason: Some(FinishReason::Stop),
             structured: StructuredMode::Fabricated,
@@ -65,10 +68,10 @@ impl Fab<'_> {
             return Value::Null;
         }
         let Some(obj) = s.as_object() else { return Value::Null };
-        if let Some(r) = obj.get("$ref").and_then(Value::as_str) {
-            if let Some(target) = r.strip_prefix('#').and_then(|p| self.root.pointer(p)) {
-                return self.value(target, name, depth + 1);
-            }
+        if let Some(r) = obj.get("$ref").and_then(Value::as_str)
+            && let Some(target) = r.strip_prefix('#').and_then(|p| self.root.pointer(p))
+        {
+            return self.value(target, name, depth + 1);
         }
         if let Some(c) = obj.get("const") {
             return c.clone();
@@ -116,7 +119,10 @@ impl Fab<'_> {
 
     fn object(&self, obj: &Map<String, Value>, depth: usize) -> Value {
         let props = obj.get("properties").and_then(Value::as_object);
-        let required: Vec<&str> = obj.get("required").and_then(Value::as_array).map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map_or(Vec::new(), |r| r.iter().filter_map(Value::as_str).collect());
         let mut out = Map::new();
         for key in &required {
             let sub = props.and_then(|p| p.get(*key)).cloned().unwrap_or(json!({}));

@@ -16,7 +16,7 @@ use crate::schema::Violation;
 /// Validates the input against `#/input`: E1002 when the first problem is a
 /// missing field, E1003 when it is a wrong type, E1001 otherwise. The error's
 /// `details.pointer` is the JSON pointer of the failing field.
-pub fn check_input(module: &Module, input: &Value) -> Result<(), Failure> {
+pub fn check_input(module: &Module, input: &Value) -> Result<(), Box<Failure>> {
     let Some(section) = &module.input else {
         return Ok(());
     };
@@ -30,8 +30,10 @@ pub fn check_input(module: &Module, input: &Value) -> Result<(), Failure> {
         _ => ErrorCode::E1001,
     };
     let field = if first.pointer.is_empty() { "(root)" } else { first.pointer.as_str() };
-    Err(Failure::new(code, format!("input {field}: {}", first.message))
-        .details(json!({ "pointer": first.pointer, "violations": violations })))
+    Err(Box::new(
+        Failure::new(code, format!("input {field}: {}", first.message))
+            .details(json!({ "pointer": first.pointer, "violations": violations })),
+    ))
 }
 
 /// The outcome of checking a reply.
@@ -80,13 +82,23 @@ pub fn check_reply(module: &Module, reply: &str) -> Checked {
     }
     if !violations.is_empty() {
         let partial = env.get("data").or_else(|| env.get("partial_data")).cloned();
-        return Checked::fail(schema_failure("the reply is not a valid v2.2 envelope", &violations, partial), found, repairs, violations);
+        return Checked::fail(
+            schema_failure("the reply is not a valid v2.2 envelope", &violations, partial),
+            found,
+            repairs,
+            violations,
+        );
     }
     if let Some(meta) = &module.meta {
         let meta_violations = prefixed(meta.compiled.violations(&env["meta"]), "/meta");
         if !meta_violations.is_empty() {
             let partial = env.get("data").cloned();
-            return Checked::fail(schema_failure("meta breaks the module's meta schema", &meta_violations, partial), found, repairs, meta_violations);
+            return Checked::fail(
+                schema_failure("meta breaks the module's meta schema", &meta_violations, partial),
+                found,
+                repairs,
+                meta_violations,
+            );
         }
     }
     if env["ok"] == json!(true) {
@@ -111,9 +123,7 @@ fn schema_failure(what: &str, violations: &[Violation], partial: Option<Value>) 
         Some(f) => format!("{what}: {f}"),
         None => what.to_owned(),
     };
-    Failure::new(ErrorCode::E3001, message)
-        .details(json!({ "violations": violations }))
-        .partial(partial)
+    Failure::new(ErrorCode::E3001, message).details(json!({ "violations": violations })).partial(partial)
 }
 
 fn prefixed(mut v: Vec<Violation>, prefix: &str) -> Vec<Violation> {
@@ -151,10 +161,10 @@ fn normalise(env: &mut Value, module: &Module) {
         obj.insert("data".into(), Value::Object(data));
     } else if obj.get("ok") == Some(&json!(true)) && !has("meta") {
         // v2.1 envelope: confidence inside data.
-        if let Some(Value::Object(data)) = obj.get_mut("data") {
-            if let Some(c) = data.remove("confidence") {
-                obj.insert("meta".into(), json!({ "confidence": c }));
-            }
+        if let Some(Value::Object(data)) = obj.get_mut("data")
+            && let Some(c) = data.remove("confidence")
+        {
+            obj.insert("meta".into(), json!({ "confidence": c }));
         }
     }
 }
@@ -165,7 +175,11 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
     let partial = || Some(data.clone());
 
     if data["rationale"].as_str().is_some_and(|r| r.trim().is_empty()) {
-        let v = vec![Violation { pointer: "/data/rationale".into(), keyword: "minLength".into(), message: "rationale is empty".into() }];
+        let v = vec![Violation {
+            pointer: "/data/rationale".into(),
+            keyword: "minLength".into(),
+            message: "rationale is empty".into(),
+        }];
         return Checked::fail(
             Failure::new(ErrorCode::E3003, "data.rationale is empty").partial(partial()),
             found,
@@ -179,33 +193,41 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
         if !insights.is_empty() && !policy.overflow_enabled {
             problem = Some(format!("{} overflow insight(s) but overflow is disabled for this module", insights.len()));
         } else if insights.len() > policy.max_items as usize {
-            problem = Some(format!("{} overflow insights, more than overflow.max_items = {}", insights.len(), policy.max_items));
-        } else if policy.require_suggested_mapping {
-            if let Some(i) = insights.iter().position(|i| {
-                i.get("suggested_mapping").and_then(Value::as_str).is_none_or(|s| s.trim().is_empty())
-            }) {
-                problem = Some(format!("insight {i} has no suggested_mapping"));
-            }
+            problem = Some(format!(
+                "{} overflow insights, more than overflow.max_items = {}",
+                insights.len(),
+                policy.max_items
+            ));
+        } else if policy.require_suggested_mapping
+            && let Some(i) = insights
+                .iter()
+                .position(|i| i.get("suggested_mapping").and_then(Value::as_str).is_none_or(|s| s.trim().is_empty()))
+        {
+            problem = Some(format!("insight {i} has no suggested_mapping"));
         }
         if let Some(message) = problem {
-            let v = vec![Violation { pointer: "/data/extensions/insights".into(), keyword: "overflow".into(), message: message.clone() }];
+            let v = vec![Violation {
+                pointer: "/data/extensions/insights".into(),
+                keyword: "overflow".into(),
+                message: message.clone(),
+            }];
             return Checked::fail(Failure::new(ErrorCode::E3004, message).partial(partial()), found, repairs, v);
         }
     }
 
     let mut custom = Vec::new();
     find_custom_enums(&data, &policy.unknown_tag, &mut String::from("/data"), &mut custom);
-    if policy.enums == EnumStrategy::Strict {
-        if let Some(pointer) = custom.first() {
-            let message = format!("{pointer}: custom enum value under the strict enum strategy");
-            let v = vec![Violation { pointer: pointer.clone(), keyword: "enum".into(), message: message.clone() }];
-            return Checked::fail(
-                Failure::new(ErrorCode::E3005, message).partial(partial()).details(json!({ "pointer": pointer })),
-                found,
-                repairs,
-                v,
-            );
-        }
+    if policy.enums == EnumStrategy::Strict
+        && let Some(pointer) = custom.first()
+    {
+        let message = format!("{pointer}: custom enum value under the strict enum strategy");
+        let v = vec![Violation { pointer: pointer.clone(), keyword: "enum".into(), message: message.clone() }];
+        return Checked::fail(
+            Failure::new(ErrorCode::E3005, message).partial(partial()).details(json!({ "pointer": pointer })),
+            found,
+            repairs,
+            v,
+        );
     }
 
     if let Some(section) = &module.data {
@@ -230,14 +252,13 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
     }
 
     // Legacy v2.1 constraint kept by the example modules.
-    if let Some(max) = module.manifest.constraints.get("behavior_equivalence_false_max_confidence").and_then(Value::as_f64) {
-        if data.get("behavior_equivalence") == Some(&json!(false)) {
-            if let Some(c) = env["meta"]["confidence"].as_f64() {
-                if c > max {
-                    env["meta"]["confidence"] = json!(max);
-                }
-            }
-        }
+    if let Some(max) =
+        module.manifest.constraints.get("behavior_equivalence_false_max_confidence").and_then(Value::as_f64)
+        && data.get("behavior_equivalence") == Some(&json!(false))
+        && let Some(c) = env["meta"]["confidence"].as_f64()
+        && c > max
+    {
+        env["meta"]["confidence"] = json!(max);
     }
 
     let risk = aggregate(&data, policy.risk_rule, env["meta"]["risk"].as_str());
@@ -257,10 +278,8 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
         let mut envelope = failure.into_envelope();
         // Keep the model's own assessment visible: E2001 is about it.
         envelope["meta"]["confidence"] = json!(confidence);
-        envelope["meta"]["explain"] = json!(truncate_chars(
-            env["meta"]["explain"].as_str().unwrap_or_default(),
-            EXPLAIN_MAX_CHARS
-        ));
+        envelope["meta"]["explain"] =
+            json!(truncate_chars(env["meta"]["explain"].as_str().unwrap_or_default(), EXPLAIN_MAX_CHARS));
         return Checked { envelope, found, repairs, violations: Vec::new() };
     }
     Checked { envelope: env, found, repairs, violations: Vec::new() }
@@ -292,10 +311,10 @@ fn check_failure(module: &Module, mut env: Value, found: Option<Found>, repairs:
             );
         }
     }
-    if !module.policy.partial_allowed {
-        if let Some(obj) = env.as_object_mut() {
-            obj.remove("partial_data");
-        }
+    if !module.policy.partial_allowed
+        && let Some(obj) = env.as_object_mut()
+    {
+        obj.remove("partial_data");
     }
     Checked { envelope: env, found, repairs, violations: Vec::new() }
 }
@@ -306,11 +325,7 @@ fn alternate_code(error: &Value, module: &Module) -> Option<String> {
     if parsed.as_str() == code {
         // An E-code: find the legacy name the module's schema lists.
         let listed = module.error.as_ref()?.schema.pointer("/properties/code/enum")?.as_array()?;
-        listed
-            .iter()
-            .filter_map(Value::as_str)
-            .find(|l| ErrorCode::parse(l) == Some(parsed))
-            .map(str::to_owned)
+        listed.iter().filter_map(Value::as_str).find(|l| ErrorCode::parse(l) == Some(parsed)).map(str::to_owned)
     } else {
         Some(parsed.as_str().to_owned())
     }

@@ -53,8 +53,7 @@ pub fn validate_envelope(envelope: &Value) -> Vec<Violation> {
 fn branch(name: &str) -> CompiledSchema {
     let doc: Value = serde_json::from_str(include_str!("../spec/response-envelope.schema.json"))
         .expect("embedded envelope schema is JSON");
-    CompiledSchema::compile_section(&doc, &format!("/definitions/{name}"))
-        .expect("embedded envelope branch compiles")
+    CompiledSchema::compile_section(&doc, &format!("/definitions/{name}")).expect("embedded envelope branch compiles")
 }
 
 fn success_branch() -> &'static CompiledSchema {
@@ -93,13 +92,7 @@ pub struct Failure {
 impl Failure {
     /// A failure with the given code and message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
-        Failure {
-            code,
-            message: message.into(),
-            suggestion: None,
-            details: None,
-            partial_data: None,
-        }
+        Failure { code, message: message.into(), suggestion: None, details: None, partial_data: None }
     }
 
     /// Adds a suggestion.
@@ -129,13 +122,8 @@ impl Failure {
         let mut error = Map::new();
         error.insert("code".into(), json!(self.code.as_str()));
         error.insert("message".into(), json!(self.message));
-        error.insert(
-            "recoverable".into(),
-            json!(self.code.recoverable() != Recoverable::No),
-        );
-        let suggestion = self
-            .suggestion
-            .unwrap_or_else(|| default_suggestion(self.code).to_owned());
+        error.insert("recoverable".into(), json!(self.code.recoverable() != Recoverable::No));
+        let suggestion = self.suggestion.unwrap_or_else(|| default_suggestion(self.code).to_owned());
         error.insert("suggestion".into(), json!(suggestion));
         if let Some(details) = self.details {
             error.insert("details".into(), details);

@@ -186,9 +186,7 @@ impl Source<'_> {
                     Err(source) => Err(LoadError::Io { path, source }),
                 }
             }
-            Source::Embedded { files, .. } => {
-                Ok(files.iter().find(|(p, _)| *p == rel).map(|(_, c)| (*c).to_owned()))
-            }
+            Source::Embedded { files, .. } => Ok(files.iter().find(|(p, _)| *p == rel).map(|(_, c)| (*c).to_owned())),
         }
     }
 
@@ -253,9 +251,8 @@ fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
         Format::V20
     };
     let manifest = to_manifest(path, raw)?;
-    let prompt = source
-        .read("prompt.md")?
-        .ok_or_else(|| LoadError::MissingPrompt { path: source.path("prompt.md") })?;
+    let prompt =
+        source.read("prompt.md")?.ok_or_else(|| LoadError::MissingPrompt { path: source.path("prompt.md") })?;
     let schema = match source.read("schema.json")? {
         Some(t) => parse_json(source.path("schema.json"), &t)?,
         None => json!({}),
@@ -374,8 +371,11 @@ fn finish(
         let Some(sub) = doc.pointer(&pointer) else {
             return Err(LoadError::Schema { path, section: pointer, message: "no such section".to_owned() });
         };
-        let compiled = CompiledSchema::compile_section(doc, &pointer)
-            .map_err(|e| LoadError::Schema { path: path.clone(), section: e.section, message: e.message })?;
+        let compiled = CompiledSchema::compile_section(doc, &pointer).map_err(|e| LoadError::Schema {
+            path: path.clone(),
+            section: e.section,
+            message: e.message,
+        })?;
         Ok(Some(Section { schema: sub.clone(), compiled }))
     };
     let input = section("input", &[])?;
@@ -388,19 +388,7 @@ fn finish(
         policy.auto_wrap = true;
     }
     let name = if manifest.name.is_empty() { source.dir_name() } else { manifest.name.clone() };
-    Ok(Module {
-        name,
-        location: source.root(),
-        format,
-        manifest,
-        policy,
-        prompt,
-        schema,
-        input,
-        data,
-        meta,
-        error,
-    })
+    Ok(Module { name, location: source.root(), format, manifest, policy, prompt, schema, input, data, meta, error })
 }
 
 /// `./schema.json#/data` → (None, "/data"); `./other.json#/x` → (Some("other.json"), "/x").
@@ -420,7 +408,10 @@ impl Module {
         let mut doc = self.schema.as_object().cloned().unwrap_or_default();
         doc.remove("$schema");
         doc.remove("$id");
-        let data = self.data.as_ref().map_or(json!({"type": "object", "required": ["rationale"], "properties": {"rationale": {"type": "string"}}}), |s| s.schema.clone());
+        let data = self.data.as_ref().map_or(
+            json!({"type": "object", "required": ["rationale"], "properties": {"rationale": {"type": "string"}}}),
+            |s| s.schema.clone(),
+        );
         let error = self.error.as_ref().map_or(json!({"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}), |s| s.schema.clone());
         let meta = json!({
             "type": "object",

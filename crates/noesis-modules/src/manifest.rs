@@ -231,11 +231,7 @@ impl Manifest {
             tier,
             strictness: self.schema_strictness.unwrap_or(strictness),
             overflow_enabled,
-            max_items: if overflow_enabled {
-                overflow.max_items.unwrap_or(max_items).min(20)
-            } else {
-                0
-            },
+            max_items: if overflow_enabled { overflow.max_items.unwrap_or(max_items).min(20) } else { 0 },
             require_suggested_mapping: overflow.require_suggested_mapping.unwrap_or(true),
             enums: enums_cfg.strategy.unwrap_or(enums),
             unknown_tag: enums_cfg.unknown_tag.unwrap_or_else(|| "custom".to_owned()),
@@ -278,15 +274,15 @@ fn manifest_schema() -> &'static CompiledSchema {
 pub fn validate_manifest(raw: &Value) -> Vec<Violation> {
     let mut doc = raw.clone();
     if let Some(obj) = doc.as_object_mut() {
-        if let Some(Value::String(mode)) = obj.get("context").cloned() {
-            if mode == "fork" || mode == "main" {
-                obj.insert("context".to_owned(), serde_json::json!({ "mode": mode }));
-            }
+        if let Some(Value::String(mode)) = obj.get("context").cloned()
+            && (mode == "fork" || mode == "main")
+        {
+            obj.insert("context".to_owned(), serde_json::json!({ "mode": mode }));
         }
-        if let Some(Value::Object(comp)) = obj.get_mut("composition") {
-            if comp.get("pattern").and_then(Value::as_str) == Some("iterative") {
-                comp.insert("pattern".to_owned(), Value::from("sequential"));
-            }
+        if let Some(Value::Object(comp)) = obj.get_mut("composition")
+            && comp.get("pattern").and_then(Value::as_str) == Some("iterative")
+        {
+            comp.insert("pattern".to_owned(), Value::from("sequential"));
         }
     }
     manifest_schema().violations(&doc)

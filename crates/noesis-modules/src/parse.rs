@@ -22,10 +22,10 @@ const MAX_EMBEDDED_ATTEMPTS: usize = 256;
 /// that holds one, or the first object embedded in prose.
 pub fn extract_json(reply: &str) -> Option<(Value, Found)> {
     let text = reply.trim_start_matches('\u{feff}').trim();
-    if text.starts_with('{') {
-        if let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(text) {
-            return Some((v, Found::Bare));
-        }
+    if text.starts_with('{')
+        && let Ok(v @ Value::Object(_)) = serde_json::from_str::<Value>(text)
+    {
+        return Some((v, Found::Bare));
     }
     for block in fenced_blocks(text) {
         if let Some(v) = first_object(block) {
@@ -89,10 +89,7 @@ mod tests {
         check("  \n{\"a\":1}\n", Some((json!({"a":1}), Found::Bare)));
         check("Here:\n```json\n{\"a\":2}\n```\nthanks", Some((json!({"a":2}), Found::Fenced)));
         check("```\n{\"a\":3}\n```", Some((json!({"a":3}), Found::Fenced)));
-        check(
-            "```python\nprint(1)\n```\nand\n```json\n{\"a\":4}\n```",
-            Some((json!({"a":4}), Found::Fenced)),
-        );
+        check("```python\nprint(1)\n```\nand\n```json\n{\"a\":4}\n```", Some((json!({"a":4}), Found::Fenced)));
         check("Sure! {\"a\": {\"b\": [1,2]}} Hope it helps.", Some((json!({"a":{"b":[1,2]}}), Found::Embedded)));
         check("set {x} then {\"a\":5}", Some((json!({"a":5}), Found::Embedded)));
         check("```json\n{\"a\":6}", Some((json!({"a":6}), Found::Fenced)));

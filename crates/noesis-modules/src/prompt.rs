@@ -23,11 +23,7 @@ pub struct PromptParts<'a> {
 /// dotted path into the input). Indices are read as whole numbers, so `$10`
 /// is never mistaken for `$1` followed by `0`.
 pub fn build_prompt(parts: PromptParts<'_>) -> String {
-    let args = parts
-        .arguments
-        .map(str::to_owned)
-        .or_else(|| arguments_from_input(parts.input))
-        .unwrap_or_default();
+    let args = parts.arguments.map(str::to_owned).or_else(|| arguments_from_input(parts.input)).unwrap_or_default();
     let words: Vec<&str> = args.split_whitespace().collect();
     let input_json = serde_json::to_string_pretty(parts.input).unwrap_or_default();
     let schema_json = parts
@@ -59,9 +55,7 @@ pub fn build_prompt(parts: PromptParts<'_>) -> String {
             (schema_json.clone(), "SCHEMA".len())
         } else if let Some(r) = rest.strip_prefix('{') {
             match r.find('}') {
-                Some(end) if is_field_path(&r[..end]) => {
-                    (field(parts.input, &r[..end]), end + 2)
-                }
+                Some(end) if is_field_path(&r[..end]) => (field(parts.input, &r[..end]), end + 2),
                 _ => ("$".to_owned(), 0),
             }
         } else if let Some((n, len)) = digits(rest) {
@@ -98,9 +92,7 @@ On failure: {"ok": false, "meta": {"confidence": 0.0, "risk": "high", "explain":
 "#;
 
 fn arguments_from_input(input: &Value) -> Option<String> {
-    ["$ARGUMENTS", "query"]
-        .iter()
-        .find_map(|k| input.get(*k).and_then(Value::as_str).map(str::to_owned))
+    ["$ARGUMENTS", "query"].iter().find_map(|k| input.get(*k).and_then(Value::as_str).map(str::to_owned))
 }
 
 fn digits(s: &str) -> Option<(usize, usize)> {
@@ -153,9 +145,14 @@ mod tests {
     #[test]
     fn placeholders() {
         let i = json!({"code": "x = 1", "opts": {"lang": "py"}, "n": 3});
-        assert_eq!(body("$ARGUMENTS|$ARGUMENTS[1]|$0|$2", json!({}), Some("a b c")).lines().next().unwrap(), "a b c|b|a|c");
-        assert!(body("Code: ${code} in ${opts.lang} ${n} [${missing}]", i.clone(), None)
-            .starts_with("Code: x = 1 in py 3 []"));
+        assert_eq!(
+            body("$ARGUMENTS|$ARGUMENTS[1]|$0|$2", json!({}), Some("a b c")).lines().next().unwrap(),
+            "a b c|b|a|c"
+        );
+        assert!(
+            body("Code: ${code} in ${opts.lang} ${n} [${missing}]", i.clone(), None)
+                .starts_with("Code: x = 1 in py 3 []")
+        );
         let ten = "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10";
         assert!(body("$10/$1", json!({}), Some(ten)).starts_with("w10/w1"));
         assert!(body("cost $ 5 and $x", json!({}), None).starts_with("cost $ 5 and $x"));
@@ -174,7 +171,8 @@ mod tests {
     #[test]
     fn envelope_instruction_is_last() {
         let schema = json!({});
-        let p = build_prompt(PromptParts { template: "t", input: &json!({}), arguments: None, data_schema: Some(&schema) });
+        let p =
+            build_prompt(PromptParts { template: "t", input: &json!({}), arguments: None, data_schema: Some(&schema) });
         assert!(p.ends_with(ENVELOPE_INSTRUCTION));
     }
 }

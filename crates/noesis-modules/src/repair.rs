@@ -118,7 +118,8 @@ mod tests {
 
     #[test]
     fn never_invents_or_retypes() {
-        let mut e = json!({"ok": true, "meta": {"confidence": "high", "risk": "critical", "explain": "e"}, "data": {"x": 1}});
+        let mut e =
+            json!({"ok": true, "meta": {"confidence": "high", "risk": "critical", "explain": "e"}, "data": {"x": 1}});
         let before = e.clone();
         assert!(repair(&mut e, "low").is_empty());
         assert_eq!(e, before);

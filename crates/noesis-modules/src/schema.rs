@@ -37,23 +37,14 @@ pub struct SchemaCompileError {
 impl CompiledSchema {
     /// Compiles a standalone schema.
     pub fn compile(schema: &Value) -> Result<CompiledSchema, SchemaCompileError> {
-        build(schema).map_err(|message| SchemaCompileError {
-            section: String::new(),
-            message,
-        })
+        build(schema).map_err(|message| SchemaCompileError { section: String::new(), message })
     }
 
     /// Compiles the section at `pointer` of `document` so that every `$ref`
     /// inside it resolves against the whole document (`#/$defs/x` means the
     /// root of `schema.json`, not the root of the section).
-    pub fn compile_section(
-        document: &Value,
-        pointer: &str,
-    ) -> Result<CompiledSchema, SchemaCompileError> {
-        let err = |message: String| SchemaCompileError {
-            section: pointer.to_owned(),
-            message,
-        };
+    pub fn compile_section(document: &Value, pointer: &str) -> Result<CompiledSchema, SchemaCompileError> {
+        let err = |message: String| SchemaCompileError { section: pointer.to_owned(), message };
         if document.pointer(pointer).is_none() {
             return Err(err(format!("no section at `#{pointer}`")));
         }
@@ -90,27 +81,20 @@ fn build(schema: &Value) -> Result<CompiledSchema, String> {
         Some(s) if s.contains("2019-09") => Draft::Draft201909,
         _ => Draft::Draft7,
     };
-    let validator = jsonschema::options()
-        .with_draft(draft)
-        .build(schema)
-        .map_err(|e| e.to_string())?;
+    let validator = jsonschema::options().with_draft(draft).build(schema).map_err(|e| e.to_string())?;
     Ok(CompiledSchema { validator })
 }
 
 fn to_violation(err: jsonschema::ValidationError<'_>) -> Violation {
     let mut pointer = err.instance_path().as_str().to_owned();
     let kind = err.kind();
-    if let ValidationErrorKind::Required { property } = kind {
-        if let Some(name) = property.as_str() {
-            pointer.push('/');
-            pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
-        }
+    if let ValidationErrorKind::Required { property } = kind
+        && let Some(name) = property.as_str()
+    {
+        pointer.push('/');
+        pointer.push_str(&name.replace('~', "~0").replace('/', "~1"));
     }
-    Violation {
-        pointer,
-        keyword: kind.keyword().to_owned(),
-        message: err.to_string(),
-    }
+    Violation { pointer, keyword: kind.keyword().to_owned(), message: err.to_string() }
 }
 
 #[cfg(test)]

@@ -78,10 +78,10 @@ impl SearchPath {
     /// Resolves a module name, or a path to a module folder.
     pub fn resolve(&self, name: &str) -> Result<Found, NotFound> {
         let as_path = Path::new(name);
-        if name.contains(std::path::MAIN_SEPARATOR) || name.starts_with('.') || is_module_dir(as_path) {
-            if as_path.is_dir() {
-                return Ok(Found::Dir(as_path.to_path_buf()));
-            }
+        if (name.contains(std::path::MAIN_SEPARATOR) || name.starts_with('.') || is_module_dir(as_path))
+            && as_path.is_dir()
+        {
+            return Ok(Found::Dir(as_path.to_path_buf()));
         }
         for d in &self.dirs {
             let candidate = d.join(name);
@@ -150,7 +150,7 @@ mod tests {
             std::fs::write(d.join("m/module.yaml"), "name: m").unwrap();
         }
         let env = format!("{}:", b.display());
-        let sp = SearchPath::new(&[a.clone()], Some(&env), tmp.path(), None);
+        let sp = SearchPath::new(std::slice::from_ref(&a), Some(&env), tmp.path(), None);
         assert_eq!(sp.resolve("m").unwrap(), Found::Dir(a.join("m")));
         assert_eq!(sp.resolve("code-simplifier").unwrap(), Found::Builtin("code-simplifier"));
         let err = sp.resolve("nope").unwrap_err();

@@ -23,9 +23,12 @@
 
 use std::time::Instant;
 
-use noesis_llm::{ChatRequest, ErrorKind, FinishReason, Message, Provider, ProviderError, ResponseFormat, StructuredMode, Usage};
+use noesis_llm::{
+    ChatRequest, ErrorKind, FinishReason, Message, Provider, ProviderError, ResponseFormat, StructuredMode, Usage,
+};
 use noesis_modules::{
-    ErrorCode, Failure, Found, Module, PromptParts, Violation, build_prompt, check_input, check_reply, validate_envelope,
+    ErrorCode, Failure, Found, Module, PromptParts, Violation, build_prompt, check_input, check_reply,
+    validate_envelope,
 };
 use serde_json::{Value, json};
 
@@ -88,7 +91,7 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
     }
 
     let envelope = match check_input(module, &input) {
-        Err(failure) => failure.into_envelope(),
+        Err(failure) => (*failure).into_envelope(),
         Ok(()) => {
             let prompt = build_prompt(PromptParts {
                 template: &module.prompt,
@@ -122,8 +125,8 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                     record.violations = checked.violations;
                     record.reply = Some(resp.text);
                     let code = checked.envelope.pointer("/error/code").and_then(Value::as_str);
-                    let cut = resp.finish_reason == Some(FinishReason::Length)
-                        && matches!(code, Some("E1000" | "E3001"));
+                    let cut =
+                        resp.finish_reason == Some(FinishReason::Length) && matches!(code, Some("E1000" | "E3001"));
                     if cut {
                         Failure::new(ErrorCode::E2003, "the reply was cut off by the output token limit")
                             .partial(checked.envelope.get("partial_data").cloned())

@@ -150,10 +150,7 @@ fn serve(stream: TcpStream, st: &State) {
     let mut out = stream;
     loop {
         let Some(req) = read_request(&mut reader) else { return };
-        let keep_alive = !req
-            .headers
-            .iter()
-            .any(|(k, v)| k == "connection" && v.eq_ignore_ascii_case("close"));
+        let keep_alive = !req.headers.iter().any(|(k, v)| k == "connection" && v.eq_ignore_ascii_case("close"));
         let is_chat = req.method == "POST" && req.path.ends_with("/chat/completions");
         if let Ok(mut r) = st.received.lock() {
             r.push(req);
@@ -163,7 +160,11 @@ fn serve(stream: TcpStream, st: &State) {
         }
         let reply = if is_chat {
             let i = st.next.fetch_add(1, Ordering::SeqCst);
-            st.replies.get(i).or_else(|| st.replies.last()).cloned().unwrap_or(Reply::Status(500, "no replies scripted".into(), vec![]))
+            st.replies.get(i).or_else(|| st.replies.last()).cloned().unwrap_or(Reply::Status(
+                500,
+                "no replies scripted".into(),
+                vec![],
+            ))
         } else {
             Reply::Status(404, json!({"error": {"message": "not found"}}).to_string(), vec![])
         };

@@ -41,7 +41,8 @@ fn judge(v: &Value) -> Result<String, String> {
         "reject" => {
             // Every envelope-schema violation is E3001 (OUTPUT_SCHEMA_VIOLATION).
             let code = "E3001";
-            let listed: Vec<&str> = test["error_codes"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_str).collect());
+            let listed: Vec<&str> =
+                test["error_codes"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_str).collect());
             if listed.is_empty() || listed.contains(&code) {
                 Ok(format!("rejected with {code} at {}", violations[0].pointer))
             } else {

@@ -23,11 +23,16 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let sections: Vec<&str> = [("input", m.input.is_some()), ("data", m.data.is_some()), ("meta", m.meta.is_some()), ("error", m.error.is_some())]
-        .iter()
-        .filter(|(_, has)| *has)
-        .map(|(n, _)| *n)
-        .collect();
+    let sections: Vec<&str> = [
+        ("input", m.input.is_some()),
+        ("data", m.data.is_some()),
+        ("meta", m.meta.is_some()),
+        ("error", m.error.is_some()),
+    ]
+    .iter()
+    .filter(|(_, has)| *has)
+    .map(|(n, _)| *n)
+    .collect();
     let info = json!({
         "name": m.name,
         "version": m.manifest.version,

@@ -35,9 +35,24 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     for r in &rows {
         let s = |k: &str| r[k].as_str().unwrap_or("-").to_owned();
         if r["valid"] == json!(true) {
-            out::data(&format!("{:width$}  {:7}  {:6}  {:11}  {}", s("name"), s("version"), s("format"), s("tier"), s("location")))?;
+            out::data(&format!(
+                "{:width$}  {:7}  {:6}  {:11}  {}",
+                s("name"),
+                s("version"),
+                s("format"),
+                s("tier"),
+                s("location")
+            ))?;
         } else {
-            out::data(&format!("{:width$}  {:7}  {:6}  {:11}  {} (invalid: {})", s("name"), "-", "-", "-", s("location"), s("error")))?;
+            out::data(&format!(
+                "{:width$}  {:7}  {:6}  {:11}  {} (invalid: {})",
+                s("name"),
+                "-",
+                "-",
+                "-",
+                s("location"),
+                s("error")
+            ))?;
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -12,7 +12,7 @@ use noesis_modules::{ErrorCode, Failure, Module};
 /// Resolves and loads a module; a missing module is an E4006 envelope, an
 /// invalid one an error naming the file and field.
 pub(crate) enum Loaded {
-    Module(Module),
+    Module(Box<Module>),
     NotFound(serde_json::Value),
 }
 
@@ -24,7 +24,7 @@ pub(crate) fn load(search: &SearchPath, name: &str) -> anyhow::Result<Loaded> {
         }
     };
     let module = found.load().with_context(|| format!("cannot load module `{name}`"))?;
-    Ok(Loaded::Module(module))
+    Ok(Loaded::Module(Box::new(module)))
 }
 
 pub(crate) fn location(found: &Found) -> String {

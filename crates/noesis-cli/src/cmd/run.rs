@@ -76,7 +76,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         let Some((field, path)) = spec.split_once('=') else {
             anyhow::bail!("--file expects FIELD=PATH, got `{spec}`");
         };
-        let text = std::fs::read_to_string(PathBuf::from(path)).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
+        let text =
+            std::fs::read_to_string(PathBuf::from(path)).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
         input[field] = json!(text);
     }
     let provider = select(&a.provider)?;

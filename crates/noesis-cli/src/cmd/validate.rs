@@ -31,7 +31,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let mut problems = Vec::new();
-    if let noesis_modules::search::Found::Dir(dir) = search.resolve(&name).unwrap_or(noesis_modules::search::Found::Builtin("")) {
+    if let noesis_modules::search::Found::Dir(dir) =
+        search.resolve(&name).unwrap_or(noesis_modules::search::Found::Builtin(""))
+    {
         for t in &module.manifest.tests {
             for file in t.split("->").map(str::trim) {
                 if !dir.join(file).is_file() {
@@ -41,7 +43,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     if module.data.is_none() {
-        problems.push(format!("{}: no data schema (schema.json#/data); replies are checked against the envelope only", module.location.display()));
+        problems.push(format!(
+            "{}: no data schema (schema.json#/data); replies are checked against the envelope only",
+            module.location.display()
+        ));
     }
     for p in &problems {
         out::note(&format!("warning: {p}"));
@@ -65,14 +70,22 @@ fn envelopes(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
             Ok(text) => match serde_json::from_str::<Value>(&text) {
                 Err(e) => Err(vec![format!("not JSON: {e}")]),
                 Ok(v) => {
-                    let env = if v.get("$test").is_some() { v.get("envelope").cloned().unwrap_or(Value::Null) } else { v };
+                    let env =
+                        if v.get("$test").is_some() { v.get("envelope").cloned().unwrap_or(Value::Null) } else { v };
                     let violations = validate_envelope(&env);
                     if violations.is_empty() {
                         Ok(())
                     } else {
                         Err(violations
                             .iter()
-                            .map(|v| format!("{}: {} (rule: {})", if v.pointer.is_empty() { "(root)" } else { &v.pointer }, v.message, v.keyword))
+                            .map(|v| {
+                                format!(
+                                    "{}: {} (rule: {})",
+                                    if v.pointer.is_empty() { "(root)" } else { &v.pointer },
+                                    v.message,
+                                    v.keyword
+                                )
+                            })
                             .collect())
                     }
                 }
