@@ -55,6 +55,24 @@ fn broken_modules_name_file_field_and_rule() {
         ),
         (Some(GOOD_YAML), Some("p"), Some(r#"{"input": {"type": "frobnicate"}}"#), vec!["schema.json", "#/input"]),
         (Some(GOOD_YAML), Some("p"), Some("[1, 2]"), vec!["schema.json", "not an object"]),
+        (
+            Some("name: m\nversion: 1.0.0\nresponsibility: r\ntier: exec\nio:\n  data: ./schema.json\n"),
+            Some("p"),
+            Some("{}"),
+            vec!["field /io/data", "needs a fragment"],
+        ),
+        (
+            Some("name: m\nversion: 1.0.0\nresponsibility: r\ntier: exec\nio:\n  data: ../x.json#/data\n"),
+            Some("p"),
+            Some("{}"),
+            vec!["field /io/data", "inside the module folder"],
+        ),
+        (
+            Some("name: m\nversion: 1.0.0\nresponsibility: r\ntier: exec\nmin_confidence: high\n"),
+            Some("p"),
+            None,
+            vec!["field /min_confidence", "rule: range"],
+        ),
     ];
     for (yaml, prompt, schema, want) in cases {
         let w = Work::new();
@@ -78,7 +96,13 @@ fn unknown_module_is_e4006() {
     assert_eq!(o.code, 1);
     let env = o.json();
     assert_eq!(env["error"]["code"], "E4006");
-    assert!(noesis_modules::validate_envelope(&env).is_empty());
+    assert_valid_envelope(&env);
+    let o = output(w.noesis().args(["run", "code-simplifier", "--provider", "test", "--file", "code=nope.py"]));
+    assert_eq!(o.code, 1);
+    let env = o.json();
+    assert_valid_envelope(&env);
+    assert_eq!(env["error"]["code"], "E1001");
+    assert!(env["error"]["message"].as_str().unwrap().contains("nope.py"));
 }
 
 #[test]
@@ -161,6 +185,23 @@ fn model_reply_not_json_or_wrong_shape() {
         assert_valid_envelope(&env);
         assert_eq!(env["error"]["code"], want, "{reply}: {env:#}");
     }
+}
+
+#[test]
+fn contradictory_schema_does_not_crash_the_test_model() {
+    let w = Work::new();
+    module(
+        &w,
+        Some(GOOD_YAML),
+        Some("p"),
+        Some(
+            r#"{"data": {"type": "object", "required": ["n", "xs", "rationale"], "properties": {"n": {"type": "number", "minimum": 5, "maximum": 1}, "xs": {"type": "array", "minItems": 1000000000}, "rationale": {"type": "string", "minLength": 999999999}}}}"#,
+        ),
+    );
+    let o = output(w.noesis().args(["run", "./m", "--provider", "test"]));
+    no_panic(&o);
+    assert_eq!(o.code, 1);
+    assert_eq!(o.json()["error"]["code"], "E3001");
 }
 
 #[test]

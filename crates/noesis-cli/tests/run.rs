@@ -205,6 +205,9 @@ fn level2_rules_give_their_codes() {
         ("E3003", with(&|e| e["data"]["rationale"] = json!("   "))),
         ("E3004", with(&|e| e["data"]["extensions"] = json!({"insights": vec![insight.clone(); 6]}))),
         ("E3004", with(&|e| e["data"]["extensions"] = json!({"insights": [{"text": "t", "suggested_mapping": ""}]}))),
+        ("E3004", with(&|e| e["data"]["extensions"] = json!({"insights": vec![insight.clone(); 21]}))),
+        ("E3004", with(&|e| e["data"]["extensions"] = json!({"insights": [{"text": "no mapping at all"}]}))),
+        ("E3001", with(&|e| e["data"]["changes"][0]["type"] = json!({"custom": "", "reason": "empty custom"}))),
         ("E2001", with(&|e| e["meta"]["confidence"] = json!(0.2))),
         ("E3001", with(&|e| e["data"]["behavior_equivalence"] = json!("yes"))),
         ("E3001", with(&|e| e["data"]["changes"][0]["scope"] = json!("galaxy"))),
@@ -275,6 +278,7 @@ fn provider_failures_map_to_codes() {
         (Reply::Status(429, "{}".into(), vec![("retry-after".into(), "7".into())]), "E4002"),
         (Reply::Status(500, "boom".into(), vec![]), "E4001"),
         (Reply::Status(401, "bad key".into(), vec![]), "E4001"),
+        (Reply::Status(400, r#"{"error": {"code": "context_length_exceeded"}}"#.into(), vec![]), "E4003"),
         (Reply::Status(200, "not json at all".into(), vec![]), "E4001"),
         (Reply::Close, "E4001"),
         (Reply::Delay(Duration::from_secs(3), Box::new(Reply::Chat("{}".into()))), "E2002"),
@@ -287,6 +291,7 @@ fn provider_failures_map_to_codes() {
         assert_valid_envelope(&env);
         assert_eq!(env["error"]["code"], want, "{env:#}");
         assert_eq!(env["error"]["recoverable"], true, "all of these are transient or caller-fixable");
+        assert!(!o.stdout.contains("sk-test-key") && !o.stderr.contains("sk-test-key"));
     }
     // nothing listening at all
     let port = {
@@ -325,4 +330,45 @@ fn file_flag_and_stdin_input() {
 fn conformance_examples_input_files_exist() {
     // guards the fixtures the tests above rely on
     assert!(conformance().join("modules/code-reviewer/examples/input.json").is_file());
+}
+
+#[test]
+fn args_fill_only_declared_fields_and_partial_data_obeys_the_manifest() {
+    let w = Work::new();
+    w.write(
+        "m/module.yaml",
+        "name: m\nversion: 1.0.0\nresponsibility: r\ntier: decision\nfailure:\n  partial_allowed: false\n",
+    );
+    w.write("m/prompt.md", "Task: $ARGUMENTS");
+    w.write(
+        "m/schema.json",
+        r#"{"input": {"type": "object", "additionalProperties": false, "properties": {"topic": {"type": "string"}}},
+            "data": {"type": "object", "required": ["n", "rationale"], "properties": {"n": {"type": "integer"}, "rationale": {"type": "string"}}}}"#,
+    );
+    let bad = json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "e"}, "data": {"n": "NaN", "rationale": "r"}});
+    let server = FakeServer::start(vec![Reply::Chat(bad.to_string())]).unwrap();
+    let o =
+        output(openai(&w, &server).args(["run", "./m", "--args", "write a poem", "--input", r#"{"topic": "sea"}"#]));
+    let env = o.json();
+    assert_valid_envelope(&env);
+    assert_eq!(env["error"]["code"], "E3001", "the closed input schema accepted the run: {env:#}");
+    assert!(env.get("partial_data").is_none(), "partial_allowed: false");
+    let prompt = server.received()[0].json()["messages"][1]["content"].as_str().unwrap().to_owned();
+    assert!(prompt.starts_with("Task: write a poem"), "{prompt}");
+    assert!(!prompt.contains("\"query\""), "undeclared fields are not added to the input");
+}
+
+#[test]
+fn scripted_provider_sees_the_data_schema_in_the_prompt() {
+    let w = Work::new();
+    let case1 = read(&example_module("code-simplifier").join("tests/case1.expected.json"));
+    let script = w.write("s.json", &json!([case1["$example"]]).to_string());
+    let o = output(
+        w.noesis()
+            .args(["run", "code-simplifier", "-v", "--provider", "scripted", "--input", code_input(), "--script"])
+            .arg(&script),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("must satisfy this JSON Schema"), "no schema in a text-mode prompt");
+    assert_valid_envelope(&o.json());
 }

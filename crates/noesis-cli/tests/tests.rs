@@ -4,4 +4,5 @@ mod bad_input;
 mod cli;
 mod conformance;
 mod run;
+mod snapshots;
 mod support;

@@ -18,6 +18,8 @@ pub enum ErrorKind {
         /// The HTTP status.
         status: u16,
     },
+    /// The prompt does not fit the model's context window.
+    ContextOverflow,
     /// The provider answered something that is not a chat reply.
     BadResponse,
     /// A scripted provider has nothing (left) to say, or its script is bad.

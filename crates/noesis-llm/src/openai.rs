@@ -206,6 +206,12 @@ impl Provider for OpenAiCompatible {
                     self.err(ErrorKind::Unavailable, format!("server error (HTTP {status}): {}", excerpt(&text)))
                 );
             }
+            _ if mentions_context(&text) => {
+                return Err(self.err(
+                    ErrorKind::ContextOverflow,
+                    format!("the prompt is too long for the model (HTTP {status}): {}", excerpt(&text)),
+                ));
+            }
             _ => {
                 return Err(self.err(
                     ErrorKind::Rejected { status },
@@ -235,6 +241,11 @@ impl Provider for OpenAiCompatible {
         let model = v.get("model").and_then(Value::as_str).unwrap_or(&self.config.model).to_owned();
         Ok(ChatResponse { text: content, model, usage, finish_reason, structured: mode })
     }
+}
+
+fn mentions_context(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    b.contains("context_length") || b.contains("context length") || b.contains("maximum context")
 }
 
 fn mentions_format(body: &str) -> bool {

@@ -60,6 +60,10 @@ struct Fab<'a> {
     root: &'a Value,
 }
 
+/// Upper bound on fabricated array items and string padding, so a schema
+/// asking for a billion items cannot exhaust memory.
+const MAX_FABRICATED: u64 = 1000;
+
 const TEXT: &str = "Produced by the noesis test model from the module's schema; no language model was consulted.";
 
 impl Fab<'_> {
@@ -105,7 +109,7 @@ impl Fab<'_> {
             "array" => {
                 let min = obj.get("minItems").and_then(Value::as_u64).unwrap_or(0);
                 let max = obj.get("maxItems").and_then(Value::as_u64).unwrap_or(u64::MAX);
-                let n = min.max(1).min(max);
+                let n = min.max(1).min(max).min(MAX_FABRICATED);
                 let items = obj.get("items").cloned().unwrap_or(json!({}));
                 Value::Array((0..n).map(|_| self.value(&items, name, depth + 1)).collect())
             }
@@ -140,11 +144,12 @@ impl Fab<'_> {
             "" => "example".to_owned(),
             n => format!("example {n}"),
         };
-        let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize;
+        let min = obj.get("minLength").and_then(Value::as_u64).unwrap_or(0).min(MAX_FABRICATED) as usize;
         let max = obj.get("maxLength").and_then(Value::as_u64).map_or(usize::MAX, |m| m as usize);
         let mut s: String = base.chars().take(max).collect();
-        while s.chars().count() < min {
-            s.push('x');
+        let len = s.chars().count();
+        if len < min {
+            s.push_str(&"x".repeat(min - len));
         }
         s
     }
@@ -156,7 +161,9 @@ fn number(obj: &Map<String, Value>, name: &str) -> f64 {
     let want = if name == "confidence" { 0.9 } else { min.unwrap_or(0.0).max(0.0) };
     let lo = min.unwrap_or(f64::MIN);
     let hi = max.unwrap_or(f64::MAX);
-    want.clamp(lo, hi)
+    // A contradictory schema (minimum > maximum) has no valid value; answer
+    // the minimum rather than panic, and let validation report it.
+    if lo > hi { lo } else { want.clamp(lo, hi) }
 }
 
 #[cfg(test)]

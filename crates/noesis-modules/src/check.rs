@@ -82,30 +82,51 @@ pub fn check_reply(module: &Module, reply: &str) -> Checked {
     }
     if !violations.is_empty() {
         let partial = env.get("data").or_else(|| env.get("partial_data")).cloned();
-        return Checked::fail(
-            schema_failure("the reply is not a valid v2.2 envelope", &violations, partial),
-            found,
-            repairs,
-            violations,
-        );
+        let failure = if violations.iter().all(|v| v.pointer.starts_with("/data/extensions")) {
+            // The official schema's own overflow limits (20 insights, each
+            // with a suggested_mapping) are overflow problems, not shape ones.
+            Failure::new(
+                ErrorCode::E3004,
+                format!("overflow insights break the envelope's limits: {}", violations[0].message),
+            )
+            .details(json!({ "violations": violations }))
+            .partial(partial)
+        } else {
+            schema_failure("the reply is not a valid v2.2 envelope", &violations, partial)
+        };
+        return finish(module, Checked::fail(failure, found, repairs, violations));
     }
     if let Some(meta) = &module.meta {
         let meta_violations = prefixed(meta.compiled.violations(&env["meta"]), "/meta");
         if !meta_violations.is_empty() {
             let partial = env.get("data").cloned();
-            return Checked::fail(
-                schema_failure("meta breaks the module's meta schema", &meta_violations, partial),
-                found,
-                repairs,
-                meta_violations,
-            );
+            let failure = schema_failure("meta breaks the module's meta schema", &meta_violations, partial);
+            return finish(module, Checked::fail(failure, found, repairs, meta_violations));
         }
     }
-    if env["ok"] == json!(true) {
+    let checked = if env["ok"] == json!(true) {
         check_success(module, env, found, repairs)
     } else {
         check_failure(module, env, found, repairs)
+    };
+    finish(module, checked)
+}
+
+/// Applies `failure.partial_allowed: false` to every failure in one place.
+fn finish(module: &Module, mut checked: Checked) -> Checked {
+    if !module.policy.partial_allowed
+        && let Some(obj) = checked.envelope.as_object_mut()
+    {
+        obj.remove("partial_data");
     }
+    checked
+}
+
+/// Moves a v2.1 `confidence` into meta; it stays in the data too when the
+/// module's data schema declares it (legacy schemas often require it there).
+fn take_confidence(data: &mut Map<String, Value>, module: &Module) -> Option<Value> {
+    let declared = module.data.as_ref().is_some_and(|d| d.schema.pointer("/properties/confidence").is_some());
+    if declared { data.get("confidence").cloned() } else { data.remove("confidence") }
 }
 
 fn default_risk(module: &Module, env: &Value) -> &'static str {
@@ -149,7 +170,7 @@ fn normalise(env: &mut Value, module: &Module) {
         // Flat v2.1 payload: the data itself, with confidence beside it.
         let mut data = std::mem::take(obj);
         let mut meta = Map::new();
-        if let Some(c) = data.remove("confidence") {
+        if let Some(c) = take_confidence(&mut data, module) {
             meta.insert("confidence".into(), c);
         }
         if let Some(Value::String(e)) = data.get("explain").cloned() {
@@ -162,7 +183,7 @@ fn normalise(env: &mut Value, module: &Module) {
     } else if obj.get("ok") == Some(&json!(true)) && !has("meta") {
         // v2.1 envelope: confidence inside data.
         if let Some(Value::Object(data)) = obj.get_mut("data")
-            && let Some(c) = data.remove("confidence")
+            && let Some(c) = take_confidence(data, module)
         {
             obj.insert("meta".into(), json!({ "confidence": c }));
         }
@@ -235,7 +256,11 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
         if policy.enums == EnumStrategy::Extensible {
             // A `{custom, reason}` value is legal under the extensible
             // strategy even where the module's schema only lists strings.
-            violations.retain(|v| !custom.iter().any(|c| v.pointer == *c || v.pointer.starts_with(&format!("{c}/"))));
+            violations.retain(|v| {
+                let at_custom = custom.contains(&v.pointer);
+                let enum_rule = matches!(v.keyword.as_str(), "oneOf" | "anyOf" | "enum" | "type" | "const");
+                !(at_custom && enum_rule)
+            });
         }
         if !violations.is_empty() {
             if policy.strictness == Strictness::Low {
@@ -271,7 +296,8 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
             policy.min_confidence,
             policy.tier.as_str()
         );
-        let mut failure = Failure::new(ErrorCode::E2001, message);
+        let mut failure = Failure::new(ErrorCode::E2001, message)
+            .details(json!({ "confidence": confidence, "threshold": policy.min_confidence }));
         if policy.partial_allowed {
             failure = failure.partial(partial());
         }
@@ -286,7 +312,8 @@ fn check_success(module: &Module, mut env: Value, found: Option<Found>, repairs:
 }
 
 fn check_failure(module: &Module, mut env: Value, found: Option<Found>, repairs: Vec<String>) -> Checked {
-    if let Some(section) = &module.error {
+    let must_match = module.manifest.failure.as_ref().and_then(|f| f.must_return_error_schema).unwrap_or(true);
+    if let Some(section) = module.error.as_ref().filter(|_| must_match) {
         let error = &env["error"];
         let mut violations = section.compiled.violations(error);
         if !violations.is_empty() {
@@ -336,7 +363,7 @@ fn find_custom_enums(v: &Value, tag: &str, path: &mut String, out: &mut Vec<Stri
     match v {
         Value::Object(m) => {
             let is_custom = m.len() == 2
-                && m.get(tag).is_some_and(Value::is_string)
+                && m.get(tag).and_then(Value::as_str).is_some_and(|c| (1..=32).contains(&c.chars().count()))
                 && m.get("reason").is_some_and(Value::is_string);
             if is_custom {
                 out.push(path.clone());

@@ -345,7 +345,26 @@ fn finish(
     let mut extra_docs: BTreeMap<String, Value> = BTreeMap::new();
     let mut section = |name: &str, fallback: &[&str]| -> Result<Option<Section>, LoadError> {
         let (file, pointer) = match manifest.io.get(name) {
-            Some(r) => split_ref(r),
+            Some(r) => {
+                let path = source.path("module.yaml");
+                let bad = |message: String| LoadError::Manifest {
+                    path: path.clone(),
+                    violations: vec![Violation {
+                        pointer: format!("/io/{name}"),
+                        keyword: "reference".into(),
+                        message,
+                    }],
+                };
+                let Some(r) = r.as_str() else { return Err(bad(format!("{r} is not a string"))) };
+                let (file, pointer) = split_ref(r);
+                if !pointer.starts_with('/') {
+                    return Err(bad(format!("`{r}` needs a fragment such as `./schema.json#/{name}`")));
+                }
+                if file.as_deref().is_some_and(|f| f.starts_with('/') || f.split('/').any(|p| p == "..")) {
+                    return Err(bad(format!("`{r}` must stay inside the module folder")));
+                }
+                (file, pointer)
+            }
             None => {
                 let found = std::iter::once(name).chain(fallback.iter().copied()).find(|k| schema.get(*k).is_some());
                 match found {
@@ -429,7 +448,7 @@ impl Module {
                 {"type": "object", "required": ["ok", "meta", "data"], "additionalProperties": false,
                  "properties": {"ok": {"const": true}, "meta": meta, "data": data}},
                 {"type": "object", "required": ["ok", "meta", "error"], "additionalProperties": false,
-                 "properties": {"ok": {"const": false}, "meta": meta, "error": error}}
+                 "properties": {"ok": {"const": false}, "meta": meta, "error": error, "partial_data": {"type": "object"}}}
             ]),
         );
         Value::Object(doc)

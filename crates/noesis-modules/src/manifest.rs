@@ -95,7 +95,7 @@ pub struct Manifest {
     #[serde(default)]
     pub runtime_requirements: Option<RuntimeRequirements>,
     #[serde(default)]
-    pub io: BTreeMap<String, String>,
+    pub io: BTreeMap<String, Value>,
     #[serde(default)]
     pub compat: Compat,
     #[serde(default)]
@@ -107,13 +107,13 @@ pub struct Manifest {
     #[serde(default)]
     pub composition: Option<Value>,
     #[serde(default)]
-    pub error_codes: BTreeMap<String, String>,
+    pub error_codes: BTreeMap<String, Value>,
     #[serde(default)]
-    pub constraints: BTreeMap<String, Value>,
+    pub constraints: Value,
     /// Minimum `meta.confidence` for a success (noesis extension); the tier
     /// default applies when absent.
     #[serde(default)]
-    pub min_confidence: Option<f64>,
+    pub min_confidence: Option<Value>,
 }
 
 #[allow(missing_docs)]
@@ -232,11 +232,12 @@ impl Manifest {
             strictness: self.schema_strictness.unwrap_or(strictness),
             overflow_enabled,
             max_items: if overflow_enabled { overflow.max_items.unwrap_or(max_items).min(20) } else { 0 },
-            require_suggested_mapping: overflow.require_suggested_mapping.unwrap_or(true),
+            require_suggested_mapping: overflow.recoverable.unwrap_or(true)
+                && overflow.require_suggested_mapping.unwrap_or(true),
             enums: enums_cfg.strategy.unwrap_or(enums),
             unknown_tag: enums_cfg.unknown_tag.unwrap_or_else(|| "custom".to_owned()),
             risk_rule: self.meta.risk_rule,
-            min_confidence: self.min_confidence.unwrap_or(min_confidence),
+            min_confidence: self.min_confidence.as_ref().and_then(Value::as_f64).unwrap_or(min_confidence),
             partial_allowed: failure.partial_allowed.unwrap_or(true),
             auto_wrap: self.compat.runtime_auto_wrap || self.compat.accepts_v21_payload,
         }
@@ -285,7 +286,17 @@ pub fn validate_manifest(raw: &Value) -> Vec<Violation> {
             comp.insert("pattern".to_owned(), Value::from("sequential"));
         }
     }
-    manifest_schema().violations(&doc)
+    let mut violations = manifest_schema().violations(&doc);
+    if let Some(m) = raw.get("min_confidence")
+        && !m.as_f64().is_some_and(|f| (0.0..=1.0).contains(&f))
+    {
+        violations.push(Violation {
+            pointer: "/min_confidence".to_owned(),
+            keyword: "range".to_owned(),
+            message: format!("{m} is not a number between 0 and 1"),
+        });
+    }
+    violations
 }
 
 #[cfg(test)]

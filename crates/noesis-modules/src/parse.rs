@@ -19,7 +19,10 @@ pub enum Found {
 const MAX_EMBEDDED_ATTEMPTS: usize = 256;
 
 /// Finds the JSON object in a reply: a bare object, the first fenced block
-/// that holds one, or the first object embedded in prose.
+/// that opens with one, or the first top-level object embedded in prose.
+///
+/// Only top-level candidates count: when an object is malformed or cut off,
+/// the objects nested inside it are never taken for the answer.
 pub fn extract_json(reply: &str) -> Option<(Value, Found)> {
     let text = reply.trim_start_matches('\u{feff}').trim();
     if text.starts_with('{')
@@ -27,51 +30,83 @@ pub fn extract_json(reply: &str) -> Option<(Value, Found)> {
     {
         return Some((v, Found::Bare));
     }
-    for block in fenced_blocks(text) {
-        if let Some(v) = first_object(block) {
+    for body in fenced_bodies(text) {
+        let body = body.trim_start();
+        if body.starts_with('{')
+            && let Some(v) = parse_prefix(body)
+        {
             return Some((v, Found::Fenced));
         }
     }
     first_object(text).map(|v| (v, Found::Embedded))
 }
 
+/// Parses the JSON value at the start of `text`, ignoring what follows it.
+fn parse_prefix(text: &str) -> Option<Value> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(v @ Value::Object(_))) => Some(v),
+        _ => None,
+    }
+}
+
 fn first_object(text: &str) -> Option<Value> {
+    let mut from = 0;
     let mut attempts = 0;
-    for (idx, _) in text.match_indices('{') {
+    while let Some(off) = text[from..].find('{') {
         attempts += 1;
         if attempts > MAX_EMBEDDED_ATTEMPTS {
-            break;
+            return None;
         }
-        let mut stream = serde_json::Deserializer::from_str(&text[idx..]).into_iter::<Value>();
-        if let Some(Ok(v @ Value::Object(_))) = stream.next() {
+        let start = from + off;
+        if let Some(v) = parse_prefix(&text[start..]) {
             return Some(v);
+        }
+        // Skip the whole malformed candidate so its inner objects are not
+        // mistaken for the answer; an unclosed one runs to the end.
+        from = start + object_span(&text[start..])?;
+    }
+    None
+}
+
+/// Length of the brace-balanced span starting at `{`, honouring JSON
+/// strings; `None` when it never closes.
+fn object_span(text: &str) -> Option<usize> {
+    let (mut depth, mut in_str, mut escaped) = (0usize, false, false);
+    for (i, b) in text.bytes().enumerate() {
+        if in_str {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_str = true,
+            b'{' => depth += 1,
+            b'}' => {
+                depth = depth.saturating_sub(1);
+                if depth == 0 {
+                    return Some(i + 1);
+                }
+            }
+            _ => {}
         }
     }
     None
 }
 
-/// The bodies of ``` fenced blocks, in order (an unclosed last fence runs to
-/// the end of the text, as happens when output is cut).
-fn fenced_blocks(text: &str) -> Vec<&str> {
-    let mut blocks = Vec::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("```") {
-        let after = &rest[start + 3..];
-        // Skip the info string (`json`, `JSON`, …) up to the end of the line.
-        let body_start = after.find('\n').map_or(after.len(), |i| i + 1);
-        let body = &after[body_start..];
-        match body.find("```") {
-            Some(end) => {
-                blocks.push(&body[..end]);
-                rest = &body[end + 3..];
-            }
-            None => {
-                blocks.push(body);
-                break;
-            }
-        }
-    }
-    blocks
+/// The text after each ``` fence line (the info string, e.g. `json`, is
+/// skipped). The body is parsed as a JSON prefix, so a fence sequence inside a
+/// JSON string does not cut the object.
+fn fenced_bodies(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices("```").map(move |(i, _)| {
+        let after = &text[i + 3..];
+        let body_start = after.find('\n').map_or(after.len(), |n| n + 1);
+        &after[body_start..]
+    })
 }
 
 #[cfg(test)]
@@ -93,6 +128,16 @@ mod tests {
         check("Sure! {\"a\": {\"b\": [1,2]}} Hope it helps.", Some((json!({"a":{"b":[1,2]}}), Found::Embedded)));
         check("set {x} then {\"a\":5}", Some((json!({"a":5}), Found::Embedded)));
         check("```json\n{\"a\":6}", Some((json!({"a":6}), Found::Fenced)));
+    }
+
+    #[test]
+    fn inner_objects_of_a_broken_answer_are_not_the_answer() {
+        // trailing comma makes the outer object invalid; `data` alone must not win
+        check("{\"data\": {\"rationale\": \"r\"}, \"meta\": {\"confidence\": 0.2},}", None);
+        check("Here: {\"ok\": true, \"data\": {\"rationale\": \"r\"", None);
+        check("{broken} then {\"a\": 1}", Some((json!({"a": 1}), Found::Embedded)));
+        let fenced_code = "```json\n{\"code\": \"```py\\nx\\n```\"}\n```";
+        check(fenced_code, Some((json!({"code": "```py\nx\n```"}), Found::Fenced)));
     }
 
     #[test]

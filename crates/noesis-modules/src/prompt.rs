@@ -13,6 +13,9 @@ pub struct PromptParts<'a> {
     pub arguments: Option<&'a str>,
     /// The module's data schema (`$SCHEMA`).
     pub data_schema: Option<&'a Value>,
+    /// Append the data schema to the instruction when the template does not
+    /// place it: for providers that are not given the schema directly.
+    pub include_schema: bool,
 }
 
 /// Substitutes the placeholders and appends the input (when the template did
@@ -21,7 +24,9 @@ pub struct PromptParts<'a> {
 /// Placeholders: `$ARGUMENTS`, `$ARGUMENTS[N]` and `$N` (the N-th
 /// whitespace-separated word, from 0), `$INPUT`, `$SCHEMA`, `${field}` (a
 /// dotted path into the input). Indices are read as whole numbers, so `$10`
-/// is never mistaken for `$1` followed by `0`.
+/// is never mistaken for `$1` followed by `0`, and an index past the last
+/// word is left as written (prompts may contain `$1` in shell examples).
+/// Keywords match whole words only (`$INPUTS` is left alone).
 pub fn build_prompt(parts: PromptParts<'_>) -> String {
     let args = parts.arguments.map(str::to_owned).or_else(|| arguments_from_input(parts.input)).unwrap_or_default();
     let words: Vec<&str> = args.split_whitespace().collect();
@@ -33,6 +38,7 @@ pub fn build_prompt(parts: PromptParts<'_>) -> String {
 
     let mut out = String::with_capacity(parts.template.len() + input_json.len() + 1024);
     let mut placed_input = false;
+    let mut placed_schema = false;
     let t = parts.template;
     let mut i = 0;
     while let Some(off) = t[i..].find('$') {
@@ -46,20 +52,21 @@ pub fn build_prompt(parts: PromptParts<'_>) -> String {
                 }
                 _ => (args.clone(), "ARGUMENTS".len()),
             }
-        } else if rest.starts_with("ARGUMENTS") {
+        } else if keyword(rest, "ARGUMENTS") {
             (args.clone(), "ARGUMENTS".len())
-        } else if rest.starts_with("INPUT") {
+        } else if keyword(rest, "INPUT") {
             placed_input = true;
             (input_json.clone(), "INPUT".len())
-        } else if rest.starts_with("SCHEMA") {
+        } else if keyword(rest, "SCHEMA") {
+            placed_schema = true;
             (schema_json.clone(), "SCHEMA".len())
         } else if let Some(r) = rest.strip_prefix('{') {
             match r.find('}') {
                 Some(end) if is_field_path(&r[..end]) => (field(parts.input, &r[..end]), end + 2),
                 _ => ("$".to_owned(), 0),
             }
-        } else if let Some((n, len)) = digits(rest) {
-            (words.get(n).copied().unwrap_or("").to_owned(), len)
+        } else if let Some((n, len)) = digits(rest).filter(|(n, _)| *n < words.len()) {
+            (words[n].to_owned(), len)
         } else {
             ("$".to_owned(), 0)
         };
@@ -78,7 +85,16 @@ pub fn build_prompt(parts: PromptParts<'_>) -> String {
         out.push_str("\n```\n");
     }
     out.push_str(ENVELOPE_INSTRUCTION);
+    if parts.include_schema && !placed_schema && parts.data_schema.is_some() {
+        out.push_str("\n`data` must satisfy this JSON Schema:\n\n```json\n");
+        out.push_str(&schema_json);
+        out.push_str("\n```\n");
+    }
     out
+}
+
+fn keyword(rest: &str, word: &str) -> bool {
+    rest.starts_with(word) && !rest[word.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
 }
 
 /// The instruction appended to every prompt.
@@ -138,7 +154,9 @@ mod tests {
 
     fn body(template: &str, input: Value, args: Option<&str>) -> String {
         let schema = json!({"type": "object"});
-        let p = build_prompt(PromptParts { template, input: &input, arguments: args, data_schema: Some(&schema) });
+        let parts =
+            PromptParts { template, input: &input, arguments: args, data_schema: Some(&schema), include_schema: false };
+        let p = build_prompt(parts);
         p.split("\n\n## Response format").next().unwrap().to_owned()
     }
 
@@ -156,6 +174,8 @@ mod tests {
         let ten = "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10";
         assert!(body("$10/$1", json!({}), Some(ten)).starts_with("w10/w1"));
         assert!(body("cost $ 5 and $x", json!({}), None).starts_with("cost $ 5 and $x"));
+        assert!(body("echo $1 and $INPUTS", json!({}), Some("only")).starts_with("echo $1 and $INPUTS"));
+        assert!(body("[$ARGUMENTS[4]]", json!({}), Some("a b")).starts_with("[]"));
         assert!(body("args from query: $ARGUMENTS", json!({"query": "q1"}), None).starts_with("args from query: q1"));
         assert!(body("$SCHEMA", json!({}), None).starts_with("{\n  \"type\": \"object\"\n}"));
     }
@@ -171,8 +191,17 @@ mod tests {
     #[test]
     fn envelope_instruction_is_last() {
         let schema = json!({});
-        let p =
-            build_prompt(PromptParts { template: "t", input: &json!({}), arguments: None, data_schema: Some(&schema) });
-        assert!(p.ends_with(ENVELOPE_INSTRUCTION));
+        let parts = PromptParts {
+            template: "t",
+            input: &json!({}),
+            arguments: None,
+            data_schema: Some(&schema),
+            include_schema: false,
+        };
+        assert!(build_prompt(parts).ends_with(ENVELOPE_INSTRUCTION));
+        let with_schema = build_prompt(PromptParts { include_schema: true, ..parts });
+        assert!(with_schema.contains("must satisfy this JSON Schema"));
+        let placed = build_prompt(PromptParts { template: "$SCHEMA", include_schema: true, ..parts });
+        assert!(!placed.contains("must satisfy this JSON Schema"), "already in the template");
     }
 }

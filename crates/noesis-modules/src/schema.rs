@@ -54,13 +54,14 @@ impl CompiledSchema {
         };
         // Module documents carry a private `$schema` URL that no validator
         // knows; the sections are plain draft-07 schemas.
-        root.remove("$schema");
+        let declared = root.remove("$schema");
         root.remove("$id");
         root.insert("$ref".to_owned(), json!(format!("#{pointer}")));
+        // Only a `$ref` and definitions remain at the root: the document's
+        // other top-level keys (`input`, `data`, …) are not keywords, so they
+        // cannot leak into the section's rules under any draft.
         let root = Value::Object(root);
-        // `$ref` siblings are ignored in draft 7, so the document's top-level
-        // keys (`input`, `data`, …) cannot leak into the section's rules.
-        let compiled = build(&root).map_err(err)?;
+        let compiled = build_with(&root, draft_of(declared.as_ref())).map_err(err)?;
         Ok(compiled)
     }
 
@@ -75,12 +76,23 @@ impl CompiledSchema {
     }
 }
 
-fn build(schema: &Value) -> Result<CompiledSchema, String> {
-    let draft = match schema.get("$schema").and_then(Value::as_str) {
+/// The draft a `$schema` URL names; draft 7 (the spec's own) otherwise,
+/// including for the private URL module documents carry.
+fn draft_of(declared: Option<&Value>) -> Draft {
+    match declared.and_then(Value::as_str) {
         Some(s) if s.contains("2020-12") => Draft::Draft202012,
         Some(s) if s.contains("2019-09") => Draft::Draft201909,
+        Some(s) if s.contains("draft-06") => Draft::Draft6,
+        Some(s) if s.contains("draft-04") => Draft::Draft4,
         _ => Draft::Draft7,
-    };
+    }
+}
+
+fn build(schema: &Value) -> Result<CompiledSchema, String> {
+    build_with(schema, draft_of(schema.get("$schema")))
+}
+
+fn build_with(schema: &Value, draft: Draft) -> Result<CompiledSchema, String> {
     let validator = jsonschema::options().with_draft(draft).build(schema).map_err(|e| e.to_string())?;
     Ok(CompiledSchema { validator })
 }

@@ -78,7 +78,7 @@ impl SearchPath {
     /// Resolves a module name, or a path to a module folder.
     pub fn resolve(&self, name: &str) -> Result<Found, NotFound> {
         let as_path = Path::new(name);
-        if (name.contains(std::path::MAIN_SEPARATOR) || name.starts_with('.') || is_module_dir(as_path))
+        if (name.contains(std::path::MAIN_SEPARATOR) || name.starts_with('.') || name.starts_with('~'))
             && as_path.is_dir()
         {
             return Ok(Found::Dir(as_path.to_path_buf()));

@@ -21,7 +21,7 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::time::Instant;
+pub use std::time::Instant;
 
 use noesis_llm::{
     ChatRequest, ErrorKind, FinishReason, Message, Provider, ProviderError, ResponseFormat, StructuredMode, Usage,
@@ -86,20 +86,34 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
 
     let mut input = input;
     if let (Some(args), Some(obj)) = (&options.arguments, input.as_object_mut()) {
-        obj.entry("$ARGUMENTS").or_insert_with(|| json!(args));
-        obj.entry("query").or_insert_with(|| json!(args));
+        // The argument text fills the input fields a module declares for it
+        // (`$ARGUMENTS`, `query`); undeclared fields are never added, so a
+        // closed input schema still validates.
+        let declared = |k: &str| {
+            module
+                .input
+                .as_ref()
+                .and_then(|s| s.schema.pointer(&format!("/properties/{}", k.replace('~', "~0").replace('/', "~1"))))
+                .is_some()
+        };
+        for key in ["$ARGUMENTS", "query"] {
+            if declared(key) && !obj.contains_key(key) {
+                obj.insert(key.to_owned(), json!(args));
+            }
+        }
     }
 
     let envelope = match check_input(module, &input) {
         Err(failure) => (*failure).into_envelope(),
         Ok(()) => {
+            let caps = provider.capabilities();
             let prompt = build_prompt(PromptParts {
                 template: &module.prompt,
                 input: &input,
                 arguments: options.arguments.as_deref(),
                 data_schema: module.data.as_ref().map(|s| &s.schema),
+                include_schema: !caps.json_schema,
             });
-            let caps = provider.capabilities();
             let response_format = if caps.json_schema {
                 ResponseFormat::JsonSchema { name: module.name.clone(), schema: module.reply_schema() }
             } else if caps.json_mode {
@@ -128,8 +142,10 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                     let cut =
                         resp.finish_reason == Some(FinishReason::Length) && matches!(code, Some("E1000" | "E3001"));
                     if cut {
+                        let partial =
+                            checked.envelope.get("partial_data").cloned().filter(|_| module.policy.partial_allowed);
                         Failure::new(ErrorCode::E2003, "the reply was cut off by the output token limit")
-                            .partial(checked.envelope.get("partial_data").cloned())
+                            .partial(partial)
                             .into_envelope()
                     } else {
                         checked.envelope
@@ -142,7 +158,11 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
     record
 }
 
-fn stamp(mut envelope: Value, trace_id: &str, model_id: &str, started: Instant) -> Value {
+/// Fills the runtime's meta (`trace_id`, `model` as `provider/model`,
+/// `latency_ms` since `started`) and guarantees the result validates against
+/// the official schema (E4000 otherwise). Front ends use it for envelopes
+/// they make themselves (module not found, unreadable input).
+pub fn stamp(mut envelope: Value, trace_id: &str, model_id: &str, started: Instant) -> Value {
     if let Some(meta) = envelope.get_mut("meta").and_then(Value::as_object_mut) {
         meta.insert("trace_id".into(), json!(trace_id));
         meta.insert("model".into(), json!(model_id));
@@ -166,6 +186,7 @@ pub fn provider_failure(e: &ProviderError) -> Failure {
     let code = match e.kind {
         ErrorKind::Timeout(_) => ErrorCode::E2002,
         ErrorKind::RateLimited { .. } => ErrorCode::E4002,
+        ErrorKind::ContextOverflow => ErrorCode::E4003,
         ErrorKind::Unavailable | ErrorKind::Rejected { .. } | ErrorKind::BadResponse | ErrorKind::Script => {
             ErrorCode::E4001
         }

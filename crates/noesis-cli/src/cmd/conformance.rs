@@ -44,7 +44,10 @@ fn judge(v: &Value) -> Result<String, String> {
             let listed: Vec<&str> =
                 test["error_codes"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_str).collect());
             if listed.is_empty() || listed.contains(&code) {
-                Ok(format!("rejected with {code} at {}", violations[0].pointer))
+                Ok(format!(
+                    "rejected with {code} at {}",
+                    if violations[0].pointer.is_empty() { "(root)" } else { &violations[0].pointer }
+                ))
             } else {
                 Err(format!("rejected with {code}, expected one of {listed:?}"))
             }

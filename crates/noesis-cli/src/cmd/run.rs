@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use noesis_modules::search::SearchPath;
 use noesis_modules::{ErrorCode, Failure};
-use noesis_runtime::{RunOptions, run as run_module};
+use noesis_runtime::{Instant, RunOptions, run as run_module, stamp};
 use serde_json::{Value, json};
 
 use super::{Loaded, load};
@@ -57,30 +57,35 @@ fn read_input(spec: Option<&str>) -> Result<Value, String> {
 }
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let provider = select(&a.provider)?;
+    let model_id = format!("{}/{}", provider.name(), provider.model());
+    // Envelopes made here, before a run starts, get the same runtime meta.
+    let refuse = |env: Value| -> anyhow::Result<ExitCode> {
+        let trace_id = uuid::Uuid::now_v7().to_string();
+        out::json(&stamp(env, &trace_id, &model_id, started), a.pretty)?;
+        Ok(ExitCode::from(1))
+    };
     let module = match load(search, &a.module)? {
         Loaded::Module(m) => m,
-        Loaded::NotFound(env) => {
-            out::json(&env, a.pretty)?;
-            return Ok(ExitCode::from(1));
-        }
+        Loaded::NotFound(env) => return refuse(env),
     };
     let mut input = match read_input(a.input.as_deref()) {
         Ok(v) => v,
-        Err(message) => {
-            let env = Failure::new(ErrorCode::E1001, message).into_envelope();
-            out::json(&env, a.pretty)?;
-            return Ok(ExitCode::from(1));
-        }
+        Err(message) => return refuse(Failure::new(ErrorCode::E1001, message).into_envelope()),
     };
     for spec in &a.files {
         let Some((field, path)) = spec.split_once('=') else {
             anyhow::bail!("--file expects FIELD=PATH, got `{spec}`");
         };
-        let text =
-            std::fs::read_to_string(PathBuf::from(path)).map_err(|e| anyhow::anyhow!("{path}: cannot read: {e}"))?;
-        input[field] = json!(text);
+        match std::fs::read_to_string(PathBuf::from(path)) {
+            Ok(text) => input[field] = json!(text),
+            Err(e) => {
+                let message = format!("{path}: cannot read the file for input field `{field}`: {e}");
+                return refuse(Failure::new(ErrorCode::E1001, message).into_envelope());
+            }
+        }
     }
-    let provider = select(&a.provider)?;
     let options = RunOptions { arguments: a.args, max_tokens: a.max_tokens, ..RunOptions::default() };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let record = rt.block_on(run_module(&module, provider.as_ref(), input, &options));
