@@ -23,6 +23,10 @@ pub(crate) struct ProviderArgs {
     /// Whole-call timeout in seconds for HTTP providers.
     #[arg(long, value_name = "SECS", default_value_t = 120)]
     pub timeout: u64,
+    /// Retries of transient HTTP failures (429, 5xx, dropped connections),
+    /// with exponential backoff that honours Retry-After. 0 disables them.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub retries: u32,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -58,6 +62,7 @@ pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
             cfg.api_key = env("OPENAI_API_KEY");
             cfg.timeout = Duration::from_secs(args.timeout.max(1));
             cfg.connect_timeout = cfg.connect_timeout.min(cfg.timeout);
+            cfg.retry.max_retries = args.retries;
             Arc::new(OpenAiCompatible::new(cfg).context("cannot set up the openai provider")?)
         }
         other => bail!("unknown provider `{other}` (known: openai, test, scripted)"),

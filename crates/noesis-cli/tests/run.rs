@@ -285,7 +285,16 @@ fn provider_failures_map_to_codes() {
     ];
     for (reply, want) in cases {
         let server = FakeServer::start(vec![reply]).unwrap();
-        let o = output(openai(&w, &server).args(["run", "code-simplifier", "--timeout", "1", "--input", code_input()]));
+        let o = output(openai(&w, &server).args([
+            "run",
+            "code-simplifier",
+            "--timeout",
+            "1",
+            "--retries",
+            "0",
+            "--input",
+            code_input(),
+        ]));
         assert_eq!(o.code, 1, "{want}: {}", o.stdout);
         let env = o.json();
         assert_valid_envelope(&env);
@@ -371,4 +380,48 @@ fn scripted_provider_sees_the_data_schema_in_the_prompt() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stderr.contains("must satisfy this JSON Schema"), "no schema in a text-mode prompt");
     assert_valid_envelope(&o.json());
+}
+
+#[test]
+fn transient_http_failures_are_retried_by_default() {
+    let w = Work::new();
+    let case1 = read(&example_module("code-simplifier").join("tests/case1.expected.json"));
+    let server = FakeServer::start(vec![
+        Reply::Status(503, "busy".into(), vec![]),
+        Reply::Close,
+        Reply::Chat(case1["$example"].to_string()),
+    ])
+    .unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--input", code_input()]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert_valid_envelope(&o.json());
+    assert_eq!(server.received().len(), 3);
+}
+
+#[test]
+fn retries_flag_bounds_the_attempts_and_the_error_says_so() {
+    let w = Work::new();
+    let server = FakeServer::start(vec![Reply::Status(500, "boom".into(), vec![])]).unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--retries", "1", "--input", code_input()]));
+    assert_eq!(o.code, 1, "{}", o.stdout);
+    let env = o.json();
+    assert_valid_envelope(&env);
+    assert_eq!(env["error"]["code"], "E4001");
+    assert!(env["error"]["message"].as_str().unwrap().contains("after 2 attempts"), "{env:#}");
+    assert_eq!(server.received().len(), 2);
+
+    let server = FakeServer::start(vec![Reply::Status(503, "busy".into(), vec![]), Reply::Chat("{}".into())]).unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--retries", "0", "--input", code_input()]));
+    assert_eq!(o.json()["error"]["code"], "E4001");
+    assert_eq!(server.received().len(), 1, "--retries 0 still retried");
+}
+
+#[test]
+fn client_errors_are_not_retried_by_the_cli() {
+    let w = Work::new();
+    let server =
+        FakeServer::start(vec![Reply::Status(400, r#"{"error": {"message": "bad"}}"#.into(), vec![])]).unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--input", code_input()]));
+    assert_eq!(o.json()["error"]["code"], "E4001");
+    assert_eq!(server.received().len(), 1);
 }

@@ -28,7 +28,7 @@ pub enum ErrorKind {
 
 /// A failed provider call. Never contains an API key.
 #[derive(Debug, Clone, thiserror::Error)]
-#[error("{provider}: {message}")]
+#[error("{provider}: {message}{}", after_attempts(*attempts))]
 pub struct ProviderError {
     /// The provider's name.
     pub provider: String,
@@ -36,16 +36,43 @@ pub struct ProviderError {
     pub kind: ErrorKind,
     /// What happened, for a human.
     pub message: String,
+    /// Tries made before giving up; 1 means the call was not retried.
+    pub attempts: u32,
+}
+
+fn after_attempts(attempts: u32) -> String {
+    if attempts > 1 { format!(" (after {attempts} attempts)") } else { String::new() }
 }
 
 impl ProviderError {
     /// A new error.
     pub fn new(provider: &str, kind: ErrorKind, message: impl Into<String>) -> ProviderError {
-        ProviderError { provider: provider.to_owned(), kind, message: message.into() }
+        ProviderError { provider: provider.to_owned(), kind, message: message.into(), attempts: 1 }
+    }
+
+    /// The same error, noting how many tries were made.
+    #[must_use]
+    pub fn with_attempts(mut self, attempts: u32) -> ProviderError {
+        self.attempts = attempts;
+        self
     }
 
     /// Whether retrying the same call may succeed.
     pub fn is_retryable(&self) -> bool {
         matches!(self.kind, ErrorKind::Timeout(_) | ErrorKind::Unavailable | ErrorKind::RateLimited { .. })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_mentions_attempts_only_after_a_retry() {
+        let e = ProviderError::new("openai", ErrorKind::Unavailable, "server error (HTTP 500): boom");
+        assert_eq!(e.attempts, 1);
+        assert_eq!(e.to_string(), "openai: server error (HTTP 500): boom");
+        let e = e.with_attempts(3);
+        assert_eq!(e.to_string(), "openai: server error (HTTP 500): boom (after 3 attempts)");
     }
 }

@@ -20,12 +20,14 @@
 
 mod error;
 mod openai;
+mod retry;
 mod scripted;
 mod test_model;
 mod types;
 
 pub use error::{ErrorKind, ProviderError};
 pub use openai::{OpenAiCompatible, OpenAiConfig};
+pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
 pub use scripted::Scripted;
 pub use test_model::{TestModel, fabricate};
 pub use types::{

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use crate::Provider;
 use crate::error::{ErrorKind, ProviderError};
+use crate::retry::{RetryPolicy, backoff, rand01};
 use crate::types::{Capabilities, ChatRequest, ChatResponse, FinishReason, ResponseFormat, StructuredMode, Usage};
 
 /// Settings for an OpenAI-compatible endpoint.
@@ -24,6 +25,8 @@ pub struct OpenAiConfig {
     pub connect_timeout: Duration,
     /// Time allowed for the whole call.
     pub timeout: Duration,
+    /// Retrying of transient failures (429, 5xx, dropped connections).
+    pub retry: RetryPolicy,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -33,6 +36,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
+            .field("retry", &self.retry)
             .finish_non_exhaustive()
     }
 }
@@ -47,8 +51,21 @@ impl OpenAiConfig {
             model: model.into(),
             connect_timeout: Duration::from_secs(10),
             timeout: Duration::from_secs(120),
+            retry: RetryPolicy::default(),
         }
     }
+}
+
+/// A request that got no HTTP answer.
+struct TransportFailure {
+    error: ProviderError,
+    /// Whether sending the same request again may help.
+    retryable: bool,
+}
+
+/// Statuses that say "not now" rather than "not this request".
+fn transient_status(status: u16) -> bool {
+    matches!(status, 429 | 500 | 502 | 503 | 504)
 }
 
 /// A provider for any API that speaks OpenAI chat completions.
@@ -105,7 +122,7 @@ impl OpenAiCompatible {
         body
     }
 
-    async fn send(&self, body: &Value) -> Result<(u16, Option<Duration>, String), ProviderError> {
+    async fn send(&self, body: &Value) -> Result<(u16, Option<Duration>, String), TransportFailure> {
         let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
         let mut req = self.client.post(&url).json(body);
         if let Some(key) = &self.config.api_key {
@@ -123,12 +140,17 @@ impl OpenAiCompatible {
         Ok((status, retry_after, text))
     }
 
-    fn transport_error(&self, e: &reqwest::Error) -> ProviderError {
+    fn transport_error(&self, e: &reqwest::Error) -> TransportFailure {
         if e.is_timeout() {
-            return self.err(
-                ErrorKind::Timeout(self.config.timeout),
-                format!("no answer from {} in time", self.config.base_url),
-            );
+            // Not retried: the caller's timeout bounds one call, and retrying
+            // would silently multiply it.
+            return TransportFailure {
+                error: self.err(
+                    ErrorKind::Timeout(self.config.timeout),
+                    format!("no answer from {} in time", self.config.base_url),
+                ),
+                retryable: false,
+            };
         }
         let mut msg = format!("cannot reach {}", self.config.base_url);
         let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
@@ -136,7 +158,71 @@ impl OpenAiCompatible {
             msg = format!("{msg}: {s}");
             src = s.source();
         }
-        self.err(ErrorKind::Unavailable, msg)
+        // A builder error is a bad URL or header: the same request fails the same way.
+        TransportFailure { error: self.err(ErrorKind::Unavailable, msg), retryable: !e.is_builder() }
+    }
+
+    /// Turns one HTTP answer into the call's result.
+    fn answer(
+        &self,
+        status: u16,
+        retry_after: Option<Duration>,
+        text: &str,
+        mode: StructuredMode,
+    ) -> Result<ChatResponse, ProviderError> {
+        match status {
+            200..=299 => {}
+            429 => {
+                return Err(self.err(
+                    ErrorKind::RateLimited { retry_after },
+                    format!("rate limited (HTTP 429): {}", excerpt(text)),
+                ));
+            }
+            401 | 403 => {
+                return Err(self.err(
+                    ErrorKind::Unavailable,
+                    format!("authentication failed (HTTP {status}); check the API key variable: {}", excerpt(text)),
+                ));
+            }
+            500..=599 => {
+                return Err(
+                    self.err(ErrorKind::Unavailable, format!("server error (HTTP {status}): {}", excerpt(text)))
+                );
+            }
+            _ if mentions_context(text) => {
+                return Err(self.err(
+                    ErrorKind::ContextOverflow,
+                    format!("the prompt is too long for the model (HTTP {status}): {}", excerpt(text)),
+                ));
+            }
+            _ => {
+                return Err(self.err(
+                    ErrorKind::Rejected { status },
+                    format!("request rejected (HTTP {status}): {}", excerpt(text)),
+                ));
+            }
+        }
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| self.err(ErrorKind::BadResponse, format!("reply is not JSON ({e}): {}", excerpt(text))))?;
+        let choice = v
+            .pointer("/choices/0")
+            .ok_or_else(|| self.err(ErrorKind::BadResponse, format!("reply has no choices: {}", excerpt(text))))?;
+        let content = match choice.pointer("/message/content") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        };
+        let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(|r| match r {
+            "stop" => FinishReason::Stop,
+            "length" => FinishReason::Length,
+            _ => FinishReason::Other,
+        });
+        let usage = v.get("usage").map(|u| Usage {
+            input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+            output_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+        });
+        let model = v.get("model").and_then(Value::as_str).unwrap_or(&self.config.model).to_owned();
+        Ok(ChatResponse { text: content, model, usage, finish_reason, structured: mode })
     }
 }
 
@@ -179,67 +265,32 @@ impl Provider for OpenAiCompatible {
             ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject => StructuredMode::JsonObject,
             ResponseFormat::Text => StructuredMode::Text,
         };
-        let (mut status, mut retry_after, mut text) = self.send(&self.body(request, mode)).await?;
-        if status == 400 && mode == StructuredMode::JsonSchema && mentions_format(&text) {
-            // The endpoint does not accept JSON Schema output: fall back to
-            // JSON mode, for this call and every later one.
-            self.json_schema_ok.store(false, Ordering::Relaxed);
-            mode = StructuredMode::JsonObject;
-            (status, retry_after, text) = self.send(&self.body(request, mode)).await?;
+        let policy = self.config.retry;
+        let mut retries = 0u32;
+        loop {
+            let wait = match self.send(&self.body(request, mode)).await {
+                Err(f) if f.retryable && retries < policy.max_retries => backoff(&policy, retries, None, rand01()),
+                Err(f) => return Err(f.error.with_attempts(retries + 1)),
+                Ok((status, _, text))
+                    if status == 400 && mode == StructuredMode::JsonSchema && mentions_format(&text) =>
+                {
+                    // The endpoint does not accept JSON Schema output: fall back
+                    // to JSON mode, for this call and every later one. Not a
+                    // retry of a transient failure, so it does not count as one.
+                    self.json_schema_ok.store(false, Ordering::Relaxed);
+                    mode = StructuredMode::JsonObject;
+                    continue;
+                }
+                Ok((status, retry_after, _)) if transient_status(status) && retries < policy.max_retries => {
+                    backoff(&policy, retries, retry_after, rand01())
+                }
+                Ok((status, retry_after, text)) => {
+                    return self.answer(status, retry_after, &text, mode).map_err(|e| e.with_attempts(retries + 1));
+                }
+            };
+            tokio::time::sleep(wait).await;
+            retries += 1;
         }
-        match status {
-            200..=299 => {}
-            429 => {
-                return Err(self.err(
-                    ErrorKind::RateLimited { retry_after },
-                    format!("rate limited (HTTP 429): {}", excerpt(&text)),
-                ));
-            }
-            401 | 403 => {
-                return Err(self.err(
-                    ErrorKind::Unavailable,
-                    format!("authentication failed (HTTP {status}); check the API key variable: {}", excerpt(&text)),
-                ));
-            }
-            500..=599 => {
-                return Err(
-                    self.err(ErrorKind::Unavailable, format!("server error (HTTP {status}): {}", excerpt(&text)))
-                );
-            }
-            _ if mentions_context(&text) => {
-                return Err(self.err(
-                    ErrorKind::ContextOverflow,
-                    format!("the prompt is too long for the model (HTTP {status}): {}", excerpt(&text)),
-                ));
-            }
-            _ => {
-                return Err(self.err(
-                    ErrorKind::Rejected { status },
-                    format!("request rejected (HTTP {status}): {}", excerpt(&text)),
-                ));
-            }
-        }
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| self.err(ErrorKind::BadResponse, format!("reply is not JSON ({e}): {}", excerpt(&text))))?;
-        let choice = v
-            .pointer("/choices/0")
-            .ok_or_else(|| self.err(ErrorKind::BadResponse, format!("reply has no choices: {}", excerpt(&text))))?;
-        let content = match choice.pointer("/message/content") {
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Null) | None => String::new(),
-            Some(other) => other.to_string(),
-        };
-        let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(|r| match r {
-            "stop" => FinishReason::Stop,
-            "length" => FinishReason::Length,
-            _ => FinishReason::Other,
-        });
-        let usage = v.get("usage").map(|u| Usage {
-            input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-            output_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
-        });
-        let model = v.get("model").and_then(Value::as_str).unwrap_or(&self.config.model).to_owned();
-        Ok(ChatResponse { text: content, model, usage, finish_reason, structured: mode })
     }
 }
 
