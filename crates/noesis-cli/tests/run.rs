@@ -425,3 +425,33 @@ fn client_errors_are_not_retried_by_the_cli() {
     assert_eq!(o.json()["error"]["code"], "E4001");
     assert_eq!(server.received().len(), 1);
 }
+
+#[test]
+fn invalid_reply_is_reasked_with_its_violations() {
+    let w = Work::new();
+    let bad = json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "e"},
+                     "data": {"simplified_code": "x", "changes": [], "behavior_equivalence": "yes", "summary": "s", "rationale": "r"}});
+    let good = read(&example_module("code-simplifier").join("tests/case1.expected.json"))["$example"].to_string();
+    let server = FakeServer::start(vec![Reply::Chat(bad.to_string()), Reply::Chat(good)]).unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--input", code_input()]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let reqs = server.received();
+    assert_eq!(reqs.len(), 2, "one re-ask");
+    let messages = reqs[1].json()["messages"].as_array().unwrap().clone();
+    assert_eq!(messages.len(), 4, "system, prompt, the rejected reply, the feedback");
+    assert_eq!(messages[2]["role"], "assistant");
+    let feedback = messages[3]["content"].as_str().unwrap();
+    assert!(feedback.contains("/data/behavior_equivalence"), "{feedback}");
+
+    // --reask 0 gives up at once; a low-confidence answer is never re-asked
+    let server = FakeServer::start(vec![Reply::Chat(bad.to_string())]).unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--reask", "0", "--input", code_input()]));
+    assert_eq!(o.json()["error"]["code"], "E3001");
+    assert_eq!(server.received().len(), 1);
+    let low = json!({"ok": true, "meta": {"confidence": 0.1, "risk": "low", "explain": "e"},
+                     "data": {"simplified_code": "x", "changes": [], "behavior_equivalence": true, "summary": "s", "rationale": "r"}});
+    let server = FakeServer::start(vec![Reply::Chat(low.to_string())]).unwrap();
+    let o = output(openai(&w, &server).args(["run", "code-simplifier", "--reask", "3", "--input", code_input()]));
+    assert_eq!(o.json()["error"]["code"], "E2001");
+    assert_eq!(server.received().len(), 1);
+}

@@ -33,7 +33,7 @@ use noesis_modules::{
 use serde_json::{Value, json};
 
 /// Per-run settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The argument text (`$ARGUMENTS`).
     pub arguments: Option<String>,
@@ -43,6 +43,36 @@ pub struct RunOptions {
     pub temperature: Option<f32>,
     /// A trace id to use instead of a fresh one.
     pub trace_id: Option<String>,
+    /// How many times a reply that is still invalid after repair is sent
+    /// back with its violations for another try (default 1).
+    pub reask: u32,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions { arguments: None, max_tokens: None, temperature: None, trace_id: None, reask: 1 }
+    }
+}
+
+/// Codes that mean "the reply had the wrong shape" — worth one more try with
+/// the violations spelled out. Low confidence (E2001) is the model's honest
+/// answer and a model-declared failure is a real answer: neither is re-asked.
+fn worth_reasking(code: Option<&str>) -> bool {
+    matches!(code, Some("E1000" | "E3001" | "E3003" | "E3004" | "E3005"))
+}
+
+fn reask_message(violations: &[Violation], code: &str) -> String {
+    let mut msg = format!(
+        "Your reply was rejected ({code}). Fix these problems and reply again with only the corrected JSON envelope:\n"
+    );
+    if violations.is_empty() {
+        msg.push_str("- the reply must be exactly one JSON object: the v2.2 envelope\n");
+    }
+    for v in violations.iter().take(20) {
+        let at = if v.pointer.is_empty() { "(root)" } else { v.pointer.as_str() };
+        msg.push_str(&format!("- {at}: {}\n", v.message));
+    }
+    msg
 }
 
 /// What happened in one run: the envelope and how it came about.
@@ -62,8 +92,10 @@ pub struct RunRecord {
     pub repairs: Vec<String>,
     /// The violations behind a failed check.
     pub violations: Vec<Violation>,
-    /// Token usage reported by the provider.
+    /// Token usage reported by the provider, summed over every call.
     pub usage: Option<Usage>,
+    /// Provider calls made (more than 1 after a re-ask).
+    pub calls: u32,
 }
 
 const SYSTEM: &str = "You are a Cognitive Module. Follow the instructions and answer with exactly one JSON object: the v2.2 response envelope.";
@@ -82,6 +114,7 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
         repairs: Vec::new(),
         violations: Vec::new(),
         usage: None,
+        calls: 0,
     };
 
     let mut input = input;
@@ -128,29 +161,41 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                 temperature: options.temperature,
             };
             record.prompt = Some(prompt);
-            match provider.chat(&request).await {
-                Err(e) => provider_failure(&e).into_envelope(),
-                Ok(resp) => {
-                    record.structured = Some(resp.structured);
-                    record.usage = resp.usage;
-                    let checked = check_reply(module, &resp.text);
-                    record.found = checked.found;
-                    record.repairs = checked.repairs;
-                    record.violations = checked.violations;
-                    record.reply = Some(resp.text);
-                    let code = checked.envelope.pointer("/error/code").and_then(Value::as_str);
-                    let cut =
-                        resp.finish_reason == Some(FinishReason::Length) && matches!(code, Some("E1000" | "E3001"));
-                    if cut {
-                        let partial =
-                            checked.envelope.get("partial_data").cloned().filter(|_| module.policy.partial_allowed);
-                        Failure::new(ErrorCode::E2003, "the reply was cut off by the output token limit")
-                            .partial(partial)
-                            .into_envelope()
-                    } else {
-                        checked.envelope
-                    }
+            let mut request = request;
+            loop {
+                record.calls += 1;
+                let resp = match provider.chat(&request).await {
+                    Err(e) => break provider_failure(&e).into_envelope(),
+                    Ok(resp) => resp,
+                };
+                record.structured = Some(resp.structured);
+                if let Some(u) = resp.usage {
+                    let total = record.usage.get_or_insert_with(Usage::default);
+                    total.input_tokens += u.input_tokens;
+                    total.output_tokens += u.output_tokens;
                 }
+                let checked = check_reply(module, &resp.text);
+                record.found = checked.found;
+                record.repairs = checked.repairs;
+                record.violations = checked.violations;
+                let code = checked.envelope.pointer("/error/code").and_then(Value::as_str).map(str::to_owned);
+                if resp.finish_reason == Some(FinishReason::Length)
+                    && matches!(code.as_deref(), Some("E1000" | "E3001"))
+                {
+                    record.reply = Some(resp.text);
+                    let partial =
+                        checked.envelope.get("partial_data").cloned().filter(|_| module.policy.partial_allowed);
+                    break Failure::new(ErrorCode::E2003, "the reply was cut off by the output token limit")
+                        .partial(partial)
+                        .into_envelope();
+                }
+                if record.calls > options.reask || !worth_reasking(code.as_deref()) {
+                    record.reply = Some(resp.text);
+                    break checked.envelope;
+                }
+                let feedback = reask_message(&record.violations, code.as_deref().unwrap_or("E3001"));
+                request.messages.push(Message::assistant(resp.text));
+                request.messages.push(Message::user(feedback));
             }
         }
     };

@@ -29,6 +29,9 @@ pub(crate) struct Args {
     /// Cap on output tokens.
     #[arg(long, value_name = "N")]
     max_tokens: Option<u32>,
+    /// Times an invalid reply is sent back with its violations for another try.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    reask: u32,
     /// Pretty-print the envelope.
     #[arg(long)]
     pretty: bool,
@@ -86,7 +89,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let options = RunOptions { arguments: a.args, max_tokens: a.max_tokens, ..RunOptions::default() };
+    let options = RunOptions { arguments: a.args, max_tokens: a.max_tokens, reask: a.reask, ..RunOptions::default() };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let record = rt.block_on(run_module(&module, provider.as_ref(), input, &options));
     if a.verbose {
