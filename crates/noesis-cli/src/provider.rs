@@ -5,13 +5,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use noesis_llm::{OpenAiCompatible, OpenAiConfig, Provider, Scripted, TestModel};
+use noesis_llm::{OpenAiCompatible, PRESETS, Provider, Scripted, TestModel};
 
 /// Flags shared by every command that calls a model.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct ProviderArgs {
-    /// Provider: openai, test, scripted [env: LLM_PROVIDER]. Default: openai
-    /// when OPENAI_API_KEY or OPENAI_BASE_URL is set, else the test model.
+    /// Provider: openai, deepseek, qwen, moonshot, minimax, openrouter, vllm,
+    /// lmstudio, test, scripted [env: LLM_PROVIDER]. Default: the first of
+    /// those whose API key variable is set (OPENAI_API_KEY, DEEPSEEK_API_KEY,
+    /// DASHSCOPE_API_KEY, …), else openai when OPENAI_BASE_URL is set, else
+    /// the test model.
     #[arg(long, value_name = "P")]
     pub provider: Option<String>,
     /// Model name [env: LLM_MODEL].
@@ -27,6 +30,10 @@ pub(crate) struct ProviderArgs {
     /// with exponential backoff that honours Retry-After. 0 disables them.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub retries: u32,
+    /// Most HTTP requests in flight at once to the provider, across every run
+    /// in this process. 0 means no limit.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_concurrency: usize,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -37,13 +44,15 @@ pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
     let explicit = args.provider.clone().or_else(|| env("LLM_PROVIDER"));
     let name = match explicit {
         Some(p) => p,
-        None if env("OPENAI_API_KEY").is_some() || env("OPENAI_BASE_URL").is_some() => "openai".to_owned(),
-        None => {
-            crate::out::note(
-                "note: no provider configured (LLM_PROVIDER, OPENAI_API_KEY); using the schema-driven test model",
-            );
-            "test".to_owned()
-        }
+        None => match detect(&env) {
+            Some(name) => name.to_owned(),
+            None => {
+                crate::out::note(
+                    "note: no provider configured (LLM_PROVIDER, OPENAI_API_KEY); using the schema-driven test model",
+                );
+                "test".to_owned()
+            }
+        },
     };
     let model = args.model.clone().or_else(|| env("LLM_MODEL"));
     Ok(match name.as_str() {
@@ -54,17 +63,66 @@ pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
             };
             Arc::new(Scripted::from_file(path)?)
         }
-        "openai" => {
-            let mut cfg = OpenAiConfig::openai(model.unwrap_or_else(|| "gpt-4o-mini".to_owned()));
-            if let Some(base) = env("OPENAI_BASE_URL") {
-                cfg.base_url = base;
-            }
-            cfg.api_key = env("OPENAI_API_KEY");
+        other => {
+            let Some(preset) = noesis_llm::preset(other) else {
+                bail!("unknown provider `{other}` (known: {})", known_names());
+            };
+            let mut cfg = noesis_llm::resolve(preset, &env, model);
             cfg.timeout = Duration::from_secs(args.timeout.max(1));
             cfg.connect_timeout = cfg.connect_timeout.min(cfg.timeout);
             cfg.retry.max_retries = args.retries;
-            Arc::new(OpenAiCompatible::new(cfg).context("cannot set up the openai provider")?)
+            cfg.max_concurrency = args.max_concurrency;
+            Arc::new(OpenAiCompatible::new(cfg).with_context(|| format!("cannot set up the {other} provider"))?)
         }
-        other => bail!("unknown provider `{other}` (known: openai, test, scripted)"),
     })
+}
+
+/// The provider to use when none is named, if the environment points at one.
+fn detect(env: &dyn Fn(&str) -> Option<String>) -> Option<&'static str> {
+    PRESETS
+        .iter()
+        .find(|p| p.key_var.is_some_and(|v| env(v).is_some()))
+        .map(|p| p.name)
+        // A base URL alone means a local or proxied OpenAI-style server that
+        // needs no key; only OPENAI_BASE_URL is taken that way, as before.
+        .or_else(|| env("OPENAI_BASE_URL").map(|_| "openai"))
+}
+
+fn known_names() -> String {
+    let mut names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+    names.extend(["test", "scripted"]);
+    names.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of(vars: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_owned()).filter(|v| !v.trim().is_empty())
+    }
+
+    #[test]
+    fn detect_prefers_table_order() {
+        assert_eq!(detect(&env_of(&[])), None);
+        assert_eq!(detect(&env_of(&[("MOONSHOT_API_KEY", "k"), ("DEEPSEEK_API_KEY", "k")])), Some("deepseek"));
+        assert_eq!(detect(&env_of(&[("DEEPSEEK_API_KEY", "k"), ("OPENAI_API_KEY", "k")])), Some("openai"));
+        assert_eq!(detect(&env_of(&[("VLLM_API_KEY", "k")])), Some("vllm"));
+    }
+
+    #[test]
+    fn detect_falls_back_to_openai_base_url_only() {
+        assert_eq!(detect(&env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")])), Some("openai"));
+        assert_eq!(detect(&env_of(&[("DEEPSEEK_BASE_URL", "http://127.0.0.1:1/v1")])), None);
+        assert_eq!(detect(&env_of(&[("LMSTUDIO_BASE_URL", "http://127.0.0.1:1/v1")])), None);
+        // A blank key is no key.
+        assert_eq!(detect(&env_of(&[("DEEPSEEK_API_KEY", " ")])), None);
+    }
+
+    #[test]
+    fn known_names_lists_presets_and_builtins() {
+        let names = known_names();
+        assert!(names.starts_with("openai, deepseek, "), "{names}");
+        assert!(names.ends_with("lmstudio, test, scripted"), "{names}");
+    }
 }

@@ -39,8 +39,15 @@ impl Work {
     pub(crate) fn noesis(&self) -> Command {
         let mut c = Command::cargo_bin("noesis").unwrap();
         c.current_dir(self.dir.path()).env("HOME", self.dir.path()).env("NO_COLOR", "1");
-        for v in ["LLM_PROVIDER", "LLM_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COGNITIVE_MODULES_PATH"] {
+        for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH"] {
             c.env_remove(v);
+        }
+        // A key for any preset would switch auto-detection to that provider.
+        for p in noesis_llm::PRESETS {
+            c.env_remove(p.base_url_var);
+            if let Some(k) = p.key_var {
+                c.env_remove(k);
+            }
         }
         c
     }

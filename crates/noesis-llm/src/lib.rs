@@ -20,6 +20,7 @@
 
 mod error;
 mod openai;
+mod presets;
 mod retry;
 mod scripted;
 mod test_model;
@@ -27,6 +28,7 @@ mod types;
 
 pub use error::{ErrorKind, ProviderError};
 pub use openai::{OpenAiCompatible, OpenAiConfig};
+pub use presets::{PRESETS, Preset, preset, resolve};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
 pub use scripted::Scripted;
 pub use test_model::{TestModel, fabricate};

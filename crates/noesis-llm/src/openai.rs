@@ -4,6 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
 use crate::Provider;
 use crate::error::{ErrorKind, ProviderError};
@@ -27,6 +28,9 @@ pub struct OpenAiConfig {
     pub timeout: Duration,
     /// Retrying of transient failures (429, 5xx, dropped connections).
     pub retry: RetryPolicy,
+    /// Most HTTP requests in flight at once through one provider; 0 means no
+    /// limit. Shared by everything holding the same provider.
+    pub max_concurrency: usize,
 }
 
 impl std::fmt::Debug for OpenAiConfig {
@@ -37,6 +41,7 @@ impl std::fmt::Debug for OpenAiConfig {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
             .field("retry", &self.retry)
+            .field("max_concurrency", &self.max_concurrency)
             .finish_non_exhaustive()
     }
 }
@@ -52,6 +57,7 @@ impl OpenAiConfig {
             connect_timeout: Duration::from_secs(10),
             timeout: Duration::from_secs(120),
             retry: RetryPolicy::default(),
+            max_concurrency: 64,
         }
     }
 }
@@ -75,6 +81,9 @@ pub struct OpenAiCompatible {
     client: reqwest::Client,
     /// Cleared after the endpoint rejects `json_schema`; later calls use JSON mode.
     json_schema_ok: AtomicBool,
+    /// Caps requests in flight; `None` when unlimited. Runs share one provider
+    /// through `Arc<dyn Provider>`, so this one cap covers the whole process.
+    permits: Option<Semaphore>,
 }
 
 impl OpenAiCompatible {
@@ -87,7 +96,13 @@ impl OpenAiCompatible {
             .map_err(|e| {
                 ProviderError::new(&config.name, ErrorKind::Unavailable, format!("cannot build HTTP client: {e}"))
             })?;
-        Ok(OpenAiCompatible { config, client, json_schema_ok: AtomicBool::new(true) })
+        // Anything beyond what a semaphore can count is unlimited in practice.
+        let permits = match config.max_concurrency {
+            0 => None,
+            n if n > Semaphore::MAX_PERMITS => None,
+            n => Some(Semaphore::new(n)),
+        };
+        Ok(OpenAiCompatible { config, client, json_schema_ok: AtomicBool::new(true), permits })
     }
 
     fn err(&self, kind: ErrorKind, message: impl Into<String>) -> ProviderError {
@@ -268,7 +283,17 @@ impl Provider for OpenAiCompatible {
         let policy = self.config.retry;
         let mut retries = 0u32;
         loop {
-            let wait = match self.send(&self.body(request, mode)).await {
+            let body = self.body(request, mode);
+            // Held for one attempt only: a call sleeping in backoff must not
+            // keep others from the endpoint. Queueing for a permit does not
+            // count against the timeout, which bounds the HTTP call itself.
+            let permit = match &self.permits {
+                Some(s) => s.acquire().await.ok(),
+                None => None,
+            };
+            let sent = self.send(&body).await;
+            drop(permit);
+            let wait = match sent {
                 Err(f) if f.retryable && retries < policy.max_retries => backoff(&policy, retries, None, rand01()),
                 Err(f) => return Err(f.error.with_attempts(retries + 1)),
                 Ok((status, _, text))

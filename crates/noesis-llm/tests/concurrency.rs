@@ -1,0 +1,91 @@
+//! The per-provider concurrency cap, over real HTTP against the fake server.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use noesis_llm::{ChatRequest, Message, OpenAiCompatible, OpenAiConfig, Provider, RetryPolicy};
+use noesis_testkit::{FakeServer, Reply};
+
+const LATENCY: Duration = Duration::from_millis(200);
+const CALLS: usize = 12;
+
+fn provider(base_url: String, max_concurrency: usize) -> Arc<OpenAiCompatible> {
+    let mut cfg = OpenAiConfig::openai("gpt-test");
+    cfg.base_url = base_url;
+    cfg.timeout = Duration::from_secs(10);
+    cfg.retry = RetryPolicy::none();
+    cfg.max_concurrency = max_concurrency;
+    Arc::new(OpenAiCompatible::new(cfg).unwrap())
+}
+
+/// Fires `CALLS` chats at once on one shared provider; returns how long all took.
+async fn burst(p: Arc<OpenAiCompatible>) -> Duration {
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..CALLS)
+        .map(|_| {
+            let p = Arc::clone(&p);
+            tokio::spawn(async move { p.chat(&ChatRequest::new(vec![Message::user("hi")])).await })
+        })
+        .collect();
+    for t in tasks {
+        assert_eq!(t.await.unwrap().unwrap().text, "ok");
+    }
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cap_of_four_runs_twelve_calls_in_three_waves() {
+    let server = FakeServer::start_with(vec![Reply::Chat("ok".into())], 0, LATENCY).unwrap();
+    let elapsed = burst(provider(server.base_url(), 4)).await;
+    assert_eq!(server.received().len(), CALLS);
+    assert!(elapsed >= 3 * LATENCY, "cap not enforced: {elapsed:?}");
+    assert!(elapsed < Duration::from_secs(2), "far slower than three waves: {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cap_as_wide_as_the_burst_runs_it_in_one_wave() {
+    let server = FakeServer::start_with(vec![Reply::Chat("ok".into())], 0, LATENCY).unwrap();
+    let elapsed = burst(provider(server.base_url(), CALLS)).await;
+    assert_eq!(server.received().len(), CALLS);
+    assert!(elapsed < Duration::from_millis(500), "calls were serialised: {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zero_means_unlimited() {
+    let server = FakeServer::start_with(vec![Reply::Chat("ok".into())], 0, LATENCY).unwrap();
+    let elapsed = burst(provider(server.base_url(), 0)).await;
+    assert!(elapsed < Duration::from_millis(500), "calls were serialised: {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn backoff_does_not_hold_a_permit() {
+    // One call fails and sleeps before retrying; with a cap of one, a second
+    // call must get through during that sleep rather than wait behind it.
+    let server = FakeServer::start(vec![
+        Reply::Status(503, "busy".into(), vec![("retry-after".into(), "1".into())]),
+        Reply::Chat("ok".into()),
+    ])
+    .unwrap();
+    let mut cfg = OpenAiConfig::openai("gpt-test");
+    cfg.base_url = server.base_url();
+    cfg.timeout = Duration::from_secs(10);
+    cfg.retry =
+        RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
+    cfg.max_concurrency = 1;
+    let p = Arc::new(OpenAiCompatible::new(cfg).unwrap());
+    let first = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move { p.chat(&ChatRequest::new(vec![Message::user("first")])).await })
+    };
+    // Let the first call take its failure and start sleeping.
+    while server.received().is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let second = p.chat(&ChatRequest::new(vec![Message::user("second")])).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(second.text, "ok");
+    assert!(waited < Duration::from_millis(700), "second call waited behind a backoff: {waited:?}");
+    assert_eq!(first.await.unwrap().unwrap().text, "ok");
+}
