@@ -48,7 +48,7 @@ pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
             Some(name) => name.to_owned(),
             None => {
                 crate::out::note(
-                    "note: no provider configured (LLM_PROVIDER, OPENAI_API_KEY); using the schema-driven test model",
+                    "note: no provider configured (set LLM_PROVIDER or a provider key such as OPENAI_API_KEY); using the schema-driven test model",
                 );
                 "test".to_owned()
             }
