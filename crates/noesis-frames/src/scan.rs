@@ -1,0 +1,213 @@
+//! Hashing: files (blake3), whole trees (honouring `.gitignore`, in
+//! parallel) and JSON values (canonical form). This module and `project`
+//! are the only ones here that touch the file system.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use crate::FramesError;
+use crate::project::relative_path;
+
+/// blake3 of bytes, 64 lowercase hex digits.
+#[must_use]
+pub fn hash_bytes(bytes: &[u8]) -> String {
+    blake3::hash(bytes).to_hex().to_string()
+}
+
+/// blake3 of a file's bytes.
+///
+/// # Errors
+/// [`FramesError::Io`] naming the file.
+pub fn hash_file(path: &Path) -> Result<String, FramesError> {
+    let io = |source| FramesError::Io { path: path.to_owned(), source };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut hasher = blake3::Hasher::new();
+    if len <= 1 << 20 {
+        // Small files: one read into a buffer of the right size.
+        let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
+        file.read_to_end(&mut buf).map_err(io)?;
+        hasher.update(&buf);
+    } else {
+        hasher.update_reader(&mut file).map_err(io)?;
+    }
+    Ok(hasher.finalize().to_hex().to_string())
+}
+
+/// blake3 of a JSON value in canonical form (object keys sorted, no
+/// whitespace), so the same input gives the same digest whatever its key
+/// order.
+#[must_use]
+pub fn json_digest(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    canonical(value, &mut out);
+    hash_bytes(out.as_bytes())
+}
+
+fn canonical(v: &serde_json::Value, out: &mut String) {
+    use serde_json::Value;
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push(':');
+                canonical(&map[k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// The files of a scan: project-relative path → blake3 hex, plus what could
+/// not be read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scan {
+    /// Path (relative to the project root, `/`-separated) → hash.
+    pub files: BTreeMap<String, String>,
+    /// Entries skipped, each with the reason (unreadable, not UTF-8, …).
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// Hashes every regular file under `scope` (files or folders; absolute, or
+/// relative to `root`), honouring `.gitignore`, `.ignore` and
+/// `.git/info/exclude` even outside a git checkout, skipping `.git` and not
+/// following symbolic links. A file named directly is hashed even when
+/// ignored. Folders are walked by several threads.
+///
+/// # Errors
+/// [`FramesError::Io`] when a scope entry does not exist.
+pub fn scan(root: &Path, scope: &[PathBuf]) -> Result<Scan, FramesError> {
+    let mut out = Scan::default();
+    let mut dirs = Vec::new();
+    for entry in scope {
+        let path = if entry.is_absolute() { entry.clone() } else { root.join(entry) };
+        let meta = std::fs::metadata(&path).map_err(|source| FramesError::Io { path: path.clone(), source })?;
+        if meta.is_dir() {
+            dirs.push(path);
+        } else {
+            match hash_file(&path) {
+                Ok(h) => {
+                    out.files.insert(relative_path(root, &path), h);
+                }
+                Err(e) => out.skipped.push((path, e.to_string())),
+            }
+        }
+    }
+    let Some((first, rest)) = dirs.split_first() else { return Ok(out) };
+    let mut builder = ignore::WalkBuilder::new(first);
+    for d in rest {
+        builder.add(d);
+    }
+    builder
+        .hidden(false)
+        .require_git(false)
+        .follow_links(false)
+        .filter_entry(|e| e.file_name() != ".git")
+        .threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(8));
+    let (tx, rx) = std::sync::mpsc::channel::<Result<(String, String), (PathBuf, String)>>();
+    builder.build_parallel().run(|| {
+        let tx = tx.clone();
+        Box::new(move |res| {
+            let item = match res {
+                Ok(e) if e.file_type().is_some_and(|t| t.is_file()) => {
+                    let path = e.path();
+                    if path.to_str().is_none() {
+                        Err((path.to_owned(), "the path is not UTF-8".to_owned()))
+                    } else {
+                        hash_file(path)
+                            .map(|h| (relative_path(root, path), h))
+                            .map_err(|e| (path.to_owned(), e.to_string()))
+                    }
+                }
+                Ok(_) => return ignore::WalkState::Continue,
+                Err(e) => Err((PathBuf::new(), e.to_string())),
+            };
+            let _ = tx.send(item);
+            ignore::WalkState::Continue
+        })
+    });
+    drop(tx);
+    for item in rx {
+        match item {
+            Ok((p, h)) => {
+                out.files.insert(p, h);
+            }
+            Err(skip) => out.skipped.push(skip),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_hash_is_blake3_of_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a");
+        std::fs::write(&p, b"abc").unwrap();
+        assert_eq!(hash_file(&p).unwrap(), "6437b3ac38465133ffb63b75273a8db548c558465d79db03fd359c6cd5bd9d85");
+        assert_eq!(hash_bytes(b"abc"), hash_file(&p).unwrap());
+        let big = dir.path().join("big");
+        let bytes = vec![7u8; (1 << 20) + 5];
+        std::fs::write(&big, &bytes).unwrap();
+        assert_eq!(hash_file(&big).unwrap(), hash_bytes(&bytes));
+        let e = hash_file(&dir.path().join("nope")).unwrap_err().to_string();
+        assert!(e.contains("nope"), "{e}");
+    }
+
+    #[test]
+    fn json_digest_ignores_key_order() {
+        let a = serde_json::json!({"b": 1, "a": {"y": [1, "x"], "x": null}});
+        let b = serde_json::json!({"a": {"x": null, "y": [1, "x"]}, "b": 1});
+        assert_eq!(json_digest(&a), json_digest(&b));
+        assert_ne!(json_digest(&a), json_digest(&serde_json::json!({"b": 2})));
+    }
+
+    #[test]
+    fn scan_honours_gitignore_and_names_files_relative_to_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let w = |rel: &str, text: &str| {
+            let p = root.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        w(".gitignore", "target/\n*.log\n");
+        w("src/a.rs", "a");
+        w("src/deep/b.rs", "b");
+        w("target/out.bin", "x");
+        w("run.log", "x");
+        w(".git/HEAD", "x");
+        w(".env.example", "x");
+        let s = scan(&root, std::slice::from_ref(&root)).unwrap();
+        let names: Vec<&str> = s.files.keys().map(String::as_str).collect();
+        assert_eq!(names, vec![".env.example", ".gitignore", "src/a.rs", "src/deep/b.rs"]);
+        assert_eq!(s.files["src/a.rs"], hash_bytes(b"a"));
+        // A sub-folder, and an ignored file named on purpose.
+        let s = scan(&root, &[PathBuf::from("src"), PathBuf::from("run.log")]).unwrap();
+        let names: Vec<&str> = s.files.keys().map(String::as_str).collect();
+        assert_eq!(names, vec!["run.log", "src/a.rs", "src/deep/b.rs"]);
+        let e = scan(&root, &[PathBuf::from("missing")]).unwrap_err().to_string();
+        assert!(e.contains("missing"), "{e}");
+    }
+}
