@@ -68,10 +68,9 @@ pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
                 bail!("unknown provider `{other}` (known: {})", known_names());
             };
             let mut cfg = noesis_llm::resolve(preset, &env, model);
-            cfg.timeout = Duration::from_secs(args.timeout.max(1));
-            cfg.connect_timeout = cfg.connect_timeout.min(cfg.timeout);
-            cfg.retry.max_retries = args.retries;
-            cfg.max_concurrency = args.max_concurrency;
+            cfg.http.timeout = Duration::from_secs(args.timeout.max(1));
+            cfg.http.retry.max_retries = args.retries;
+            cfg.http.max_concurrency = args.max_concurrency;
             Arc::new(OpenAiCompatible::new(cfg).with_context(|| format!("cannot set up the {other} provider"))?)
         }
     })

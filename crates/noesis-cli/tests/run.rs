@@ -90,7 +90,11 @@ fn openai_provider_runs_every_example_module_over_http() {
         let body = r.json();
         assert_eq!(body["model"], "gpt-test");
         assert_eq!(body["response_format"]["type"], "json_schema");
-        assert!(body["response_format"]["json_schema"]["schema"]["oneOf"].is_array());
+        // Every example module can be put in OpenAI's strict form.
+        let js = &body["response_format"]["json_schema"];
+        assert_eq!(js["strict"], true, "{m}");
+        assert_eq!(js["schema"]["additionalProperties"], false, "{m}");
+        assert_eq!(js["schema"]["properties"]["ok"], json!({"type": "boolean"}), "{m}");
         // the input always reaches the model
         let input: Value = read(&input);
         let user = body["messages"][1]["content"].as_str().unwrap();

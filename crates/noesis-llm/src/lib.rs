@@ -19,22 +19,31 @@
 #![deny(missing_docs)]
 
 mod error;
+mod http;
 mod openai;
 mod presets;
 mod retry;
 mod scripted;
+mod stream;
+mod strict;
 mod test_model;
 mod types;
 
 pub use error::{ErrorKind, ProviderError};
-pub use openai::{OpenAiCompatible, OpenAiConfig};
+pub use http::{EndpointConfig, HttpSettings};
+pub use openai::OpenAiCompatible;
 pub use presets::{PRESETS, Preset, preset, resolve};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
 pub use scripted::Scripted;
+pub use strict::{Strict, strictify};
 pub use test_model::{TestModel, fabricate};
 pub use types::{
-    Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, Usage,
+    Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
+    ToolChoice, ToolSpec, Usage,
 };
+
+/// Receives text as a streaming provider produces it.
+pub type TextSink<'a> = &'a (dyn Fn(&str) + Send + Sync);
 
 /// A language model behind some API.
 ///
@@ -51,4 +60,13 @@ pub trait Provider: Send + Sync {
     fn capabilities(&self) -> Capabilities;
     /// One chat completion.
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError>;
+
+    /// One chat completion whose text is handed to `on_text` piece by piece
+    /// as it arrives; the result is the same complete reply [`Provider::chat`]
+    /// gives. Providers that cannot stream hand over the whole text at once.
+    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
+        let response = self.chat(request).await?;
+        on_text(&response.text);
+        Ok(response)
+    }
 }

@@ -1,118 +1,60 @@
-//! OpenAI-compatible chat completions (`POST {base}/chat/completions`).
+//! OpenAI-compatible chat completions (`POST {base}/chat/completions`),
+//! plain and streamed (SSE), with native tool calls.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use serde_json::{Map, Value, json};
 
-use crate::Provider;
 use crate::error::{ErrorKind, ProviderError};
-use crate::retry::{RetryPolicy, backoff, rand01};
-use crate::types::{Capabilities, ChatRequest, ChatResponse, FinishReason, ResponseFormat, StructuredMode, Usage};
-
-/// Settings for an OpenAI-compatible endpoint.
-#[derive(Clone)]
-pub struct OpenAiConfig {
-    /// Provider name shown in `meta.model` (`openai`, `deepseek`, …).
-    pub name: String,
-    /// Base URL up to and including the version (`https://api.openai.com/v1`).
-    pub base_url: String,
-    /// Bearer token; optional for local servers.
-    pub api_key: Option<String>,
-    /// The model.
-    pub model: String,
-    /// Time allowed to connect.
-    pub connect_timeout: Duration,
-    /// Time allowed for the whole call.
-    pub timeout: Duration,
-    /// Retrying of transient failures (429, 5xx, dropped connections).
-    pub retry: RetryPolicy,
-    /// Most HTTP requests in flight at once through one provider; 0 means no
-    /// limit. Shared by everything holding the same provider.
-    pub max_concurrency: usize,
-}
-
-impl std::fmt::Debug for OpenAiConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiConfig")
-            .field("name", &self.name)
-            .field("base_url", &self.base_url)
-            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
-            .field("model", &self.model)
-            .field("retry", &self.retry)
-            .field("max_concurrency", &self.max_concurrency)
-            .finish_non_exhaustive()
-    }
-}
-
-impl OpenAiConfig {
-    /// Defaults for api.openai.com with the given model.
-    pub fn openai(model: impl Into<String>) -> OpenAiConfig {
-        OpenAiConfig {
-            name: "openai".to_owned(),
-            base_url: "https://api.openai.com/v1".to_owned(),
-            api_key: None,
-            model: model.into(),
-            connect_timeout: Duration::from_secs(10),
-            timeout: Duration::from_secs(120),
-            retry: RetryPolicy::default(),
-            max_concurrency: 64,
-        }
-    }
-}
-
-/// A request that got no HTTP answer.
-struct TransportFailure {
-    error: ProviderError,
-    /// Whether sending the same request again may help.
-    retryable: bool,
-}
-
-/// Statuses that say "not now" rather than "not this request".
-fn transient_status(status: u16) -> bool {
-    matches!(status, 429 | 500 | 502 | 503 | 504)
-}
+use crate::http::{EndpointConfig, HttpCore, excerpt};
+use crate::stream::SseDecoder;
+use crate::strict::Strict;
+use crate::types::{
+    Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
+    ToolChoice, Usage,
+};
+use crate::{Provider, TextSink};
 
 /// A provider for any API that speaks OpenAI chat completions.
 #[derive(Debug)]
 pub struct OpenAiCompatible {
-    config: OpenAiConfig,
-    client: reqwest::Client,
+    config: EndpointConfig,
+    http: HttpCore,
     /// Cleared after the endpoint rejects `json_schema`; later calls use JSON mode.
     json_schema_ok: AtomicBool,
-    /// Caps requests in flight; `None` when unlimited. Runs share one provider
-    /// through `Arc<dyn Provider>`, so this one cap covers the whole process.
-    permits: Option<Semaphore>,
 }
 
 impl OpenAiCompatible {
-    /// A provider with its own connection pool.
-    pub fn new(config: OpenAiConfig) -> Result<OpenAiCompatible, ProviderError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(config.connect_timeout)
-            .timeout(config.timeout)
-            .build()
-            .map_err(|e| {
-                ProviderError::new(&config.name, ErrorKind::Unavailable, format!("cannot build HTTP client: {e}"))
-            })?;
-        // Anything beyond what a semaphore can count is unlimited in practice.
-        let permits = match config.max_concurrency {
-            0 => None,
-            n if n > Semaphore::MAX_PERMITS => None,
-            n => Some(Semaphore::new(n)),
-        };
-        Ok(OpenAiCompatible { config, client, json_schema_ok: AtomicBool::new(true), permits })
+    /// A provider with its own connection pool and concurrency cap.
+    pub fn new(config: EndpointConfig) -> Result<OpenAiCompatible, ProviderError> {
+        let http = HttpCore::new(&config.name, config.http)?;
+        Ok(OpenAiCompatible { config, http, json_schema_ok: AtomicBool::new(true) })
     }
 
-    fn err(&self, kind: ErrorKind, message: impl Into<String>) -> ProviderError {
-        ProviderError::new(&self.config.name, kind, message)
+    fn headers(&self) -> Vec<(&'static str, String)> {
+        match &self.config.api_key {
+            Some(key) => vec![("authorization", format!("Bearer {key}"))],
+            None => Vec::new(),
+        }
     }
 
-    fn body(&self, request: &ChatRequest, mode: StructuredMode) -> Value {
+    fn mode_for(&self, request: &ChatRequest) -> (StructuredMode, Option<Strict>) {
+        match &request.response_format {
+            ResponseFormat::JsonSchema { schema, .. } if self.json_schema_ok.load(Ordering::Relaxed) => {
+                match crate::strict::strictify(schema) {
+                    Ok(strict) => (StructuredMode::JsonSchemaStrict, Some(strict)),
+                    Err(_) => (StructuredMode::JsonSchema, None),
+                }
+            }
+            ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject => (StructuredMode::JsonObject, None),
+            ResponseFormat::Text => (StructuredMode::Text, None),
+        }
+    }
+
+    fn body(&self, request: &ChatRequest, mode: StructuredMode, strict: Option<&Strict>, stream: bool) -> Value {
         let mut body = json!({
             "model": self.config.model,
-            "messages": request.messages,
+            "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
         });
         if let Some(t) = request.temperature {
             body["temperature"] = json!(t);
@@ -121,9 +63,14 @@ impl OpenAiCompatible {
             body["max_tokens"] = json!(m);
         }
         match (&request.response_format, mode) {
+            (ResponseFormat::JsonSchema { name, .. }, StructuredMode::JsonSchemaStrict) => {
+                let schema = strict.map(|s| s.schema.clone()).unwrap_or(Value::Null);
+                body["response_format"] = json!({
+                    "type": "json_schema",
+                    "json_schema": {"name": sanitize_name(name), "schema": schema, "strict": true}
+                });
+            }
             (ResponseFormat::JsonSchema { name, schema }, StructuredMode::JsonSchema) => {
-                // Non-strict: OpenAI's strict mode needs every property
-                // required and closed objects, which module schemas are not.
                 body["response_format"] = json!({
                     "type": "json_schema",
                     "json_schema": {"name": sanitize_name(name), "schema": schema, "strict": false}
@@ -134,110 +81,282 @@ impl OpenAiCompatible {
             }
             (ResponseFormat::Text, _) => {}
         }
+        if !request.tools.is_empty() {
+            body["tools"] = request
+                .tools
+                .iter()
+                .map(|t| {
+                    json!({"type": "function", "function": {
+                        "name": t.name, "description": t.description, "parameters": t.parameters
+                    }})
+                })
+                .collect();
+            body["tool_choice"] = match &request.tool_choice {
+                ToolChoice::Auto => json!("auto"),
+                ToolChoice::None => json!("none"),
+                ToolChoice::Required => json!("required"),
+                ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+            };
+        }
+        if stream {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+        }
         body
     }
 
-    async fn send(&self, body: &Value) -> Result<(u16, Option<Duration>, String), TransportFailure> {
-        let url = format!("{}/chat/completions", self.config.base_url.trim_end_matches('/'));
-        let mut req = self.client.post(&url).json(body);
-        if let Some(key) = &self.config.api_key {
-            req = req.bearer_auth(key);
-        }
-        let resp = req.send().await.map_err(|e| self.transport_error(&e))?;
-        let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let text = resp.text().await.map_err(|e| self.transport_error(&e))?;
-        Ok((status, retry_after, text))
-    }
-
-    fn transport_error(&self, e: &reqwest::Error) -> TransportFailure {
-        if e.is_timeout() {
-            // Not retried: the caller's timeout bounds one call, and retrying
-            // would silently multiply it.
-            return TransportFailure {
-                error: self.err(
-                    ErrorKind::Timeout(self.config.timeout),
-                    format!("no answer from {} in time", self.config.base_url),
-                ),
-                retryable: false,
+    /// Runs the call, falling back from `json_schema` to JSON mode once when
+    /// the endpoint rejects it (for this call and every later one).
+    async fn call(&self, request: &ChatRequest, on_text: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
+        let url = self.config.url("chat/completions");
+        let headers = self.headers();
+        let (mut mode, mut strict) = self.mode_for(request);
+        loop {
+            let body = self.body(request, mode, strict.as_ref(), on_text.is_some());
+            let result = match on_text {
+                None => match self.http.post(&url, &headers, &body).await {
+                    Ok(text) => self.answer(&text, mode),
+                    Err(e) => Err(e),
+                },
+                Some(sink) => {
+                    let mut acc = StreamAccumulator::new(&self.config.model, mode);
+                    let mut sse = SseDecoder::default();
+                    let mut on_line = |line: &str| match sse.line(line) {
+                        Some(ev) => acc.event(&self.http, &ev.data, sink),
+                        None => Ok(()),
+                    };
+                    let streamed = self.http.post_streaming(&url, &headers, &body, &mut on_line).await;
+                    // A last event not followed by a blank line still counts.
+                    let last = sse.finish().map_or(Ok(()), |ev| acc.event(&self.http, &ev.data, sink));
+                    streamed.and(last).and_then(|()| acc.finish(&self.http))
+                }
             };
+            match result {
+                Err(e)
+                    if matches!(e.kind, ErrorKind::Rejected { status: 400 })
+                        && matches!(mode, StructuredMode::JsonSchema | StructuredMode::JsonSchemaStrict)
+                        && mentions_format(&e.message) =>
+                {
+                    // Not a retry of a transient failure, so it does not count as one.
+                    self.json_schema_ok.store(false, Ordering::Relaxed);
+                    (mode, strict) = (StructuredMode::JsonObject, None);
+                }
+                Ok(mut resp) => {
+                    if let Some(strict) = &strict {
+                        resp.text = strict.relax_text(&resp.text);
+                    }
+                    return Ok(resp);
+                }
+                Err(e) => return Err(e),
+            }
         }
-        let mut msg = format!("cannot reach {}", self.config.base_url);
-        let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
-        while let Some(s) = src {
-            msg = format!("{msg}: {s}");
-            src = s.source();
-        }
-        // A builder error is a bad URL or header: the same request fails the same way.
-        TransportFailure { error: self.err(ErrorKind::Unavailable, msg), retryable: !e.is_builder() }
     }
 
-    /// Turns one HTTP answer into the call's result.
-    fn answer(
-        &self,
-        status: u16,
-        retry_after: Option<Duration>,
-        text: &str,
-        mode: StructuredMode,
-    ) -> Result<ChatResponse, ProviderError> {
-        match status {
-            200..=299 => {}
-            429 => {
-                return Err(self.err(
-                    ErrorKind::RateLimited { retry_after },
-                    format!("rate limited (HTTP 429): {}", excerpt(text)),
-                ));
-            }
-            401 | 403 => {
-                return Err(self.err(
-                    ErrorKind::Unavailable,
-                    format!("authentication failed (HTTP {status}); check the API key variable: {}", excerpt(text)),
-                ));
-            }
-            500..=599 => {
-                return Err(
-                    self.err(ErrorKind::Unavailable, format!("server error (HTTP {status}): {}", excerpt(text)))
-                );
-            }
-            _ if mentions_context(text) => {
-                return Err(self.err(
-                    ErrorKind::ContextOverflow,
-                    format!("the prompt is too long for the model (HTTP {status}): {}", excerpt(text)),
-                ));
-            }
-            _ => {
-                return Err(self.err(
-                    ErrorKind::Rejected { status },
-                    format!("request rejected (HTTP {status}): {}", excerpt(text)),
-                ));
-            }
-        }
-        let v: Value = serde_json::from_str(text)
-            .map_err(|e| self.err(ErrorKind::BadResponse, format!("reply is not JSON ({e}): {}", excerpt(text))))?;
+    /// Reads one complete chat-completion body.
+    fn answer(&self, text: &str, mode: StructuredMode) -> Result<ChatResponse, ProviderError> {
+        let v = self.http.parse_json(text)?;
         let choice = v
             .pointer("/choices/0")
-            .ok_or_else(|| self.err(ErrorKind::BadResponse, format!("reply has no choices: {}", excerpt(text))))?;
+            .ok_or_else(|| self.http.err(ErrorKind::BadResponse, format!("reply has no choices: {}", excerpt(text))))?;
         let content = match choice.pointer("/message/content") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Null) | None => String::new(),
             Some(other) => other.to_string(),
         };
-        let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(|r| match r {
-            "stop" => FinishReason::Stop,
-            "length" => FinishReason::Length,
-            _ => FinishReason::Other,
-        });
-        let usage = v.get("usage").map(|u| Usage {
-            input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
-            output_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
-        });
-        let model = v.get("model").and_then(Value::as_str).unwrap_or(&self.config.model).to_owned();
-        Ok(ChatResponse { text: content, model, usage, finish_reason, structured: mode })
+        let tool_calls = choice
+            .pointer("/message/tool_calls")
+            .and_then(Value::as_array)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| ToolCall {
+                        id: c.get("id").and_then(Value::as_str).map_or_else(|| format!("call_{i}"), str::to_owned),
+                        name: c.pointer("/function/name").and_then(Value::as_str).unwrap_or_default().to_owned(),
+                        arguments: arguments(c.pointer("/function/arguments")),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(ChatResponse {
+            text: content,
+            model: v.get("model").and_then(Value::as_str).unwrap_or(&self.config.model).to_owned(),
+            usage: v.get("usage").and_then(usage),
+            finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(finish_reason),
+            structured: mode,
+            tool_calls,
+        })
+    }
+}
+
+/// Tool-call arguments arrive as a JSON string; keep them as text when the
+/// model wrote something that is not JSON, so the caller can report it.
+fn arguments(raw: Option<&Value>) -> Value {
+    match raw {
+        Some(Value::String(s)) if s.trim().is_empty() => json!({}),
+        Some(Value::String(s)) => serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())),
+        Some(v) => v.clone(),
+        None => json!({}),
+    }
+}
+
+fn usage(u: &Value) -> Option<Usage> {
+    if !u.is_object() {
+        return None;
+    }
+    Some(Usage {
+        input_tokens: u.get("prompt_tokens").and_then(Value::as_u64).unwrap_or(0),
+        output_tokens: u.get("completion_tokens").and_then(Value::as_u64).unwrap_or(0),
+    })
+}
+
+fn finish_reason(r: &str) -> FinishReason {
+    match r {
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        _ => FinishReason::Other,
+    }
+}
+
+fn wire_message(m: &Message) -> Value {
+    let role = match m.role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    };
+    let mut out = Map::new();
+    out.insert("role".into(), json!(role));
+    if m.role == Role::Assistant && !m.tool_calls.is_empty() && m.content.is_empty() {
+        out.insert("content".into(), Value::Null);
+    } else {
+        out.insert("content".into(), json!(m.content));
+    }
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<Value> = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                let args = match &c.arguments {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": args}})
+            })
+            .collect();
+        out.insert("tool_calls".into(), Value::Array(calls));
+    }
+    if let Some(id) = &m.tool_call_id {
+        out.insert("tool_call_id".into(), json!(id));
+    }
+    Value::Object(out)
+}
+
+/// Builds one reply from `chat.completion.chunk` events.
+struct StreamAccumulator {
+    text: String,
+    model: String,
+    usage: Option<Usage>,
+    finish_reason: Option<FinishReason>,
+    mode: StructuredMode,
+    /// Tool calls by their `index`: id, name, argument text so far.
+    calls: Vec<(String, String, String)>,
+    done: bool,
+    events: usize,
+}
+
+impl StreamAccumulator {
+    fn new(model: &str, mode: StructuredMode) -> StreamAccumulator {
+        StreamAccumulator {
+            text: String::new(),
+            model: model.to_owned(),
+            usage: None,
+            finish_reason: None,
+            mode,
+            calls: Vec::new(),
+            done: false,
+            events: 0,
+        }
+    }
+
+    fn event(&mut self, http: &HttpCore, data: &str, sink: TextSink<'_>) -> Result<(), ProviderError> {
+        if data.trim() == "[DONE]" {
+            self.done = true;
+            return Ok(());
+        }
+        let v = http.parse_event(data)?;
+        if let Some(err) = v.get("error") {
+            return Err(http.err(ErrorKind::Unavailable, format!("error in stream: {}", excerpt(&err.to_string()))));
+        }
+        self.events += 1;
+        if let Some(m) = v.get("model").and_then(Value::as_str) {
+            self.model = m.to_owned();
+        }
+        if let Some(u) = v.get("usage").and_then(usage) {
+            self.usage = Some(u);
+        }
+        let Some(choice) = v.pointer("/choices/0") else { return Ok(()) };
+        if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str) {
+            if !piece.is_empty() {
+                self.text.push_str(piece);
+                sink(piece);
+            }
+        }
+        if let Some(calls) = choice.pointer("/delta/tool_calls").and_then(Value::as_array) {
+            for c in calls {
+                let i = c.get("index").and_then(Value::as_u64).unwrap_or(0) as usize;
+                if i > 1024 {
+                    return Err(http.err(ErrorKind::BadResponse, "stream names a tool call index over 1024"));
+                }
+                while self.calls.len() <= i {
+                    self.calls.push(Default::default());
+                }
+                let slot = &mut self.calls[i];
+                if let Some(id) = c.get("id").and_then(Value::as_str) {
+                    slot.0 = id.to_owned();
+                }
+                if let Some(name) = c.pointer("/function/name").and_then(Value::as_str) {
+                    slot.1.push_str(name);
+                }
+                if let Some(args) = c.pointer("/function/arguments").and_then(Value::as_str) {
+                    slot.2.push_str(args);
+                }
+            }
+        }
+        if let Some(r) = choice.get("finish_reason").and_then(Value::as_str) {
+            self.finish_reason = Some(finish_reason(r));
+        }
+        Ok(())
+    }
+
+    fn finish(self, http: &HttpCore) -> Result<ChatResponse, ProviderError> {
+        // A stream that ends before `[DONE]` and without a finish reason was
+        // cut: what arrived is not the whole answer.
+        if !self.done && self.finish_reason.is_none() {
+            return Err(http.err(
+                ErrorKind::Unavailable,
+                format!("the stream ended early after {} events, before the reply was finished", self.events),
+            ));
+        }
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, (id, name, args))| ToolCall {
+                id: if id.is_empty() { format!("call_{i}") } else { id },
+                name,
+                arguments: arguments(Some(&Value::String(args))),
+            })
+            .collect();
+        Ok(ChatResponse {
+            text: self.text,
+            model: self.model,
+            usage: self.usage,
+            finish_reason: self.finish_reason,
+            structured: self.mode,
+            tool_calls,
+        })
     }
 }
 
@@ -250,12 +369,9 @@ fn sanitize_name(name: &str) -> String {
     if s.is_empty() { "envelope".to_owned() } else { s }
 }
 
-fn excerpt(body: &str) -> String {
-    let t = body.trim();
-    match t.char_indices().nth(300) {
-        Some((i, _)) => format!("{}…", &t[..i]),
-        None => t.to_owned(),
-    }
+fn mentions_format(body: &str) -> bool {
+    let b = body.to_ascii_lowercase();
+    b.contains("response_format") || b.contains("json_schema")
 }
 
 #[async_trait::async_trait]
@@ -269,62 +385,49 @@ impl Provider for OpenAiCompatible {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: self.json_schema_ok.load(Ordering::Relaxed), json_mode: true }
+        Capabilities {
+            json_schema: self.json_schema_ok.load(Ordering::Relaxed),
+            json_mode: true,
+            tools: true,
+            streaming: true,
+        }
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        let mut mode = match request.response_format {
-            ResponseFormat::JsonSchema { .. } if self.json_schema_ok.load(Ordering::Relaxed) => {
-                StructuredMode::JsonSchema
-            }
-            ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject => StructuredMode::JsonObject,
-            ResponseFormat::Text => StructuredMode::Text,
-        };
-        let policy = self.config.retry;
-        let mut retries = 0u32;
-        loop {
-            let body = self.body(request, mode);
-            // Held for one attempt only: a call sleeping in backoff must not
-            // keep others from the endpoint. Queueing for a permit does not
-            // count against the timeout, which bounds the HTTP call itself.
-            let permit = match &self.permits {
-                Some(s) => s.acquire().await.ok(),
-                None => None,
-            };
-            let sent = self.send(&body).await;
-            drop(permit);
-            let wait = match sent {
-                Err(f) if f.retryable && retries < policy.max_retries => backoff(&policy, retries, None, rand01()),
-                Err(f) => return Err(f.error.with_attempts(retries + 1)),
-                Ok((status, _, text))
-                    if status == 400 && mode == StructuredMode::JsonSchema && mentions_format(&text) =>
-                {
-                    // The endpoint does not accept JSON Schema output: fall back
-                    // to JSON mode, for this call and every later one. Not a
-                    // retry of a transient failure, so it does not count as one.
-                    self.json_schema_ok.store(false, Ordering::Relaxed);
-                    mode = StructuredMode::JsonObject;
-                    continue;
-                }
-                Ok((status, retry_after, _)) if transient_status(status) && retries < policy.max_retries => {
-                    backoff(&policy, retries, retry_after, rand01())
-                }
-                Ok((status, retry_after, text)) => {
-                    return self.answer(status, retry_after, &text, mode).map_err(|e| e.with_attempts(retries + 1));
-                }
-            };
-            tokio::time::sleep(wait).await;
-            retries += 1;
-        }
+        self.call(request, None).await
+    }
+
+    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
+        self.call(request, Some(on_text)).await
     }
 }
 
-fn mentions_context(body: &str) -> bool {
-    let b = body.to_ascii_lowercase();
-    b.contains("context_length") || b.contains("context length") || b.contains("maximum context")
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-fn mentions_format(body: &str) -> bool {
-    let b = body.to_ascii_lowercase();
-    b.contains("response_format") || b.contains("json_schema")
+    #[test]
+    fn messages_take_the_wire_shape() {
+        let call = ToolCall { id: "c1".into(), name: "read".into(), arguments: json!({"path": "a"}) };
+        let turn = Message { tool_calls: vec![call.clone()], ..Message::assistant("") };
+        assert_eq!(
+            wire_message(&turn),
+            json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"path\":\"a\"}"}}
+            ]})
+        );
+        assert_eq!(
+            wire_message(&Message::tool_result(&call, "text")),
+            json!({"role": "tool", "content": "text", "tool_call_id": "c1"})
+        );
+        assert_eq!(wire_message(&Message::user("hi")), json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
+    fn arguments_keep_text_that_is_not_json() {
+        assert_eq!(arguments(Some(&json!("{\"a\":1}"))), json!({"a": 1}));
+        assert_eq!(arguments(Some(&json!(""))), json!({}));
+        assert_eq!(arguments(Some(&json!("{oops"))), json!("{oops"));
+        assert_eq!(arguments(None), json!({}));
+    }
 }

@@ -1,7 +1,7 @@
 //! Named OpenAI-compatible endpoints: where they live, which variables
 //! configure them and which model to ask for when none is named.
 
-use crate::openai::OpenAiConfig;
+use crate::http::EndpointConfig;
 
 /// One OpenAI-compatible endpoint known by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,12 +91,12 @@ pub fn preset(name: &str) -> Option<&'static Preset> {
 /// `env` is injected so callers (and tests) decide where variables come
 /// from; blank values count as unset, as an exported-but-empty variable
 /// almost always means "not configured".
-pub fn resolve(preset: &Preset, env: &dyn Fn(&str) -> Option<String>, model: Option<String>) -> OpenAiConfig {
+pub fn resolve(preset: &Preset, env: &dyn Fn(&str) -> Option<String>, model: Option<String>) -> EndpointConfig {
     let lookup = |var: &str| env(var).map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
     let model = model.map(|m| m.trim().to_owned()).filter(|m| !m.is_empty());
-    let mut cfg = OpenAiConfig::openai(model.unwrap_or_else(|| preset.default_model.to_owned()));
-    cfg.name = preset.name.to_owned();
-    cfg.base_url = lookup(preset.base_url_var).unwrap_or_else(|| preset.base_url.to_owned());
+    let base_url = lookup(preset.base_url_var).unwrap_or_else(|| preset.base_url.to_owned());
+    let model = model.unwrap_or_else(|| preset.default_model.to_owned());
+    let mut cfg = EndpointConfig::new(preset.name, &base_url, &model);
     cfg.api_key = preset.key_var.and_then(lookup);
     cfg
 }

@@ -57,7 +57,7 @@ impl Provider for Scripted {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: false, json_mode: true }
+        Capabilities { json_schema: false, json_mode: true, ..Capabilities::default() }
     }
 
     async fn chat(&self, _request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
@@ -72,6 +72,7 @@ impl Provider for Scripted {
             usage: None,
             finish_reason: Some(FinishReason::Stop),
             structured: StructuredMode::Text,
+            tool_calls: Vec::new(),
         })
     }
 }

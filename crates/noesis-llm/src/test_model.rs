@@ -22,7 +22,7 @@ impl Provider for TestModel {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: true, json_mode: true }
+        Capabilities { json_schema: true, json_mode: true, ..Capabilities::default() }
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
@@ -45,6 +45,7 @@ impl Provider for TestModel {
             text,
             finish_reason: Some(FinishReason::Stop),
             structured: StructuredMode::Fabricated,
+            tool_calls: Vec::new(),
         })
     }
 }

@@ -10,34 +10,100 @@ pub enum Role {
     User,
     /// The model.
     Assistant,
+    /// The result of a tool call the model asked for.
+    Tool,
 }
 
 /// One chat message.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Message {
     /// Who speaks.
     pub role: Role,
-    /// What is said.
+    /// What is said (for [`Role::Tool`], the tool's result).
     pub content: String,
+    /// Tools the assistant asked to call in this turn.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For [`Role::Tool`]: the id of the call this answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// For [`Role::Tool`]: the name of the tool that answered (Gemini and
+    /// Ollama match results by name, not id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_name: Option<String>,
 }
 
 impl Message {
+    fn plain(role: Role, content: String) -> Message {
+        Message { role, content, tool_calls: Vec::new(), tool_call_id: None, tool_name: None }
+    }
     /// A system message.
     pub fn system(content: impl Into<String>) -> Message {
-        Message { role: Role::System, content: content.into() }
+        Message::plain(Role::System, content.into())
     }
     /// A user message.
     pub fn user(content: impl Into<String>) -> Message {
-        Message { role: Role::User, content: content.into() }
+        Message::plain(Role::User, content.into())
     }
     /// An assistant message.
     pub fn assistant(content: impl Into<String>) -> Message {
-        Message { role: Role::Assistant, content: content.into() }
+        Message::plain(Role::Assistant, content.into())
+    }
+    /// The assistant's turn as the provider gave it: text and tool calls.
+    pub fn assistant_turn(response: &ChatResponse) -> Message {
+        Message { tool_calls: response.tool_calls.clone(), ..Message::assistant(response.text.clone()) }
+    }
+    /// The result of `call`, to send back to the model.
+    pub fn tool_result(call: &ToolCall, content: impl Into<String>) -> Message {
+        Message {
+            tool_call_id: Some(call.id.clone()),
+            tool_name: Some(call.name.clone()),
+            ..Message::plain(Role::Tool, content.into())
+        }
     }
 }
 
+/// A tool the model may call, described the same way for every provider.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolSpec {
+    /// The tool's name (`[a-zA-Z0-9_-]`, at most 64 characters for most APIs).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// A JSON Schema for its arguments (an object schema).
+    pub parameters: Value,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    /// The model decides.
+    #[default]
+    Auto,
+    /// No tool calls.
+    None,
+    /// At least one tool call.
+    Required,
+    /// This tool.
+    Tool(String),
+}
+
+/// One tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ToolCall {
+    /// The provider's id for the call (made up when the API has none).
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments as JSON (an object; a string when the model sent text
+    /// that is not JSON, so the caller can report it).
+    pub arguments: Value,
+}
+
 /// What shape the reply must take.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
 pub enum ResponseFormat {
     /// Free text.
     #[default]
@@ -54,7 +120,7 @@ pub enum ResponseFormat {
 }
 
 /// One chat request.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
 pub struct ChatRequest {
     /// The conversation.
     pub messages: Vec<Message>,
@@ -64,6 +130,11 @@ pub struct ChatRequest {
     pub max_tokens: Option<u32>,
     /// Sampling temperature.
     pub temperature: Option<f32>,
+    /// Tools the model may call.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    /// Whether it must call one.
+    pub tool_choice: ToolChoice,
 }
 
 impl ChatRequest {
@@ -74,33 +145,45 @@ impl ChatRequest {
 }
 
 /// How the structured-output request was honoured.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StructuredMode {
-    /// The provider was given the JSON Schema.
+    /// The provider enforced the JSON Schema strictly (OpenAI `strict: true`,
+    /// Gemini `responseSchema`, Ollama `format` with a schema).
+    JsonSchemaStrict,
+    /// The provider was given the JSON Schema as guidance, not enforced.
     JsonSchema,
+    /// The schema was the input schema of a tool the model was forced to
+    /// call (Anthropic); the reply is that call's arguments.
+    ForcedTool,
     /// The provider was asked for any JSON object.
     JsonObject,
     /// Plain text; the runtime extracts the JSON.
     Text,
     /// Built from the schema without a model (test model).
     Fabricated,
+    /// Decoded under a grammar compiled from the schema (local model).
+    Grammar,
+    /// Served from a recording.
+    Replayed,
 }
 
 /// Why generation stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model finished.
     Stop,
     /// The output token limit was hit.
     Length,
+    /// The model stopped to call tools.
+    ToolCalls,
     /// Anything else the provider reported.
     Other,
 }
 
 /// Token counts reported by the provider.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Usage {
     /// Prompt tokens.
     pub input_tokens: u64,
@@ -121,6 +204,22 @@ pub struct ChatResponse {
     pub finish_reason: Option<FinishReason>,
     /// How structured output was requested.
     pub structured: StructuredMode,
+    /// Tools the model asked to call.
+    pub tool_calls: Vec<ToolCall>,
+}
+
+impl ChatResponse {
+    /// A reply with this text and nothing else known.
+    pub fn text(text: impl Into<String>, model: impl Into<String>, structured: StructuredMode) -> ChatResponse {
+        ChatResponse {
+            text: text.into(),
+            model: model.into(),
+            usage: None,
+            finish_reason: None,
+            structured,
+            tool_calls: Vec::new(),
+        }
+    }
 }
 
 /// What a provider supports.
@@ -130,4 +229,16 @@ pub struct Capabilities {
     pub json_schema: bool,
     /// It accepts a request for "any JSON object".
     pub json_mode: bool,
+    /// It can call tools natively.
+    pub tools: bool,
+    /// It streams text as it is generated.
+    pub streaming: bool,
+}
+
+/// Usage added up over several calls.
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
 }

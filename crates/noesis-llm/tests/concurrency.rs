@@ -3,18 +3,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use noesis_llm::{ChatRequest, Message, OpenAiCompatible, OpenAiConfig, Provider, RetryPolicy};
+use noesis_llm::{ChatRequest, EndpointConfig, Message, OpenAiCompatible, Provider, RetryPolicy};
 use noesis_testkit::{FakeServer, Reply};
 
 const LATENCY: Duration = Duration::from_millis(200);
 const CALLS: usize = 12;
 
 fn provider(base_url: String, max_concurrency: usize) -> Arc<OpenAiCompatible> {
-    let mut cfg = OpenAiConfig::openai("gpt-test");
+    let mut cfg = EndpointConfig::openai("gpt-test");
     cfg.base_url = base_url;
-    cfg.timeout = Duration::from_secs(10);
-    cfg.retry = RetryPolicy::none();
-    cfg.max_concurrency = max_concurrency;
+    cfg.http.timeout = Duration::from_secs(10);
+    cfg.http.retry = RetryPolicy::none();
+    cfg.http.max_concurrency = max_concurrency;
     Arc::new(OpenAiCompatible::new(cfg).unwrap())
 }
 
@@ -66,12 +66,12 @@ async fn backoff_does_not_hold_a_permit() {
         Reply::Chat("ok".into()),
     ])
     .unwrap();
-    let mut cfg = OpenAiConfig::openai("gpt-test");
+    let mut cfg = EndpointConfig::openai("gpt-test");
     cfg.base_url = server.base_url();
-    cfg.timeout = Duration::from_secs(10);
-    cfg.retry =
+    cfg.http.timeout = Duration::from_secs(10);
+    cfg.http.retry =
         RetryPolicy { max_retries: 1, base_delay: Duration::from_millis(10), max_delay: Duration::from_millis(10) };
-    cfg.max_concurrency = 1;
+    cfg.http.max_concurrency = 1;
     let p = Arc::new(OpenAiCompatible::new(cfg).unwrap());
     let first = {
         let p = Arc::clone(&p);

@@ -58,7 +58,7 @@ fn defaults_come_from_the_table() {
         assert_eq!(cfg.base_url, p.base_url);
         assert_eq!(cfg.model, p.default_model);
         assert_eq!(cfg.api_key, None, "{}", p.name);
-        assert_eq!(cfg.max_concurrency, 64);
+        assert_eq!(cfg.http.max_concurrency, 64);
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use noesis_llm::{
-    ChatRequest, ErrorKind, Message, OpenAiCompatible, OpenAiConfig, Provider, ProviderError, ResponseFormat,
+    ChatRequest, EndpointConfig, ErrorKind, Message, OpenAiCompatible, Provider, ProviderError, ResponseFormat,
     RetryPolicy,
 };
 use noesis_testkit::{FakeServer, Reply};
@@ -15,11 +15,11 @@ fn fast(max_retries: u32) -> RetryPolicy {
 }
 
 fn provider(base_url: String, retry: RetryPolicy) -> OpenAiCompatible {
-    let mut cfg = OpenAiConfig::openai("gpt-test");
+    let mut cfg = EndpointConfig::openai("gpt-test");
     cfg.base_url = base_url;
     cfg.api_key = Some("sk-test-key".to_owned());
-    cfg.timeout = Duration::from_secs(5);
-    cfg.retry = retry;
+    cfg.http.timeout = Duration::from_secs(5);
+    cfg.http.retry = retry;
     OpenAiCompatible::new(cfg).unwrap()
 }
 
@@ -140,10 +140,10 @@ fn refused_connection_is_retried_then_reported_as_unavailable() {
 fn timeouts_are_not_retried() {
     let server =
         FakeServer::start(vec![Reply::Delay(Duration::from_secs(3), Box::new(Reply::Chat("late".into())))]).unwrap();
-    let mut cfg = OpenAiConfig::openai("gpt-test");
+    let mut cfg = EndpointConfig::openai("gpt-test");
     cfg.base_url = server.base_url();
-    cfg.timeout = Duration::from_millis(300);
-    cfg.retry = fast(2);
+    cfg.http.timeout = Duration::from_millis(300);
+    cfg.http.retry = fast(2);
     let p = OpenAiCompatible::new(cfg).unwrap();
     let e = chat(&p, &hello()).unwrap_err();
     assert!(matches!(e.kind, ErrorKind::Timeout(_)), "{e:?}");

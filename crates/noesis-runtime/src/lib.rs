@@ -159,6 +159,7 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                 response_format,
                 max_tokens: options.max_tokens,
                 temperature: options.temperature,
+                ..ChatRequest::default()
             };
             record.prompt = Some(prompt);
             let mut request = request;
@@ -170,9 +171,7 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                 };
                 record.structured = Some(resp.structured);
                 if let Some(u) = resp.usage {
-                    let total = record.usage.get_or_insert_with(Usage::default);
-                    total.input_tokens += u.input_tokens;
-                    total.output_tokens += u.output_tokens;
+                    *record.usage.get_or_insert_with(Usage::default) += u;
                 }
                 let checked = check_reply(module, &resp.text);
                 record.found = checked.found;

@@ -1,9 +1,13 @@
 //! A fake LLM server on 127.0.0.1 for tests and benchmarks.
 //!
-//! It speaks real HTTP/1.1 (keep-alive included) and answers
-//! `POST …/chat/completions` in the OpenAI wire format with scripted replies,
-//! so provider code is tested over a real socket, never through a mocked
-//! trait. Plain threads and `std::net`: usable from sync and async tests alike.
+//! It speaks real HTTP/1.1 (keep-alive and chunked streaming included) and
+//! answers every `POST` with the next scripted reply, so provider code for
+//! any wire format (OpenAI, Anthropic, Gemini, Ollama) is tested over a real
+//! socket, never through a mocked trait. [`Reply::Chat`] builds an OpenAI
+//! chat completion; other formats script their bodies with [`Reply::Status`]
+//! and [`Reply::Stream`]. Faults are replies too: truncated bodies, a slow
+//! drip, a reset connection. Plain threads and `std::net`: usable from sync
+//! and async tests alike.
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
@@ -29,6 +33,21 @@ pub enum Reply {
     Delay(Duration, Box<Reply>),
     /// Close the connection without answering.
     Close,
+    /// Reset the connection (TCP RST) without answering.
+    Reset,
+    /// 200 with a chunked body: each string is sent as it is (SSE events
+    /// should end with a blank line, NDJSON lines with `\n`), `interval`
+    /// apart. The content type is `text/event-stream` unless every chunk
+    /// starts with `{` (then `application/x-ndjson`).
+    Stream(Vec<String>, Duration),
+    /// Like [`Reply::Stream`] but the connection is dropped after the
+    /// chunks, without the closing chunk.
+    StreamCut(Vec<String>, Duration),
+    /// 200 whose `content-length` promises more than the body sent before
+    /// the connection closes.
+    Truncated(String),
+    /// 200 with a complete body sent one byte every `interval`.
+    Drip(String, Duration),
 }
 
 /// A request the server received.
@@ -151,7 +170,9 @@ fn serve(stream: TcpStream, st: &State) {
     loop {
         let Some(req) = read_request(&mut reader) else { return };
         let keep_alive = !req.headers.iter().any(|(k, v)| k == "connection" && v.eq_ignore_ascii_case("close"));
-        let is_chat = req.method == "POST" && req.path.ends_with("/chat/completions");
+        let is_chat = req.method == "POST";
+        let listing = req.method == "GET"
+            && (req.path.ends_with("/models") || req.path.ends_with("/api/tags") || req.path.contains("/models?"));
         if let Ok(mut r) = st.received.lock() {
             r.push(req);
         }
@@ -165,6 +186,9 @@ fn serve(stream: TcpStream, st: &State) {
                 "no replies scripted".into(),
                 vec![],
             ))
+        } else if listing {
+            // Enough for a reachability check (`noesis doctor`).
+            Reply::Status(200, json!({"data": [], "models": [], "object": "list"}).to_string(), vec![])
         } else {
             Reply::Status(404, json!({"error": {"message": "not found"}}).to_string(), vec![])
         };
@@ -185,7 +209,83 @@ fn answer(out: &mut TcpStream, reply: Reply) -> bool {
             answer(out, *inner)
         }
         Reply::Close => false,
+        Reply::Reset => {
+            // Linger 0 makes close() send RST instead of FIN.
+            let _ = socket2::SockRef::from(&*out).set_linger(Some(Duration::ZERO));
+            false
+        }
+        Reply::Stream(chunks, interval) => stream(out, &chunks, interval, true),
+        Reply::StreamCut(chunks, interval) => {
+            stream(out, &chunks, interval, false);
+            false
+        }
+        Reply::Truncated(body) => {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len() + 100
+            );
+            let _ = out.write_all(head.as_bytes()).and_then(|()| out.write_all(body.as_bytes()));
+            let _ = out.flush();
+            false
+        }
+        Reply::Drip(body, interval) => {
+            let head =
+                format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len());
+            if out.write_all(head.as_bytes()).is_err() {
+                return false;
+            }
+            for b in body.as_bytes() {
+                thread::sleep(interval);
+                if out.write_all(std::slice::from_ref(b)).and_then(|()| out.flush()).is_err() {
+                    return false;
+                }
+            }
+            true
+        }
     }
+}
+
+fn stream(out: &mut TcpStream, chunks: &[String], interval: Duration, finish: bool) -> bool {
+    let ndjson = !chunks.is_empty() && chunks.iter().all(|c| c.starts_with('{'));
+    let kind = if ndjson { "application/x-ndjson" } else { "text/event-stream" };
+    let head = format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ntransfer-encoding: chunked\r\n\r\n");
+    if out.write_all(head.as_bytes()).and_then(|()| out.flush()).is_err() {
+        return false;
+    }
+    for (i, c) in chunks.iter().enumerate() {
+        if i > 0 && !interval.is_zero() {
+            thread::sleep(interval);
+        }
+        // A zero-length chunk would end the body early.
+        if c.is_empty() {
+            continue;
+        }
+        let frame = format!("{:x}\r\n{c}\r\n", c.len());
+        if out.write_all(frame.as_bytes()).and_then(|()| out.flush()).is_err() {
+            return false;
+        }
+    }
+    finish && out.write_all(b"0\r\n\r\n").and_then(|()| out.flush()).is_ok()
+}
+
+/// SSE text for a list of `(event, data)` pairs; an empty event name
+/// leaves the `event:` line out.
+pub fn sse(events: &[(&str, Value)]) -> Vec<String> {
+    events
+        .iter()
+        .map(|(name, data)| {
+            let data = match data {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            if name.is_empty() { format!("data: {data}\n\n") } else { format!("event: {name}\ndata: {data}\n\n") }
+        })
+        .collect()
+}
+
+/// NDJSON lines for a list of JSON values.
+pub fn ndjson(values: &[Value]) -> Vec<String> {
+    values.iter().map(|v| format!("{v}\n")).collect()
 }
 
 fn write(out: &mut TcpStream, status: u16, body: &str, headers: &[(String, String)]) -> bool {
