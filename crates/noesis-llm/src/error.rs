@@ -24,6 +24,12 @@ pub enum ErrorKind {
     BadResponse,
     /// A scripted provider has nothing (left) to say, or its script is bad.
     Script,
+    /// Replaying recordings, and none matches this request.
+    NotRecorded,
+    /// The call was cancelled before it finished.
+    Cancelled,
+    /// A token or cost budget would be exceeded.
+    Budget,
 }
 
 /// A failed provider call. Never contains an API key.

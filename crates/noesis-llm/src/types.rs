@@ -164,8 +164,6 @@ pub enum StructuredMode {
     Fabricated,
     /// Decoded under a grammar compiled from the schema (local model).
     Grammar,
-    /// Served from a recording.
-    Replayed,
 }
 
 /// Why generation stopped.

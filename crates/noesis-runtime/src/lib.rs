@@ -231,9 +231,15 @@ pub fn provider_failure(e: &ProviderError) -> Failure {
         ErrorKind::Timeout(_) => ErrorCode::E2002,
         ErrorKind::RateLimited { .. } => ErrorCode::E4002,
         ErrorKind::ContextOverflow => ErrorCode::E4003,
-        ErrorKind::Unavailable | ErrorKind::Rejected { .. } | ErrorKind::BadResponse | ErrorKind::Script => {
-            ErrorCode::E4001
-        }
+        ErrorKind::Unavailable
+        | ErrorKind::Rejected { .. }
+        | ErrorKind::BadResponse
+        | ErrorKind::Script
+        | ErrorKind::NotRecorded => ErrorCode::E4001,
+        // The caller stopped waiting: the same outcome as running out of time.
+        ErrorKind::Cancelled => ErrorCode::E2002,
+        // A budget is a policy the caller set.
+        ErrorKind::Budget => ErrorCode::E4007,
     };
     Failure::new(code, e.to_string())
 }
