@@ -186,8 +186,7 @@ pub struct InvalidationCondition {
 
 impl InvalidationCondition {
     /// The condition implied by the evidence: every file (path + hash) and
-    /// every cited frame. Files are sorted by path and deduplicated (the last
-    /// hash seen for a path wins); frames keep their first occurrence.
+    /// every cited frame, normalised (see [`InvalidationCondition::normalise`]).
     #[must_use]
     pub fn from_evidence(evidence: &[Evidence]) -> InvalidationCondition {
         let mut c = InvalidationCondition::default();
@@ -202,16 +201,17 @@ impl InvalidationCondition {
         c
     }
 
-    /// Sorts files by path (one entry per path, the last wins) and drops
-    /// repeated frames, so equal conditions compare equal.
+    /// Sorts files by path (one entry per path, the last wins) and frames by
+    /// id without repeats, so equal conditions compare equal (and read back
+    /// from a store as they were written).
     pub fn normalise(&mut self) {
         let mut files = std::collections::BTreeMap::new();
         for f in self.files.drain(..) {
             files.insert(f.path, f.hash);
         }
         self.files = files.into_iter().map(|(path, hash)| FileRef { path, hash }).collect();
-        let mut seen = std::collections::HashSet::new();
-        self.frames.retain(|f| seen.insert(f.clone()));
+        self.frames.sort();
+        self.frames.dedup();
     }
 }
 

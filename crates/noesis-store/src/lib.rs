@@ -1,1 +1,142 @@
-//! x
+//! Where frames and sessions live: the [`Store`] trait and [`SqlStore`], its
+//! implementation for a SQLite file (the default) and for PostgreSQL (when
+//! several workers share one memory), with versioned migrations.
+//!
+//! Every write is one transaction: a frame is stored with its status
+//! history, file conditions and edges, or not at all. SQLite runs in WAL mode
+//! with a busy timeout and takes the write lock up front, so several
+//! processes can append at once without losing a frame. The invalidation
+//! cascade runs in the database (a recursive query over the frame edges) and
+//! gives the same result as `noesis_frames::cascade`.
+//!
+//! ```
+//! use noesis_frames::{Draft, Timestamp};
+//! use noesis_store::{FrameFilter, SqlStore, Store};
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let dir = tempfile::tempdir().unwrap();
+//! let store = SqlStore::open(dir.path().join("noesis.db").to_str().unwrap()).await?;
+//! store.ensure_project("path:/tmp/demo", "/tmp/demo").await?;
+//! let frame = Draft::new("what does main do?").into_frame("path:/tmp/demo", None, None, Timestamp::now())?;
+//! store.insert_frames(std::slice::from_ref(&frame)).await?;
+//! let back = store.frames(&FrameFilter::project("path:/tmp/demo")).await?;
+//! assert_eq!(back, vec![frame]);
+//! # Ok::<(), noesis_store::StoreError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! Architecture invariant: the only crate that knows SQL. It stores and
+//! returns `noesis-frames` types; it decides nothing about what is stale
+//! (the algebra does) beyond running the cascade it is asked to.
+#![deny(missing_docs)]
+
+mod error;
+mod filter;
+mod migrate;
+pub mod ops;
+mod sql;
+
+use async_trait::async_trait;
+use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, Timestamp};
+
+pub use error::StoreError;
+pub use filter::FrameFilter;
+pub use sql::SqlStore;
+
+/// Which database a store uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// One SQLite file.
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres,
+}
+
+/// The latest schema version this build writes.
+pub const SCHEMA_VERSION: i64 = migrate::LATEST;
+
+/// Frames and sessions, stored. Object-safe, so front ends hold a
+/// `Box<dyn Store>`.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// The database kind.
+    fn backend(&self) -> Backend;
+
+    /// The store's URL without password, for messages.
+    fn describe(&self) -> &str;
+
+    /// Registers a project (or updates where it lives on this machine).
+    async fn ensure_project(&self, project_id: &str, root: &str) -> Result<(), StoreError>;
+
+    /// Adds frames in one transaction. Parents may come earlier in the same
+    /// slice. Refuses a missing or invalidated parent, a parent in another
+    /// project, a wrong depth, an unknown dependency, a duplicate id.
+    async fn insert_frames(&self, frames: &[CausalFrame]) -> Result<(), StoreError>;
+
+    /// Applies a changeset (new frames, then status changes) in one
+    /// transaction; a status change whose frame no longer has the expected
+    /// status fails the whole changeset.
+    async fn apply(&self, changes: &Changeset) -> Result<(), StoreError>;
+
+    /// One frame with its children, condition and history.
+    async fn frame(&self, id: &FrameId) -> Result<Option<CausalFrame>, StoreError>;
+
+    /// The one frame whose id starts with `prefix` (optionally in one
+    /// project).
+    async fn resolve(&self, project_id: Option<&str>, prefix: &str) -> Result<FrameId, StoreError>;
+
+    /// Frames matching a filter, oldest first.
+    async fn frames(&self, filter: &FrameFilter) -> Result<Vec<CausalFrame>, StoreError>;
+
+    /// How many frames match a filter.
+    async fn count(&self, filter: &FrameFilter) -> Result<u64, StoreError>;
+
+    /// Invalidates the seeds and cascades (children, then frames citing an
+    /// invalidated frame, transitively, through live frames only), in one
+    /// transaction. Returns every frame invalidated: seeds first, then by
+    /// depth. Seeds already invalidated are skipped.
+    async fn invalidate(
+        &self,
+        seeds: &[Invalidation],
+        session_id: Option<&str>,
+        at: Timestamp,
+    ) -> Result<Vec<Invalidation>, StoreError>;
+
+    /// The file conditions of a project's live frames, by frame then path.
+    async fn file_conditions(&self, project_id: &str) -> Result<Vec<(FrameId, FileRef)>, StoreError>;
+
+    /// A project's live frames whose expiry is at or before `now`.
+    async fn expired(&self, project_id: &str, now: Timestamp) -> Result<Vec<(FrameId, Timestamp)>, StoreError>;
+
+    /// Records a session, its files and its root frame, and runs the
+    /// invalidation its start found, all in one transaction.
+    async fn begin_session(
+        &self,
+        session: &SessionArtifacts,
+        root: &CausalFrame,
+        seeds: &[Invalidation],
+    ) -> Result<Vec<Invalidation>, StoreError>;
+
+    /// One session.
+    async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError>;
+
+    /// A project's sessions, newest first.
+    async fn sessions(&self, project_id: &str, limit: u32) -> Result<Vec<SessionArtifacts>, StoreError>;
+
+    /// The frames invalidated during a session, in order.
+    async fn invalidated_in_session(&self, session_id: &str) -> Result<Vec<Invalidation>, StoreError>;
+
+    /// Consistency problems (empty when consistent): frames without history,
+    /// statuses that disagree with it, missing condition rows or edges,
+    /// wrong depths, live frames under invalidated parents, and on SQLite the
+    /// integrity and foreign-key checks.
+    async fn check(&self) -> Result<Vec<String>, StoreError>;
+}
+
+/// Opens a store from a URL or path (see [`SqlStore::open`]).
+///
+/// # Errors
+/// As [`SqlStore::open`].
+pub async fn open(url: &str) -> Result<Box<dyn Store>, StoreError> {
+    Ok(Box::new(SqlStore::open(url).await?))
+}

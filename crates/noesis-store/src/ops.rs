@@ -1,0 +1,211 @@
+//! The operations that need both a store and the file system: starting a
+//! session (scan, compare, invalidate, record) and verifying frames against
+//! the files as they are now. Front ends call these; the rules they apply
+//! are `noesis-frames`'.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use noesis_frames::project::{Project, relative_path, resolve};
+use noesis_frames::scan::{hash_file, scan};
+use noesis_frames::session::{SessionDiff, assign_roles, diff};
+use noesis_frames::{
+    CausalFrame, Cause, Draft, Finding, FrameId, FrameTree, Invalidation, SessionArtifacts, Status, Timestamp, World,
+    stale_by_files,
+};
+use serde::Serialize;
+
+use crate::{FrameFilter, Store, StoreError};
+
+/// What `start_session` did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionStart {
+    /// The session recorded.
+    pub session: SessionArtifacts,
+    /// Against the project's previous session.
+    pub diff: SessionDiff,
+    /// Frames invalidated because their files changed or they expired (with
+    /// the cascade), seeds first.
+    pub invalidated: Vec<Invalidation>,
+    /// Suspended frames that still hold and can resume.
+    pub resumable: Vec<CausalFrame>,
+    /// Files the scan could not read, with the reason.
+    pub skipped: Vec<(PathBuf, String)>,
+}
+
+/// `session diff`: the latest session against the one before.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionReport {
+    /// Prompt and files.
+    pub diff: SessionDiff,
+    /// Frames the latest session's start invalidated.
+    pub invalidated: Vec<Invalidation>,
+    /// Suspended frames that can resume.
+    pub resumable: Vec<CausalFrame>,
+}
+
+/// The hash of a stored file name now: from the scan when it was scanned,
+/// else read from disk (files outside the scope, or ignored ones).
+fn hash_now(root: &Path, scanned: &std::collections::BTreeMap<String, String>, name: &str) -> Option<String> {
+    scanned.get(name).cloned().or_else(|| hash_file(&resolve(root, name)).ok())
+}
+
+/// Starts a session: hashes the files in `scope` (the whole project when
+/// empty) honouring `.gitignore`, gives each a role against the previous
+/// session, invalidates every live frame whose file condition no longer
+/// holds or whose expiry has passed (cascading to children and citers), and
+/// records the session with a root frame — the last two in one transaction.
+///
+/// # Errors
+/// A scope entry that does not exist, or a store error.
+pub async fn start_session(
+    store: &dyn Store,
+    project: &Project,
+    scope: &[PathBuf],
+    prompt: Option<String>,
+    conversation_log: Option<String>,
+    now: Timestamp,
+) -> Result<SessionStart, StoreError> {
+    let root_text = project.root.to_string_lossy().into_owned();
+    store.ensure_project(&project.project_id, &root_text).await?;
+    let scope: Vec<PathBuf> = if scope.is_empty() { vec![project.root.clone()] } else { scope.to_vec() };
+    let scanned = scan(&project.root, &scope)?;
+    let scope_names: Vec<String> = scope
+        .iter()
+        .map(|p| {
+            let abs = if p.is_absolute() { p.clone() } else { project.root.join(p) };
+            relative_path(&project.root, &abs.canonicalize().unwrap_or(abs))
+        })
+        .collect();
+    let previous = store.sessions(&project.project_id, 1).await?.pop();
+    let files = assign_roles(previous.as_ref().map(|p| &p.files), &scanned.files);
+
+    let conditions = store.file_conditions(&project.project_id).await?;
+    let mut seeds = stale_by_files(&conditions, |name| hash_now(&project.root, &scanned.files, name));
+    for (id, at) in store.expired(&project.project_id, now).await? {
+        if !seeds.iter().any(|s| s.frame_id == id) {
+            seeds.push(Invalidation::new(id, &Cause::Expired(at)));
+        }
+    }
+
+    let session_id = FrameId::generate().as_str().to_owned();
+    let query = prompt.clone().unwrap_or_else(|| format!("session {now}"));
+    let draft = Draft {
+        context_slice: format!("{} files in scope: {}", files.len(), scope_names.join(", ")),
+        confidence: 1.0,
+        ..Draft::new(query)
+    };
+    let root = draft.into_frame(&project.project_id, Some(&session_id), None, now)?;
+    let session = SessionArtifacts {
+        session_id,
+        project_id: project.project_id.clone(),
+        initial_prompt: prompt,
+        files,
+        scope: scope_names,
+        root_frame_id: Some(root.frame_id.clone()),
+        conversation_log,
+        created_at: now,
+    };
+    let invalidated = store.begin_session(&session, &root, &seeds).await?;
+    let resumable = resumable(store, &project.project_id).await?;
+    Ok(SessionStart {
+        diff: diff(previous.as_ref(), &session),
+        session,
+        invalidated,
+        resumable,
+        skipped: scanned.skipped,
+    })
+}
+
+/// Suspended frames of a project (none of them invalidated, by definition).
+///
+/// # Errors
+/// A store error.
+pub async fn resumable(store: &dyn Store, project_id: &str) -> Result<Vec<CausalFrame>, StoreError> {
+    store.frames(&FrameFilter { status: Some(Status::Suspended), ..FrameFilter::project(project_id) }).await
+}
+
+/// The project's latest session against the one before it; `None` when the
+/// project has no session.
+///
+/// # Errors
+/// A store error.
+pub async fn session_report(store: &dyn Store, project_id: &str) -> Result<Option<SessionReport>, StoreError> {
+    let mut last_two = store.sessions(project_id, 2).await?;
+    let Some(latest) = (!last_two.is_empty()).then(|| last_two.remove(0)) else { return Ok(None) };
+    let previous = last_two.pop();
+    Ok(Some(SessionReport {
+        diff: diff(previous.as_ref(), &latest),
+        invalidated: store.invalidated_in_session(&latest.session_id).await?,
+        resumable: resumable(store, project_id).await?,
+    }))
+}
+
+/// What `verify` found and did.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerifyReport {
+    /// Live frames checked.
+    pub checked: usize,
+    /// Frames whose own condition failed, leaves first.
+    pub findings: Vec<(FrameId, String)>,
+    /// Every frame invalidated as a result (findings and their cascade).
+    pub invalidated: Vec<Invalidation>,
+}
+
+struct Disk<'a> {
+    root: &'a Path,
+    cache: RefCell<HashMap<String, Option<String>>>,
+    outside: HashMap<FrameId, Status>,
+}
+
+impl World for Disk<'_> {
+    fn file_hash(&self, path: &str) -> Option<String> {
+        self.cache
+            .borrow_mut()
+            .entry(path.to_owned())
+            .or_insert_with(|| hash_file(&resolve(self.root, path)).ok())
+            .clone()
+    }
+    fn status_of(&self, id: &FrameId) -> Option<Status> {
+        self.outside.get(id).copied()
+    }
+}
+
+/// Verifies a project's frames (or the subtree under `under`) post-order
+/// against the files on disk and the frames they depend on, then
+/// invalidates what failed and its cascade.
+///
+/// # Errors
+/// A store error.
+pub async fn verify(
+    store: &dyn Store,
+    project: &Project,
+    under: Option<&FrameId>,
+    session_id: Option<&str>,
+    now: Timestamp,
+) -> Result<VerifyReport, StoreError> {
+    let filter = FrameFilter { under: under.cloned(), ..FrameFilter::project(&project.project_id) };
+    let tree = FrameTree::from_frames(store.frames(&filter).await?);
+    let mut outside = HashMap::new();
+    for f in tree.iter() {
+        for dep in &f.invalidation_condition.frames {
+            if tree.get(dep).is_some() || outside.contains_key(dep) {
+                continue;
+            }
+            if let Some(d) = store.frame(dep).await? {
+                outside.insert(dep.clone(), d.status);
+            }
+        }
+    }
+    let world = Disk { root: &project.root, cache: RefCell::new(HashMap::new()), outside };
+    let root = under.filter(|id| tree.get(id).is_some());
+    let v = noesis_frames::verify(&tree, root, &world, now);
+    let invalidated =
+        if v.findings.is_empty() { Vec::new() } else { store.invalidate(&v.seeds(), session_id, now).await? };
+    Ok(VerifyReport {
+        checked: v.checked.len(),
+        findings: v.findings.into_iter().map(|Finding { frame_id, cause }| (frame_id, cause.to_string())).collect(),
+        invalidated,
+    })
+}

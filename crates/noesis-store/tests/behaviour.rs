@@ -1,0 +1,408 @@
+//! The behavioural suite: every test runs on SQLite and on PostgreSQL.
+
+use noesis_frames::{
+    Cause, Changeset, Draft, Evidence, FileEntry, FileRole, FrameId, FrameTree, Invalidation, InvalidationCondition,
+    SessionArtifacts, Status, StatusChange, StatusUpdate, Timestamp, backtrack, pivot, refine,
+};
+use noesis_store::{FrameFilter, Store, StoreError};
+
+use crate::support::{Rng, TestStore, raw};
+
+const P: &str = "git:0000000000000000000000000000000000000001";
+
+fn t(ms: i64) -> Timestamp {
+    Timestamp::from_millis(1_700_000_000_000 + ms)
+}
+
+fn draft(q: &str) -> Draft {
+    Draft { confidence: 0.5, ..Draft::new(q) }
+}
+
+fn file(p: &str, h: &str) -> Evidence {
+    Evidence::File { path: p.into(), hash: h.into() }
+}
+
+async fn project(s: &dyn Store) {
+    s.ensure_project(P, "/tmp/project").await.unwrap();
+}
+
+fn root_frame(q: &str) -> noesis_frames::CausalFrame {
+    draft(q).into_frame(P, None, None, t(0)).unwrap()
+}
+
+fn ids(v: &[Invalidation]) -> Vec<FrameId> {
+    let mut v: Vec<FrameId> = v.iter().map(|i| i.frame_id.clone()).collect();
+    v.sort();
+    v
+}
+
+both!(
+    frames_round_trip,
+    bad_frames_are_refused_whole,
+    branching_and_lost_updates,
+    cascade_matches_the_algebra,
+    queries,
+    sessions_round_trip,
+    file_conditions_and_expiry,
+    prefixes_resolve,
+    migrations_run_once_and_refuse_newer_schemas,
+    check_finds_partial_frames,
+);
+
+async fn frames_round_trip(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let root = root_frame("root question");
+    let child = Draft {
+        context_slice: "slice".into(),
+        evidence: vec![
+            file("src/a.rs", "aa"),
+            Evidence::Observation { tool: "grep".into(), content: "3 hits".into() },
+            file("src/b.rs", "bb"),
+        ],
+        conclusion: "it works — ünïcode ok".into(),
+        confidence: 0.75,
+        condition: InvalidationCondition {
+            expires_at: Some(t(99)),
+            note: Some("until the refactor".into()),
+            ..Default::default()
+        },
+        status: Some(Status::Completed),
+        ..Draft::new("child")
+    }
+    .into_frame(P, Some("sess"), Some(&root), t(1))
+    .unwrap();
+    let citing = Draft { evidence: vec![Evidence::Frame { frame_id: child.frame_id.clone() }], ..draft("citing") }
+        .into_frame(P, None, Some(&root), t(2))
+        .unwrap();
+    s.insert_frames(&[root.clone(), child.clone(), citing.clone()]).await.unwrap();
+    let tree = FrameTree::from_frames([root.clone(), child.clone(), citing.clone()]);
+    let expected: Vec<_> = tree.iter().cloned().collect();
+    assert_eq!(s.frames(&FrameFilter::project(P)).await.unwrap(), expected);
+    let back = s.frame(&child.frame_id).await.unwrap().unwrap();
+    assert_eq!(back, child);
+    assert_eq!(back.invalidation_condition.files.len(), 2);
+    assert_eq!(back.invalidation_condition.expires_at, Some(t(99)));
+    assert_eq!(s.frame(&root.frame_id).await.unwrap().unwrap().children, vec![child.frame_id, citing.frame_id]);
+    assert!(s.frame(&FrameId::parse("nope").unwrap()).await.unwrap().is_none());
+}
+
+async fn bad_frames_are_refused_whole(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    s.ensure_project("git:other", "/tmp/other").await.unwrap();
+    let root = root_frame("r");
+    s.insert_frames(std::slice::from_ref(&root)).await.unwrap();
+    let ok = draft("fine").into_frame(P, None, Some(&root), t(1)).unwrap();
+    let err = |e: StoreError| e.to_string();
+
+    let mut orphan = draft("orphan").into_frame(P, None, Some(&root), t(1)).unwrap();
+    orphan.parent_id = Some(FrameId::parse("missing-parent").unwrap());
+    let e = err(s.insert_frames(&[ok.clone(), orphan]).await.unwrap_err());
+    assert!(e.contains("missing-parent"), "{e}");
+
+    let mut deep = draft("deep").into_frame(P, None, Some(&root), t(1)).unwrap();
+    deep.depth = 5;
+    let e = err(s.insert_frames(&[ok.clone(), deep.clone()]).await.unwrap_err());
+    assert!(e.contains(&format!("frame {}: depth 5", deep.frame_id)), "{e}");
+
+    let mut foreign = draft("foreign").into_frame(P, None, Some(&root), t(1)).unwrap();
+    foreign.project_id = "git:other".into();
+    let e = err(s.insert_frames(&[foreign]).await.unwrap_err());
+    assert!(e.contains("belongs to project"), "{e}");
+
+    let cites_unknown = Draft {
+        evidence: vec![Evidence::Frame { frame_id: FrameId::parse("ghost").unwrap() }],
+        ..draft("cites a ghost")
+    }
+    .into_frame(P, None, None, t(1))
+    .unwrap();
+    let e = err(s.insert_frames(&[cites_unknown]).await.unwrap_err());
+    assert!(e.contains("ghost"), "{e}");
+
+    let mut wild = draft("wild").into_frame(P, None, None, t(1)).unwrap();
+    wild.confidence = 2.0;
+    let e = err(s.insert_frames(&[wild]).await.unwrap_err());
+    assert!(e.contains("confidence 2"), "{e}");
+
+    let e = err(s.insert_frames(std::slice::from_ref(&root)).await.unwrap_err());
+    assert!(e.contains("insert frames"), "a duplicate id is refused: {e}");
+
+    // Nothing of the refused batches was written.
+    assert_eq!(s.count(&FrameFilter::project(P)).await.unwrap(), 1);
+
+    s.invalidate(&[Invalidation::new(root.frame_id.clone(), &Cause::Manual(String::new()))], None, t(3)).await.unwrap();
+    let e = err(s.insert_frames(&[ok]).await.unwrap_err());
+    assert!(e.contains("is invalidated"), "{e}");
+}
+
+async fn branching_and_lost_updates(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let root = root_frame("r");
+    s.insert_frames(std::slice::from_ref(&root)).await.unwrap();
+    let step = refine(&root, draft("a"), t(1)).unwrap();
+    s.apply(&step).await.unwrap();
+    let a = s.frame(&step.frames[0].frame_id).await.unwrap().unwrap();
+    let step = refine(&a, draft("a1"), t(2)).unwrap();
+    s.apply(&step).await.unwrap();
+    let a1 = s.frame(&step.frames[0].frame_id).await.unwrap().unwrap();
+
+    let p = pivot(&a1, Some(&a), draft("b"), t(3)).unwrap();
+    s.apply(&p).await.unwrap();
+    let b = s.frame(&p.frames[0].frame_id).await.unwrap().unwrap();
+    assert_eq!((b.parent_id.as_ref(), b.depth, b.branched_from.as_ref()), (Some(&a.frame_id), 2, Some(&a1.frame_id)));
+    let a1_now = s.frame(&a1.frame_id).await.unwrap().unwrap();
+    assert_eq!(a1_now.status, Status::Suspended);
+    let last = a1_now.timestamps.history.last().unwrap();
+    assert_eq!((last.at, last.reason.clone()), (t(3), Some(format!("pivot to {}", b.frame_id))));
+
+    let root_now = s.frame(&root.frame_id).await.unwrap().unwrap();
+    let chain = vec![&root_now, &a, &b];
+    let bt = backtrack(&chain, draft("again"), t(4)).unwrap();
+    s.apply(&bt).await.unwrap();
+    let again = s.frame(&bt.frames[0].frame_id).await.unwrap().unwrap();
+    assert_eq!((again.parent_id.as_ref(), again.depth), (Some(&root.frame_id), 1));
+    for id in [&a.frame_id, &b.frame_id, &a1.frame_id] {
+        assert_eq!(s.frame(id).await.unwrap().unwrap().status, Status::Suspended, "{id}");
+    }
+    assert_eq!(s.count(&FrameFilter { pivots: true, ..FrameFilter::project(P) }).await.unwrap(), 2);
+
+    // A change computed from a stale read (a was active then, is suspended
+    // now) fails whole: the new frame it carried is not written either.
+    let stale = pivot(&a, Some(&root_now), draft("late"), t(5)).unwrap();
+    let e = s.apply(&stale).await.unwrap_err().to_string();
+    assert!(e.contains("is suspended; it cannot become suspended"), "{e}");
+    assert!(s.frame(&stale.frames[0].frame_id).await.unwrap().is_none());
+
+    // Resume: suspended → active, with history.
+    let resume = Changeset {
+        frames: vec![],
+        statuses: vec![StatusUpdate {
+            frame_id: a1.frame_id.clone(),
+            from: Status::Suspended,
+            change: StatusChange { status: Status::Active, at: t(6), reason: Some("resumed".into()), session_id: None },
+        }],
+    };
+    s.apply(&resume).await.unwrap();
+    let a1_now = s.frame(&a1.frame_id).await.unwrap().unwrap();
+    let statuses: Vec<Status> = a1_now.timestamps.history.iter().map(|h| h.status).collect();
+    assert_eq!(statuses, vec![Status::Active, Status::Suspended, Status::Active]);
+    assert_eq!(s.count(&FrameFilter::project(P)).await.unwrap(), 5, "nothing is ever deleted");
+}
+
+/// A random forest with random citations; random seeds; the store's SQL
+/// cascade must invalidate exactly what the in-memory algebra does.
+async fn cascade_matches_the_algebra(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut frames: Vec<noesis_frames::CausalFrame> = Vec::new();
+    for i in 0..400 {
+        let parent = if i < 5 || rng.below(10) == 0 { None } else { Some(frames[rng.below(frames.len())].clone()) };
+        let mut evidence = vec![];
+        if !frames.is_empty() && rng.below(4) == 0 {
+            evidence.push(Evidence::Frame { frame_id: frames[rng.below(frames.len())].frame_id.clone() });
+        }
+        let f = Draft { evidence, ..draft(&format!("f{i}")) }.into_frame(P, None, parent.as_ref(), t(i)).unwrap();
+        frames.push(f);
+    }
+    s.insert_frames(&frames).await.unwrap();
+    let mut tree = FrameTree::from_frames(frames.clone());
+    for round in 0..6 {
+        let seeds: Vec<Invalidation> = (0..3)
+            .map(|_| {
+                Invalidation::new(frames[rng.below(frames.len())].frame_id.clone(), &Cause::Manual(format!("r{round}")))
+            })
+            .collect();
+        let expected = tree.invalidate(&seeds, None, t(1000 + round));
+        let got = s.invalidate(&seeds, None, t(1000 + round)).await.unwrap();
+        assert_eq!(ids(&got), ids(&expected), "round {round}");
+        // Seeds come first, in order, with their own reasons.
+        let live_seeds: Vec<&Invalidation> = expected.iter().take_while(|i| i.reason.starts_with('i')).collect();
+        for (g, e) in got.iter().zip(live_seeds) {
+            assert_eq!(g, e);
+        }
+        for g in &got {
+            assert!(
+                g.reason.starts_with("invalidated by hand")
+                    || g.reason.starts_with("parent ")
+                    || g.reason.starts_with("cites invalidated frame "),
+                "{g:?}"
+            );
+        }
+    }
+    let stored = s.frames(&FrameFilter::project(P)).await.unwrap();
+    for f in &stored {
+        assert_eq!(f.status, tree.get(&f.frame_id).unwrap().status, "{}", f.frame_id);
+    }
+    assert!(s.check().await.unwrap().is_empty());
+}
+
+async fn queries(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let root = root_frame("Why is the CACHE cold?");
+    let a = Draft {
+        evidence: vec![file("src/cache.rs", "h1")],
+        conclusion: "eviction at 100%_full".into(),
+        ..draft("read cache")
+    }
+    .into_frame(P, Some("s1"), Some(&root), t(1))
+    .unwrap();
+    let b = Draft { evidence: vec![file("src/main.rs", "h2")], ..draft("read main") }
+        .into_frame(P, None, Some(&root), t(2))
+        .unwrap();
+    let b1 = draft("deeper").into_frame(P, None, Some(&b), t(3)).unwrap();
+    s.insert_frames(&[root.clone(), a.clone(), b.clone(), b1.clone()]).await.unwrap();
+    let p = pivot(&a, Some(&root), draft("another way"), t(4)).unwrap();
+    s.apply(&p).await.unwrap();
+    s.invalidate(&[Invalidation::new(b.frame_id.clone(), &Cause::Manual(String::new()))], None, t(5)).await.unwrap();
+
+    let q =
+        |f: FrameFilter| async move { s.frames(&f).await.unwrap().into_iter().map(|f| f.query).collect::<Vec<_>>() };
+    let base = || FrameFilter::project(P);
+    assert_eq!(
+        q(FrameFilter { status: Some(Status::Active), ..base() }).await,
+        vec!["Why is the CACHE cold?", "another way"]
+    );
+    assert_eq!(q(FrameFilter { status: Some(Status::Suspended), ..base() }).await, vec!["read cache"]);
+    assert_eq!(q(FrameFilter { status: Some(Status::Invalidated), ..base() }).await, vec!["read main", "deeper"]);
+    assert_eq!(q(FrameFilter { pivots: true, ..base() }).await, vec!["another way"]);
+    assert_eq!(q(FrameFilter { file: Some("src/cache.rs".into()), ..base() }).await, vec!["read cache"]);
+    assert_eq!(q(FrameFilter { file: Some("src/none.rs".into()), ..base() }).await, Vec::<String>::new());
+    assert_eq!(
+        q(FrameFilter { text: Some("cache".into()), ..base() }).await,
+        vec!["Why is the CACHE cold?", "read cache"]
+    );
+    assert_eq!(q(FrameFilter { text: Some("100%_".into()), ..base() }).await, vec!["read cache"]);
+    assert_eq!(q(FrameFilter { text: Some("0%x".into()), ..base() }).await, Vec::<String>::new(), "% is literal");
+    // The pivot stays in the session of the frame it branched from.
+    assert_eq!(q(FrameFilter { session_id: Some("s1".into()), ..base() }).await, vec!["read cache", "another way"]);
+    assert_eq!(q(FrameFilter { under: Some(b.frame_id.clone()), ..base() }).await, vec!["read main", "deeper"]);
+    assert_eq!(q(FrameFilter { limit: Some(2), ..base() }).await, vec!["deeper", "another way"]);
+    assert_eq!(s.count(&base()).await.unwrap(), 5);
+    assert_eq!(s.count(&FrameFilter::project("git:nobody")).await.unwrap(), 0);
+}
+
+async fn sessions_round_trip(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let tracked =
+        Draft { evidence: vec![file("a.rs", "1")], ..draft("uses a.rs") }.into_frame(P, None, None, t(0)).unwrap();
+    s.insert_frames(std::slice::from_ref(&tracked)).await.unwrap();
+    let mut files = std::collections::BTreeMap::new();
+    for i in 0..1000 {
+        files.insert(format!("dir/f{i:04}.rs"), FileEntry { hash: format!("{i:064x}"), role: FileRole::Created });
+    }
+    files.insert("a.rs".into(), FileEntry { hash: "2".into(), role: FileRole::Modified });
+    let mut sessions = Vec::new();
+    for (i, prompt) in [Some("first"), None].into_iter().enumerate() {
+        let id = format!("session-{i}");
+        let root = draft("session root").into_frame(P, Some(&id), None, t(10 + i as i64)).unwrap();
+        let art = SessionArtifacts {
+            session_id: id.clone(),
+            project_id: P.into(),
+            initial_prompt: prompt.map(str::to_owned),
+            files: files.clone(),
+            scope: vec![String::new()],
+            root_frame_id: Some(root.frame_id.clone()),
+            conversation_log: (i == 0).then(|| "/tmp/log.jsonl".to_owned()),
+            created_at: t(10 + i as i64),
+        };
+        let seeds = if i == 0 {
+            vec![Invalidation::new(
+                tracked.frame_id.clone(),
+                &Cause::FileChanged { path: "a.rs".into(), was: "1".into(), now: Some("2".into()) },
+            )]
+        } else {
+            vec![]
+        };
+        let hit = s.begin_session(&art, &root, &seeds).await.unwrap();
+        assert_eq!(hit.len(), seeds.len());
+        sessions.push(art);
+    }
+    let back = s.sessions(P, 10).await.unwrap();
+    assert_eq!(back.len(), 2);
+    assert_eq!(back[0], sessions[1], "newest first");
+    assert_eq!(back[1], sessions[0]);
+    assert_eq!(s.session("session-0").await.unwrap().as_ref(), Some(&sessions[0]));
+    assert!(s.session("nope").await.unwrap().is_none());
+    let inv = s.invalidated_in_session("session-0").await.unwrap();
+    assert_eq!(inv, vec![Invalidation { frame_id: tracked.frame_id.clone(), reason: "file a.rs changed".into() }]);
+    assert!(s.invalidated_in_session("session-1").await.unwrap().is_empty());
+    let h = s.frame(&tracked.frame_id).await.unwrap().unwrap().timestamps.history;
+    assert_eq!(h.last().unwrap().session_id.as_deref(), Some("session-0"));
+    // A session whose root is not named by it is refused.
+    let root = draft("x").into_frame(P, None, None, t(20)).unwrap();
+    let bad = SessionArtifacts { session_id: "s-bad".into(), root_frame_id: None, ..sessions[0].clone() };
+    assert!(s.begin_session(&bad, &root, &[]).await.is_err());
+    assert!(s.check().await.unwrap().is_empty());
+}
+
+async fn file_conditions_and_expiry(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let a =
+        Draft { evidence: vec![file("b", "2"), file("a", "1")], ..draft("a") }.into_frame(P, None, None, t(0)).unwrap();
+    let gone = Draft { evidence: vec![file("c", "3")], ..draft("gone") }.into_frame(P, None, None, t(0)).unwrap();
+    let exp =
+        Draft { condition: InvalidationCondition { expires_at: Some(t(50)), ..Default::default() }, ..draft("exp") }
+            .into_frame(P, None, None, t(0))
+            .unwrap();
+    s.insert_frames(&[a.clone(), gone.clone(), exp.clone()]).await.unwrap();
+    s.invalidate(&[Invalidation::new(gone.frame_id.clone(), &Cause::Manual(String::new()))], None, t(1)).await.unwrap();
+    let conds = s.file_conditions(P).await.unwrap();
+    let got: Vec<(&FrameId, &str)> = conds.iter().map(|(f, r)| (f, r.path.as_str())).collect();
+    assert_eq!(got, vec![(&a.frame_id, "a"), (&a.frame_id, "b")], "only live frames");
+    assert!(s.expired(P, t(49)).await.unwrap().is_empty());
+    assert_eq!(s.expired(P, t(50)).await.unwrap(), vec![(exp.frame_id.clone(), t(50))]);
+}
+
+async fn prefixes_resolve(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let a = root_frame("a");
+    let b = root_frame("b");
+    s.insert_frames(&[a.clone(), b.clone()]).await.unwrap();
+    assert_eq!(s.resolve(Some(P), a.frame_id.as_str()).await.unwrap(), a.frame_id);
+    let common: String =
+        a.frame_id.as_str().chars().zip(b.frame_id.as_str().chars()).take_while(|(x, y)| x == y).map(|p| p.0).collect();
+    if !common.is_empty() {
+        let e = s.resolve(Some(P), &common).await.unwrap_err().to_string();
+        assert!(e.contains("more than one frame"), "{e}");
+    }
+    let e = s.resolve(Some("git:other"), a.frame_id.as_str()).await.unwrap_err().to_string();
+    assert!(e.contains("no frame") && e.contains("git:other"), "{e}");
+    let e = s.resolve(None, "50%").await.unwrap_err().to_string();
+    assert!(e.contains("`50%` is not a frame id"), "{e}");
+    let upper = a.frame_id.as_str().to_uppercase();
+    assert_eq!(s.resolve(None, &upper).await.unwrap(), a.frame_id);
+}
+
+async fn migrations_run_once_and_refuse_newer_schemas(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    s.insert_frames(&[root_frame("kept")]).await.unwrap();
+    // Reopening is a no-op that keeps the data.
+    let again = noesis_store::SqlStore::open(&t_.url).await.unwrap();
+    assert_eq!(again.count(&FrameFilter::project(P)).await.unwrap(), 1);
+    again.close().await;
+    raw(&t_.url, "INSERT INTO noesis_migrations (version, name, applied_at) VALUES (999, 'from the future', 0)").await;
+    let e = noesis_store::SqlStore::open(&t_.url).await.unwrap_err();
+    assert!(matches!(e, StoreError::NewerSchema { found: 999, known: noesis_store::SCHEMA_VERSION, .. }), "{e}");
+    assert!(e.to_string().contains("upgrade noesis"), "{e}");
+}
+
+async fn check_finds_partial_frames(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let f = Draft { evidence: vec![file("x", "1"), file("y", "2")], ..draft("two files") }
+        .into_frame(P, None, None, t(0))
+        .unwrap();
+    s.insert_frames(std::slice::from_ref(&f)).await.unwrap();
+    assert!(s.check().await.unwrap().is_empty());
+    raw(&t_.url, &format!("DELETE FROM frame_files WHERE frame_id = '{}' AND path = 'y'", f.frame_id)).await;
+    let problems = s.check().await.unwrap();
+    assert_eq!(problems, vec![format!("file conditions missing: {}", f.frame_id)]);
+}
