@@ -185,6 +185,7 @@ impl OpenAiCompatible {
             finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(finish_reason),
             structured: mode,
             tool_calls,
+            served_by: None,
         })
     }
 }
@@ -356,6 +357,7 @@ impl StreamAccumulator {
             finish_reason: self.finish_reason,
             structured: self.mode,
             tool_calls,
+            served_by: None,
         })
     }
 }

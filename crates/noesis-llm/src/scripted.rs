@@ -73,6 +73,7 @@ impl Provider for Scripted {
             finish_reason: Some(FinishReason::Stop),
             structured: StructuredMode::Text,
             tool_calls: Vec::new(),
+            served_by: None,
         })
     }
 }

@@ -46,6 +46,7 @@ impl Provider for TestModel {
             finish_reason: Some(FinishReason::Stop),
             structured: StructuredMode::Fabricated,
             tool_calls: Vec::new(),
+            served_by: None,
         })
     }
 }

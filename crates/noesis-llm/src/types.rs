@@ -204,6 +204,9 @@ pub struct ChatResponse {
     pub structured: StructuredMode,
     /// Tools the model asked to call.
     pub tool_calls: Vec<ToolCall>,
+    /// `provider/model` that gave this answer when it was not the provider
+    /// asked (a fallback chain); `None` otherwise.
+    pub served_by: Option<String>,
 }
 
 impl ChatResponse {
@@ -216,6 +219,7 @@ impl ChatResponse {
             finish_reason: None,
             structured,
             tool_calls: Vec::new(),
+            served_by: None,
         }
     }
 }

@@ -1,0 +1,231 @@
+//! What tokens cost: a price table (built in, overridable from config) and
+//! budgets that several runs can share.
+
+use std::sync::Mutex;
+
+use crate::error::{ErrorKind, ProviderError};
+use crate::types::Usage;
+
+/// US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Price {
+    /// Per million input (prompt) tokens.
+    pub input: f64,
+    /// Per million output (completion) tokens.
+    pub output: f64,
+}
+
+/// List prices of common models, USD per million tokens, as published by
+/// their vendors when this table was written. Prices change: `[prices]` in
+/// `noesis.toml` overrides any entry, and a model not listed has no cost
+/// (reported as unknown, never as zero).
+const BUILTIN: &[(&str, Price)] = &[
+    ("gpt-4o-mini", Price { input: 0.15, output: 0.60 }),
+    ("gpt-4o", Price { input: 2.50, output: 10.00 }),
+    ("gpt-4.1-nano", Price { input: 0.10, output: 0.40 }),
+    ("gpt-4.1-mini", Price { input: 0.40, output: 1.60 }),
+    ("gpt-4.1", Price { input: 2.00, output: 8.00 }),
+    ("o4-mini", Price { input: 1.10, output: 4.40 }),
+    ("claude-3-5-haiku", Price { input: 0.80, output: 4.00 }),
+    ("claude-haiku-4-5", Price { input: 1.00, output: 5.00 }),
+    ("claude-sonnet-4", Price { input: 3.00, output: 15.00 }),
+    ("claude-opus-4", Price { input: 15.00, output: 75.00 }),
+    ("gemini-2.5-flash-lite", Price { input: 0.10, output: 0.40 }),
+    ("gemini-2.5-flash", Price { input: 0.30, output: 2.50 }),
+    ("gemini-2.5-pro", Price { input: 1.25, output: 10.00 }),
+    ("deepseek-chat", Price { input: 0.27, output: 1.10 }),
+    ("deepseek-reasoner", Price { input: 0.55, output: 2.19 }),
+];
+
+/// Prices by model name.
+///
+/// Lookup is exact first, then the longest entry that prefixes the model
+/// (`gpt-4o-mini-2024-07-18` costs what `gpt-4o-mini` costs), also after a
+/// vendor prefix (`openai/gpt-4o-mini` on OpenRouter).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PriceTable {
+    entries: Vec<(String, Price)>,
+}
+
+impl PriceTable {
+    /// The built-in table.
+    pub fn builtin() -> PriceTable {
+        PriceTable { entries: BUILTIN.iter().map(|(m, p)| ((*m).to_owned(), *p)).collect() }
+    }
+
+    /// Adds or replaces the price of `model`.
+    pub fn set(&mut self, model: &str, price: Price) {
+        match self.entries.iter_mut().find(|(m, _)| m == model) {
+            Some(e) => e.1 = price,
+            None => self.entries.push((model.to_owned(), price)),
+        }
+    }
+
+    /// The price of `model`, if known.
+    pub fn price(&self, model: &str) -> Option<Price> {
+        let bare = model.rsplit('/').next().unwrap_or(model);
+        [model, bare].into_iter().find_map(|name| {
+            self.entries.iter().find(|(m, _)| m == name).map(|(_, p)| *p).or_else(|| {
+                self.entries
+                    .iter()
+                    .filter(|(m, _)| name.starts_with(m.as_str()) && name[m.len()..].starts_with(['-', '@', ':']))
+                    .max_by_key(|(m, _)| m.len())
+                    .map(|(_, p)| *p)
+            })
+        })
+    }
+
+    /// What `usage` on `model` cost, if the model's price is known.
+    pub fn cost(&self, model: &str, usage: Usage) -> Option<f64> {
+        self.price(model)
+            .map(|p| (usage.input_tokens as f64 * p.input + usage.output_tokens as f64 * p.output) / 1_000_000.0)
+    }
+}
+
+/// Limits on what a run (or several sharing it) may spend.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Budget {
+    /// Most input + output tokens.
+    pub max_tokens: Option<u64>,
+    /// Most US dollars.
+    pub max_cost_usd: Option<f64>,
+}
+
+/// What has been spent so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct Spent {
+    /// Tokens in and out.
+    pub usage: Usage,
+    /// Dollars, counting only calls whose price is known.
+    pub cost_usd: f64,
+    /// Calls whose model had no known price.
+    pub unpriced_calls: u32,
+}
+
+/// A [`Budget`] and what has been spent against it; share it (`Arc`) to
+/// give several runs one budget.
+#[derive(Debug, Default)]
+pub struct BudgetMeter {
+    budget: Budget,
+    spent: Mutex<Spent>,
+}
+
+impl BudgetMeter {
+    /// A meter with nothing spent.
+    pub fn new(budget: Budget) -> BudgetMeter {
+        BudgetMeter { budget, spent: Mutex::new(Spent::default()) }
+    }
+
+    /// The limits.
+    pub fn budget(&self) -> Budget {
+        self.budget
+    }
+
+    /// What has been spent.
+    pub fn spent(&self) -> Spent {
+        *self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records a call's usage and cost.
+    pub fn charge(&self, usage: Usage, cost: Option<f64>) {
+        let mut s = self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        s.usage += usage;
+        match cost {
+            Some(c) => s.cost_usd += c,
+            None => s.unpriced_calls += 1,
+        }
+    }
+
+    /// Refuses a call expected to use `input_tokens` more (plus up to
+    /// `max_output` when capped) when that would break a limit. Cost is
+    /// checked on what has been spent: a call's price is only known after.
+    pub fn check(&self, provider: &str, input_tokens: u64, max_output: Option<u32>) -> Result<(), ProviderError> {
+        let s = self.spent();
+        if let Some(limit) = self.budget.max_tokens {
+            let used = s.usage.input_tokens + s.usage.output_tokens;
+            let next = input_tokens + u64::from(max_output.unwrap_or(0));
+            if used >= limit || used + next > limit {
+                return Err(ProviderError::new(
+                    provider,
+                    ErrorKind::Budget,
+                    format!(
+                        "token budget exceeded: {used} tokens used, about {next} more needed, limit {limit} (raise it with --max-total-tokens or [budget] max_tokens)"
+                    ),
+                ));
+            }
+        }
+        if let Some(limit) = self.budget.max_cost_usd {
+            if s.cost_usd >= limit {
+                return Err(ProviderError::new(
+                    provider,
+                    ErrorKind::Budget,
+                    format!(
+                        "cost budget exceeded: ${:.4} spent, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)",
+                        s.cost_usd
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A rough token count for text: about four characters per token for
+/// English and code, which is what budgets and size checks need before the
+/// provider has counted.
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_prefers_exact_then_longest_prefix() {
+        let t = PriceTable::builtin();
+        assert_eq!(t.price("gpt-4o").unwrap().input, 2.50);
+        assert_eq!(t.price("gpt-4o-mini-2024-07-18").unwrap().input, 0.15);
+        assert_eq!(t.price("openai/gpt-4o-mini").unwrap().output, 0.60);
+        assert_eq!(t.price("claude-sonnet-4-5-20250929").unwrap().input, 3.00);
+        assert_eq!(t.price("gemini-2.5-flash-lite").unwrap().input, 0.10);
+        // "gpt-4o" must not price "gpt-4omega".
+        assert_eq!(t.price("gpt-4omega"), None);
+        assert_eq!(t.price("llama3.2"), None);
+    }
+
+    #[test]
+    fn overrides_replace_and_add() {
+        let mut t = PriceTable::builtin();
+        t.set("gpt-4o", Price { input: 1.0, output: 2.0 });
+        t.set("llama3.2", Price { input: 0.0, output: 0.0 });
+        assert_eq!(t.price("gpt-4o"), Some(Price { input: 1.0, output: 2.0 }));
+        assert_eq!(t.cost("llama3.2", Usage { input_tokens: 10, output_tokens: 10 }), Some(0.0));
+        let c = t.cost("gpt-4o", Usage { input_tokens: 1_000_000, output_tokens: 500_000 }).unwrap();
+        assert!((c - 2.0).abs() < 1e-9, "{c}");
+        assert_eq!(t.cost("unknown", Usage::default()), None);
+    }
+
+    #[test]
+    fn meter_refuses_calls_past_the_limits() {
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: Some(0.01) });
+        m.check("p", 50, Some(40)).unwrap();
+        assert_eq!(m.check("p", 50, Some(60)).unwrap_err().kind, ErrorKind::Budget);
+        m.charge(Usage { input_tokens: 60, output_tokens: 10 }, Some(0.004));
+        m.charge(Usage { input_tokens: 10, output_tokens: 10 }, None);
+        assert_eq!(m.spent().unpriced_calls, 1);
+        let e = m.check("p", 20, None).unwrap_err();
+        assert!(e.message.contains("90 tokens used"), "{}", e.message);
+        m.charge(Usage::default(), Some(0.01));
+        let m2 = BudgetMeter::new(Budget { max_tokens: None, max_cost_usd: Some(0.01) });
+        m2.charge(Usage::default(), Some(0.02));
+        assert!(m2.check("p", 0, None).unwrap_err().message.contains("cost budget exceeded"));
+    }
+
+    #[test]
+    fn estimate_is_a_quarter_of_the_characters() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+    }
+}

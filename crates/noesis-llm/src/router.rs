@@ -1,0 +1,192 @@
+//! Choosing a provider per module (routing rules) and trying the next one
+//! when a provider fails (a fallback chain).
+
+use std::sync::Arc;
+
+use crate::error::{ErrorKind, ProviderError};
+use crate::types::{Capabilities, ChatRequest, ChatResponse};
+use crate::{Provider, TextSink};
+
+/// One routing rule: modules matching `module` (a name with `*` wildcards)
+/// and/or of tier `tier` go to `provider` (and `model`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Module tier to match (`exec`, `decision`, `exploration`).
+    #[serde(default)]
+    pub tier: Option<String>,
+    /// Module name pattern to match; `*` matches any run of characters.
+    #[serde(default)]
+    pub module: Option<String>,
+    /// The provider to use.
+    pub provider: String,
+    /// The model to use; the provider's default when absent.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// The first rule that matches a module, if any. A rule with neither
+/// `tier` nor `module` matches everything.
+pub fn route<'a>(routes: &'a [Route], module: &str, tier: Option<&str>) -> Option<&'a Route> {
+    routes.iter().find(|r| {
+        r.tier.as_deref().is_none_or(|t| Some(t) == tier) && r.module.as_deref().is_none_or(|p| glob(p, module))
+    })
+}
+
+/// `*`-only glob matching, anchored at both ends.
+fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for mid in &parts[1..parts.len() - 1] {
+        match rest.find(mid) {
+            Some(i) => rest = &rest[i + mid.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Providers tried in order: when one fails, the next gets the same request.
+///
+/// Failures that another provider cannot fix are returned at once: a
+/// cancelled call, a spent budget, a missing recording. The answer names the
+/// provider that gave it in [`ChatResponse::served_by`].
+pub struct Fallback {
+    chain: Vec<Arc<dyn Provider>>,
+}
+
+impl std::fmt::Debug for Fallback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.chain.iter().map(|p| format!("{}/{}", p.name(), p.model())).collect();
+        f.debug_struct("Fallback").field("chain", &names).finish()
+    }
+}
+
+impl Fallback {
+    /// A chain; `None` when it is empty.
+    pub fn new(chain: Vec<Arc<dyn Provider>>) -> Option<Fallback> {
+        if chain.is_empty() { None } else { Some(Fallback { chain }) }
+    }
+
+    fn first(&self) -> &dyn Provider {
+        self.chain[0].as_ref()
+    }
+
+    async fn each<'a, F>(&'a self, call: F) -> Result<ChatResponse, ProviderError>
+    where
+        F: Fn(
+            &'a dyn Provider,
+        ) -> std::pin::Pin<Box<dyn Future<Output = Result<ChatResponse, ProviderError>> + Send + 'a>>,
+    {
+        let mut failures = Vec::new();
+        let mut attempts = 0;
+        let mut last = None;
+        for p in &self.chain {
+            match call(p.as_ref()).await {
+                Ok(mut resp) => {
+                    if resp.served_by.is_none() {
+                        resp.served_by = Some(format!("{}/{}", p.name(), p.model()));
+                    }
+                    return Ok(resp);
+                }
+                Err(e) if matches!(e.kind, ErrorKind::Cancelled | ErrorKind::Budget | ErrorKind::NotRecorded) => {
+                    return Err(e);
+                }
+                Err(e) => {
+                    attempts += e.attempts;
+                    failures.push(e.to_string());
+                    last = Some(e);
+                }
+            }
+        }
+        let mut e = last.unwrap_or_else(|| ProviderError::new("fallback", ErrorKind::Unavailable, "no providers"));
+        if failures.len() > 1 {
+            e.message = format!("every provider in the fallback chain failed: {}", failures.join("; "));
+        }
+        Err(e.with_attempts(attempts))
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Fallback {
+    fn name(&self) -> &str {
+        self.first().name()
+    }
+
+    fn model(&self) -> &str {
+        self.first().model()
+    }
+
+    /// What every member can do, so a request built for the first one is
+    /// one the others accept too.
+    fn capabilities(&self) -> Capabilities {
+        self.chain.iter().map(|p| p.capabilities()).fold(self.first().capabilities(), |a, b| Capabilities {
+            json_schema: a.json_schema && b.json_schema,
+            json_mode: a.json_mode && b.json_mode,
+            tools: a.tools && b.tools,
+            streaming: a.streaming && b.streaming,
+        })
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        self.each(|p| Box::pin(p.chat(request))).await
+    }
+
+    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
+        self.each(|p| Box::pin(p.chat_stream(request, on_text))).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(tier: Option<&str>, module: Option<&str>, provider: &str) -> Route {
+        Route {
+            tier: tier.map(str::to_owned),
+            module: module.map(str::to_owned),
+            provider: provider.into(),
+            model: None,
+        }
+    }
+
+    #[test]
+    fn first_matching_rule_wins() {
+        let routes = vec![
+            r(Some("exec"), Some("code-*"), "cheap"),
+            r(Some("exec"), None, "exec"),
+            r(None, Some("*review*"), "big"),
+            r(None, None, "default"),
+        ];
+        let pick = |m: &str, t: Option<&str>| route(&routes, m, t).map(|r| r.provider.as_str());
+        assert_eq!(pick("code-simplifier", Some("exec")), Some("cheap"));
+        assert_eq!(pick("task-prioritizer", Some("exec")), Some("exec"));
+        assert_eq!(pick("code-reviewer", Some("decision")), Some("big"));
+        assert_eq!(pick("x", None), Some("default"));
+        assert_eq!(route(&routes[..1], "x", Some("exec")), None);
+    }
+
+    #[test]
+    fn glob_is_anchored() {
+        for (p, t, want) in [
+            ("code-*", "code-x", true),
+            ("code-*", "xcode-x", false),
+            ("*-reviewer", "code-reviewer", true),
+            ("a*b*c", "axxbyyc", true),
+            ("a*b*c", "acb", false),
+            ("ab*ba", "aba", false),
+            ("*", "", true),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+        ] {
+            assert_eq!(glob(p, t), want, "{p} ~ {t}");
+        }
+    }
+}
