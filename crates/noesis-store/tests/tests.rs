@@ -7,3 +7,5 @@
 #[macro_use]
 mod support;
 mod behaviour;
+mod processes;
+mod scenario;
