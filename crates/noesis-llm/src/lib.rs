@@ -18,6 +18,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod anthropic;
 mod error;
 mod http;
 mod openai;
@@ -31,6 +32,7 @@ mod strict;
 mod test_model;
 mod types;
 
+pub use anthropic::{ANTHROPIC_VERSION, Anthropic};
 pub use error::{ErrorKind, ProviderError};
 pub use http::{EndpointConfig, HttpSettings};
 pub use openai::OpenAiCompatible;
