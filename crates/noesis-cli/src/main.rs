@@ -3,6 +3,8 @@
 //! work happens in the library crates.
 
 mod cmd;
+mod config;
+mod memory;
 mod out;
 mod provider;
 
@@ -18,6 +20,10 @@ struct Cli {
     /// Extra folder that holds modules, searched first (repeatable).
     #[arg(long = "modules", global = true, value_name = "DIR")]
     modules: Vec<PathBuf>,
+    /// Where frames and sessions are kept: a SQLite file (path or sqlite://PATH) or
+    /// postgres://USER@HOST/DB. Default: $NOESIS_HOME/noesis.db (NOESIS_HOME: ~/.noesis).
+    #[arg(long, global = true, env = "NOESIS_STORE", value_name = "URL")]
+    store: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -36,6 +42,12 @@ enum Command {
     Info(cmd::info::Args),
     /// Create a new v2.2 module that validates.
     Init(cmd::init::Args),
+    /// Start a session (hash the files in scope, invalidate stale frames) or diff it with the last.
+    Session(cmd::session::Args),
+    /// List, show, invalidate, verify and resume the project's frames.
+    Frames(cmd::frames::Args),
+    /// Show configured providers, which one a run would use and whether each answers (never a key).
+    Doctor(cmd::doctor::Args),
 }
 
 fn main() -> ExitCode {
@@ -61,6 +73,7 @@ fn main() -> ExitCode {
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let search = noesis_modules::search::SearchPath::from_env(&cli.modules);
+    memory::configure(cli.store.clone());
     match cli.command {
         Command::Run(a) => cmd::run::run(&search, a),
         Command::Validate(a) => cmd::validate::run(&search, a),
@@ -68,5 +81,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::List(a) => cmd::list::run(&search, a),
         Command::Info(a) => cmd::info::run(&search, a),
         Command::Init(a) => cmd::init::run(a),
+        Command::Session(a) => cmd::session::run(a),
+        Command::Frames(a) => cmd::frames::run(a),
+        Command::Doctor(a) => cmd::doctor::run(a),
     }
 }

@@ -20,6 +20,13 @@ pub(crate) fn note(text: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
+/// Streamed model text on stderr, as it arrives (no newline added).
+pub(crate) fn stream(text: &str) {
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(text.as_bytes());
+    let _ = err.flush();
+}
+
 /// An error line on stderr.
 pub(crate) fn error(text: &str) {
     note(&format!("error: {text}"));

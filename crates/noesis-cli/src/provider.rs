@@ -1,20 +1,27 @@
-//! Choosing a provider from flags and the environment.
+//! Choosing a provider from flags, the environment and config files.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use noesis_llm::{OpenAiCompatible, PRESETS, Provider, Scripted, TestModel};
+use noesis_llm::{
+    Budget, BudgetMeter, EndpointConfig, Fallback, PRESETS, Preset, PriceTable, Provider, Recorder, Replayer, Scripted,
+    TestModel, Wire,
+};
+
+use crate::config::Config;
 
 /// Flags shared by every command that calls a model.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Default, clap::Args)]
 pub(crate) struct ProviderArgs {
-    /// Provider: openai, deepseek, qwen, moonshot, minimax, openrouter, vllm,
-    /// lmstudio, test, scripted [env: LLM_PROVIDER]. Default: the first of
-    /// those whose API key variable is set (OPENAI_API_KEY, DEEPSEEK_API_KEY,
-    /// DASHSCOPE_API_KEY, …), else openai when OPENAI_BASE_URL is set, else
-    /// the test model.
+    /// Provider: openai, anthropic, gemini, deepseek, qwen, moonshot, minimax,
+    /// openrouter, vllm, lmstudio, ollama, a name defined in noesis.toml,
+    /// test, scripted [env: LLM_PROVIDER]. Default: a routing rule or
+    /// `provider` from noesis.toml, else the first provider whose API key
+    /// variable is set (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, …),
+    /// else openai when OPENAI_BASE_URL is set, ollama when OLLAMA_HOST is
+    /// set, else the test model.
     #[arg(long, value_name = "P")]
     pub provider: Option<String>,
     /// Model name [env: LLM_MODEL].
@@ -23,39 +30,156 @@ pub(crate) struct ProviderArgs {
     /// Script file for --provider scripted (a JSON array of replies, or one reply).
     #[arg(long, value_name = "FILE")]
     pub script: Option<PathBuf>,
-    /// Whole-call timeout in seconds for HTTP providers.
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
-    pub timeout: u64,
+    /// Whole-call timeout in seconds for HTTP providers [default: 120].
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
     /// Retries of transient HTTP failures (429, 5xx, dropped connections),
-    /// with exponential backoff that honours Retry-After. 0 disables them.
-    #[arg(long, value_name = "N", default_value_t = 2)]
-    pub retries: u32,
-    /// Most HTTP requests in flight at once to the provider, across every run
-    /// in this process. 0 means no limit.
-    #[arg(long, value_name = "N", default_value_t = 64)]
-    pub max_concurrency: usize,
+    /// with exponential backoff that honours Retry-After; 0 disables them [default: 2].
+    #[arg(long, value_name = "N")]
+    pub retries: Option<u32>,
+    /// Most HTTP requests in flight at once to a provider, across every run
+    /// in this process; 0 means no limit [default: 64].
+    #[arg(long, value_name = "N")]
+    pub max_concurrency: Option<usize>,
+    /// Providers to try, in order, when the chosen one fails (comma list).
+    #[arg(long, value_name = "P,P", value_delimiter = ',')]
+    pub fallback: Vec<String>,
+    /// Record every provider request and answer into DIR.
+    #[arg(long, value_name = "DIR", conflicts_with = "replay")]
+    pub record: Option<PathBuf>,
+    /// Answer from recordings in DIR; a request with no recording fails.
+    #[arg(long, value_name = "DIR")]
+    pub replay: Option<PathBuf>,
+    /// Stop a run that would use more tokens (input + output) than this.
+    #[arg(long, value_name = "N")]
+    pub max_total_tokens: Option<u64>,
+    /// Stop a run that has cost more US dollars than this.
+    #[arg(long, value_name = "USD")]
+    pub max_cost: Option<f64>,
 }
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
-    let explicit = args.provider.clone().or_else(|| env("LLM_PROVIDER"));
-    let name = match explicit {
-        Some(p) => p,
-        None => match detect(&env) {
-            Some(name) => name.to_owned(),
-            None => {
-                crate::out::note(
-                    "note: no provider configured (set LLM_PROVIDER or a provider key such as OPENAI_API_KEY); using the schema-driven test model",
-                );
-                "test".to_owned()
-            }
-        },
-    };
+/// Where a choice came from, for `doctor` and notes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Source {
+    Flag,
+    Env,
+    Route(usize),
+    Config,
+    Detected,
+    Default,
+}
+
+impl Source {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Source::Flag => "--provider".into(),
+            Source::Env => "LLM_PROVIDER".into(),
+            Source::Route(i) => format!("routes[{i}] in the config"),
+            Source::Config => "`provider` in the config".into(),
+            Source::Detected => "detected from the environment".into(),
+            Source::Default => "default".into(),
+        }
+    }
+}
+
+/// The provider name (and model) to use, and why.
+pub(crate) fn choose(
+    args: &ProviderArgs,
+    config: &Config,
+    module: Option<(&str, Option<&str>)>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> (String, Option<String>, Source) {
     let model = args.model.clone().or_else(|| env("LLM_MODEL"));
-    Ok(match name.as_str() {
+    if let Some(p) = &args.provider {
+        return (p.clone(), model, Source::Flag);
+    }
+    if let Some(p) = env("LLM_PROVIDER") {
+        return (p, model, Source::Env);
+    }
+    if let Some((name, tier)) = module {
+        if let Some(r) = noesis_llm::route(&config.routes, name, tier) {
+            let i = config.routes.iter().position(|x| x == r).unwrap_or(0);
+            return (r.provider.clone(), model.or_else(|| r.model.clone()), Source::Route(i));
+        }
+    }
+    if let Some(p) = &config.provider {
+        return (p.clone(), model, Source::Config);
+    }
+    match detect(env) {
+        Some(name) => (name.to_owned(), model, Source::Detected),
+        None => ("test".to_owned(), model, Source::Default),
+    }
+}
+
+/// The endpoint settings for `name`: preset table, then config, then
+/// environment, then flags.
+pub(crate) fn endpoint(
+    name: &str,
+    model: Option<String>,
+    args: &ProviderArgs,
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> anyhow::Result<(Wire, EndpointConfig)> {
+    let entry = config.providers.get(name);
+    let (wire, mut cfg) = match noesis_llm::preset(name) {
+        Some(preset) => {
+            let model = model
+                .or_else(|| preset.model_var.and_then(env))
+                .or_else(|| entry.and_then(|e| e.model.clone()))
+                .or_else(|| config.model.clone().filter(|_| config.provider.as_deref() == Some(name)));
+            let mut cfg = noesis_llm::resolve(preset, env, model);
+            if let Some(url) = entry.and_then(|e| e.base_url.as_ref()) {
+                // The preset's variable still wins over the file.
+                if env(preset.base_url_var).is_none() {
+                    cfg.base_url = url.trim_end_matches('/').to_owned();
+                }
+            }
+            if entry.and_then(|e| e.wire).is_some_and(|w| w != preset.wire) {
+                bail!("providers.{name}.wire: `{name}` is a built-in provider that speaks {}", preset.wire.as_str());
+            }
+            (preset.wire, cfg)
+        }
+        None => {
+            let Some(entry) = entry else {
+                bail!("unknown provider `{name}` (known: {})", known_names(config));
+            };
+            let Some(wire) = entry.wire else {
+                bail!(
+                    "providers.{name}: a provider that is not built in needs `wire` (openai, anthropic, gemini, ollama)"
+                );
+            };
+            let Some(base_url) = &entry.base_url else {
+                bail!("providers.{name}: a provider that is not built in needs `base_url`");
+            };
+            let Some(model) = model
+                .or_else(|| entry.model.clone())
+                .or_else(|| config.model.clone().filter(|_| config.provider.as_deref() == Some(name)))
+            else {
+                bail!("providers.{name}: no model (set `model` there, or pass --model)");
+            };
+            (wire, EndpointConfig::new(name, base_url, &model))
+        }
+    };
+    if let Some(var) = entry.and_then(|e| e.api_key_env.as_deref()) {
+        cfg.api_key = env(var);
+    }
+    cfg.http.timeout = Duration::from_secs(args.timeout.or(config.timeout).unwrap_or(120).max(1));
+    cfg.http.retry.max_retries = args.retries.or(config.retries).unwrap_or(2);
+    cfg.http.max_concurrency = args.max_concurrency.or(config.max_concurrency).unwrap_or(64);
+    Ok((wire, cfg))
+}
+
+fn connect(
+    name: &str,
+    model: Option<String>,
+    args: &ProviderArgs,
+    config: &Config,
+) -> anyhow::Result<Arc<dyn Provider>> {
+    Ok(match name {
         "test" => Arc::new(TestModel),
         "scripted" => {
             let Some(path) = &args.script else {
@@ -63,32 +187,92 @@ pub(crate) fn select(args: &ProviderArgs) -> anyhow::Result<Arc<dyn Provider>> {
             };
             Arc::new(Scripted::from_file(path)?)
         }
-        other => {
-            let Some(preset) = noesis_llm::preset(other) else {
-                bail!("unknown provider `{other}` (known: {})", known_names());
-            };
-            let mut cfg = noesis_llm::resolve(preset, &env, model);
-            cfg.http.timeout = Duration::from_secs(args.timeout.max(1));
-            cfg.http.retry.max_retries = args.retries;
-            cfg.http.max_concurrency = args.max_concurrency;
-            Arc::new(OpenAiCompatible::new(cfg).with_context(|| format!("cannot set up the {other} provider"))?)
+        _ => {
+            let (wire, cfg) = endpoint(name, model, args, config, &env)?;
+            wire.connect(cfg).with_context(|| format!("cannot set up the {name} provider"))?
         }
     })
 }
 
+/// The provider for a run of `module` (name, tier), wrapped in a fallback
+/// chain and a recorder when asked; or a replayer.
+pub(crate) fn select(
+    args: &ProviderArgs,
+    config: &Config,
+    module: Option<(&str, Option<&str>)>,
+) -> anyhow::Result<Arc<dyn Provider>> {
+    let (name, model, source) = choose(args, config, module, &env);
+    if source == Source::Default && args.replay.is_none() {
+        crate::out::note(
+            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the schema-driven test model",
+        );
+    }
+    if let Some(dir) = &args.replay {
+        // The recording decides the model when none is named.
+        let model = match model {
+            Some(m) => m,
+            None => match name.as_str() {
+                "test" => "schema".to_owned(),
+                "scripted" => "script".to_owned(),
+                _ => endpoint(&name, None, args, config, &|_| None).map(|(_, c)| c.model).unwrap_or_default(),
+            },
+        };
+        return Ok(Arc::new(Replayer::open(dir, &name, &model)?));
+    }
+    let primary = connect(&name, model, args, config)?;
+    let names = if args.fallback.is_empty() { &config.fallback } else { &args.fallback };
+    let mut provider = primary;
+    if !names.is_empty() {
+        let mut chain = vec![provider];
+        for n in names.iter().filter(|n| **n != name) {
+            chain.push(connect(n, None, args, config).with_context(|| format!("fallback provider `{n}`"))?);
+        }
+        provider = Arc::new(Fallback::new(chain).context("empty fallback chain")?);
+    }
+    if let Some(dir) = &args.record {
+        provider = Arc::new(Recorder::new(provider, dir)?);
+    }
+    Ok(provider)
+}
+
+/// The run's budget from flags and config; `None` when unlimited.
+pub(crate) fn budget(args: &ProviderArgs, config: &Config) -> anyhow::Result<Option<Arc<BudgetMeter>>> {
+    let budget = Budget {
+        max_tokens: args.max_total_tokens.or(config.budget.max_tokens),
+        max_cost_usd: args.max_cost.or(config.budget.max_cost_usd),
+    };
+    if let Some(c) = budget.max_cost_usd {
+        if !(c.is_finite() && c >= 0.0) {
+            bail!("--max-cost must be a non-negative number of US dollars, got {c}");
+        }
+    }
+    Ok((budget != Budget::default()).then(|| Arc::new(BudgetMeter::new(budget))))
+}
+
+/// The built-in price table with the config's overrides.
+pub(crate) fn prices(config: &Config) -> Arc<PriceTable> {
+    let mut table = PriceTable::builtin();
+    for (model, price) in &config.prices {
+        table.set(model, *price);
+    }
+    Arc::new(table)
+}
+
 /// The provider to use when none is named, if the environment points at one.
-fn detect(env: &dyn Fn(&str) -> Option<String>) -> Option<&'static str> {
+pub(crate) fn detect(env: &dyn Fn(&str) -> Option<String>) -> Option<&'static str> {
     PRESETS
         .iter()
         .find(|p| p.key_var.is_some_and(|v| env(v).is_some()))
         .map(|p| p.name)
-        // A base URL alone means a local or proxied OpenAI-style server that
-        // needs no key; only OPENAI_BASE_URL is taken that way, as before.
+        // A base URL alone means a local or proxied server that needs no
+        // key; only OPENAI_BASE_URL and OLLAMA_HOST are taken that way.
         .or_else(|| env("OPENAI_BASE_URL").map(|_| "openai"))
+        .or_else(|| env("OLLAMA_HOST").map(|_| "ollama"))
 }
 
-fn known_names() -> String {
-    let mut names: Vec<&str> = PRESETS.iter().map(|p| p.name).collect();
+pub(crate) fn known_names(config: &Config) -> String {
+    let mut names: Vec<&str> = PRESETS.iter().map(|p: &Preset| p.name).collect();
+    names.extend(config.providers.keys().filter(|k| noesis_llm::preset(k).is_none()).map(String::as_str));
     names.extend(["test", "scripted"]);
     names.join(", ")
 }
@@ -106,12 +290,14 @@ mod tests {
         assert_eq!(detect(&env_of(&[])), None);
         assert_eq!(detect(&env_of(&[("MOONSHOT_API_KEY", "k"), ("DEEPSEEK_API_KEY", "k")])), Some("deepseek"));
         assert_eq!(detect(&env_of(&[("DEEPSEEK_API_KEY", "k"), ("OPENAI_API_KEY", "k")])), Some("openai"));
+        assert_eq!(detect(&env_of(&[("GEMINI_API_KEY", "k"), ("ANTHROPIC_API_KEY", "k")])), Some("anthropic"));
         assert_eq!(detect(&env_of(&[("VLLM_API_KEY", "k")])), Some("vllm"));
     }
 
     #[test]
-    fn detect_falls_back_to_openai_base_url_only() {
+    fn detect_falls_back_to_base_urls_only_for_keyless_servers() {
         assert_eq!(detect(&env_of(&[("OPENAI_BASE_URL", "http://127.0.0.1:1/v1")])), Some("openai"));
+        assert_eq!(detect(&env_of(&[("OLLAMA_HOST", "127.0.0.1")])), Some("ollama"));
         assert_eq!(detect(&env_of(&[("DEEPSEEK_BASE_URL", "http://127.0.0.1:1/v1")])), None);
         assert_eq!(detect(&env_of(&[("LMSTUDIO_BASE_URL", "http://127.0.0.1:1/v1")])), None);
         // A blank key is no key.
@@ -119,9 +305,89 @@ mod tests {
     }
 
     #[test]
-    fn known_names_lists_presets_and_builtins() {
-        let names = known_names();
-        assert!(names.starts_with("openai, deepseek, "), "{names}");
-        assert!(names.ends_with("lmstudio, test, scripted"), "{names}");
+    fn known_names_lists_presets_config_and_builtins() {
+        let mut config = Config::default();
+        config.providers.insert("corp".into(), Default::default());
+        config.providers.insert("openai".into(), Default::default());
+        let names = known_names(&config);
+        assert!(names.starts_with("openai, anthropic, gemini, deepseek, "), "{names}");
+        assert!(names.ends_with("lmstudio, ollama, corp, test, scripted"), "{names}");
+    }
+
+    fn cfg(text: &str) -> Config {
+        toml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn endpoint_layers_preset_config_env_and_flags() {
+        let config = cfg(
+            "provider = \"openai\"\nmodel = \"m-top\"\ntimeout = 7\n[providers.openai]\nbase_url = \"http://file/v1\"\napi_key_env = \"MY_KEY\"",
+        );
+        let args = ProviderArgs::default();
+        let (wire, c) = endpoint("openai", None, &args, &config, &env_of(&[("MY_KEY", "k1")])).unwrap();
+        assert_eq!(wire, Wire::OpenAi);
+        assert_eq!(
+            (c.base_url.as_str(), c.model.as_str(), c.api_key.as_deref()),
+            ("http://file/v1", "m-top", Some("k1"))
+        );
+        assert_eq!(c.http.timeout, Duration::from_secs(7));
+        // Env beats the file; flags beat both.
+        let env = env_of(&[("OPENAI_BASE_URL", "http://env/v1"), ("MY_KEY", "k1")]);
+        let args = ProviderArgs { timeout: Some(3), ..ProviderArgs::default() };
+        let (_, c) = endpoint("openai", Some("m-flag".into()), &args, &config, &env).unwrap();
+        assert_eq!((c.base_url.as_str(), c.model.as_str()), ("http://env/v1", "m-flag"));
+        assert_eq!(c.http.timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn custom_endpoints_need_wire_base_url_and_model() {
+        let args = ProviderArgs::default();
+        let ok = cfg("[providers.corp]\nwire = \"anthropic\"\nbase_url = \"http://c/\"\nmodel = \"m\"");
+        let (wire, c) = endpoint("corp", None, &args, &ok, &env_of(&[])).unwrap();
+        assert_eq!((wire, c.base_url.as_str(), c.name.as_str()), (Wire::Anthropic, "http://c", "corp"));
+        for (text, want) in [
+            ("[providers.corp]\nbase_url = \"http://c\"\nmodel = \"m\"", "needs `wire`"),
+            ("[providers.corp]\nwire = \"openai\"\nmodel = \"m\"", "needs `base_url`"),
+            ("[providers.corp]\nwire = \"openai\"\nbase_url = \"http://c\"", "no model"),
+            ("[providers.openai]\nwire = \"gemini\"", "built-in provider that speaks openai"),
+        ] {
+            let e = endpoint(
+                if text.contains("providers.openai") { "openai" } else { "corp" },
+                None,
+                &args,
+                &cfg(text),
+                &env_of(&[]),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = endpoint("nope", None, &args, &Config::default(), &env_of(&[])).unwrap_err().to_string();
+        assert!(e.starts_with("unknown provider `nope`"), "{e}");
+    }
+
+    #[test]
+    fn routes_pick_by_tier_unless_a_flag_names_the_provider() {
+        let config = cfg(
+            "provider = \"openai\"\n[[routes]]\ntier = \"exec\"\nprovider = \"deepseek\"\nmodel = \"deepseek-chat\"",
+        );
+        let args = ProviderArgs::default();
+        let none = env_of(&[]);
+        let (p, m, s) = choose(&args, &config, Some(("code-simplifier", Some("exec"))), &none);
+        assert_eq!((p.as_str(), m.as_deref(), s), ("deepseek", Some("deepseek-chat"), Source::Route(0)));
+        let (p, _, s) = choose(&args, &config, Some(("x", Some("decision"))), &none);
+        assert_eq!((p.as_str(), s), ("openai", Source::Config));
+        // LLM_PROVIDER and flags beat routes; LLM_MODEL beats the route's model.
+        let env = env_of(&[("LLM_PROVIDER", "gemini"), ("LLM_MODEL", "g")]);
+        let (p, m, s) = choose(&args, &config, Some(("code-simplifier", Some("exec"))), &env);
+        assert_eq!((p.as_str(), m.as_deref(), s), ("gemini", Some("g"), Source::Env));
+        let flagged = ProviderArgs { provider: Some("anthropic".into()), ..ProviderArgs::default() };
+        let (p, _, s) = choose(&flagged, &config, Some(("code-simplifier", Some("exec"))), &env);
+        assert_eq!((p.as_str(), s), ("anthropic", Source::Flag));
+        // Nothing configured: keys in the environment, else the test model.
+        let (p, _, s) = choose(&args, &Config::default(), None, &env_of(&[("GEMINI_API_KEY", "k")]));
+        assert_eq!((p.as_str(), s), ("gemini", Source::Detected));
+        let (p, _, s) = choose(&args, &Config::default(), None, &none);
+        assert_eq!((p.as_str(), s), ("test", Source::Default));
     }
 }

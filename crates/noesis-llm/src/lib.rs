@@ -19,11 +19,15 @@
 #![deny(missing_docs)]
 
 mod anthropic;
+mod cassette;
 mod error;
+mod gemini;
 mod http;
+mod ollama;
 mod openai;
 mod presets;
 mod pricing;
+mod probe;
 mod retry;
 mod router;
 mod scripted;
@@ -33,11 +37,15 @@ mod test_model;
 mod types;
 
 pub use anthropic::{ANTHROPIC_VERSION, Anthropic};
+pub use cassette::{Recorder, Replayer};
 pub use error::{ErrorKind, ProviderError};
+pub use gemini::Gemini;
 pub use http::{EndpointConfig, HttpSettings};
+pub use ollama::{Ollama, normalize_host};
 pub use openai::OpenAiCompatible;
-pub use presets::{PRESETS, Preset, preset, resolve};
+pub use presets::{PRESETS, Preset, Wire, preset, resolve};
 pub use pricing::{Budget, BudgetMeter, Price, PriceTable, Spent, estimate_tokens};
+pub use probe::{Probe, probe};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
 pub use router::{Fallback, Route, route};
 pub use scripted::Scripted;

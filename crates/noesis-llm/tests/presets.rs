@@ -17,6 +17,20 @@ fn table_matches_the_documented_endpoints() {
         got,
         [
             ("openai", "https://api.openai.com/v1", Some("OPENAI_API_KEY"), "OPENAI_BASE_URL", "gpt-4o-mini"),
+            (
+                "anthropic",
+                "https://api.anthropic.com",
+                Some("ANTHROPIC_API_KEY"),
+                "ANTHROPIC_BASE_URL",
+                "claude-sonnet-4-5"
+            ),
+            (
+                "gemini",
+                "https://generativelanguage.googleapis.com/v1beta",
+                Some("GEMINI_API_KEY"),
+                "GEMINI_BASE_URL",
+                "gemini-2.5-flash"
+            ),
             ("deepseek", "https://api.deepseek.com/v1", Some("DEEPSEEK_API_KEY"), "DEEPSEEK_BASE_URL", "deepseek-chat"),
             (
                 "qwen",
@@ -36,6 +50,7 @@ fn table_matches_the_documented_endpoints() {
             ),
             ("vllm", "http://127.0.0.1:8000/v1", Some("VLLM_API_KEY"), "VLLM_BASE_URL", "default"),
             ("lmstudio", "http://127.0.0.1:1234/v1", None, "LMSTUDIO_BASE_URL", "local-model"),
+            ("ollama", "http://127.0.0.1:11434", None, "OLLAMA_HOST", "llama3.2"),
         ]
     );
 }
@@ -111,4 +126,23 @@ fn debug_output_hides_the_key() {
     let shown = format!("{cfg:?}");
     assert!(!shown.contains("sk-secret-minimax"), "{shown}");
     assert!(shown.contains("<redacted>"), "{shown}");
+}
+
+#[test]
+fn ollama_reads_its_own_host_and_model_variables() {
+    let env = env_of(&[("OLLAMA_HOST", "0.0.0.0:9999"), ("OLLAMA_MODEL", "qwen3:0.6b")]);
+    let cfg = resolve(preset("ollama").unwrap(), &env, None);
+    assert_eq!(cfg.base_url, "http://127.0.0.1:9999");
+    assert_eq!(cfg.model, "qwen3:0.6b");
+    // An explicit model still wins over OLLAMA_MODEL.
+    let cfg = resolve(preset("ollama").unwrap(), &env, Some("llama3.2".into()));
+    assert_eq!(cfg.model, "llama3.2");
+}
+
+#[test]
+fn every_wire_format_is_represented() {
+    use noesis_llm::Wire;
+    for w in [Wire::OpenAi, Wire::Anthropic, Wire::Gemini, Wire::Ollama] {
+        assert!(PRESETS.iter().any(|p| p.wire == w), "{w:?}");
+    }
 }

@@ -22,15 +22,29 @@
 #![deny(missing_docs)]
 
 pub use std::time::Instant;
+pub use tokio_util::sync::CancellationToken;
+
+use std::sync::Arc;
 
 use noesis_llm::{
-    ChatRequest, ErrorKind, FinishReason, Message, Provider, ProviderError, ResponseFormat, StructuredMode, Usage,
+    BudgetMeter, ChatRequest, ChatResponse, ErrorKind, FinishReason, Message, PriceTable, Provider, ProviderError,
+    ResponseFormat, StructuredMode, Usage, estimate_tokens,
 };
 use noesis_modules::{
     ErrorCode, Failure, Found, Module, PromptParts, Violation, build_prompt, check_input, check_reply,
     validate_envelope,
 };
 use serde_json::{Value, json};
+
+/// Receives the reply's text as it streams in.
+#[derive(Clone)]
+pub struct OnText(pub Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for OnText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnText(..)")
+    }
+}
 
 /// Per-run settings.
 #[derive(Debug, Clone)]
@@ -46,11 +60,55 @@ pub struct RunOptions {
     /// How many times a reply that is still invalid after repair is sent
     /// back with its violations for another try (default 1).
     pub reask: u32,
+    /// Stream the reply: text goes here as it arrives.
+    pub on_text: Option<OnText>,
+    /// Stops the run (and its in-flight provider call) when cancelled: E2002.
+    pub cancel: Option<CancellationToken>,
+    /// Limits on tokens and cost; share one meter to give runs one budget.
+    pub budget: Option<Arc<BudgetMeter>>,
+    /// Prices for `meta.usage.cost_usd`; the built-in table when `None`.
+    pub prices: Option<Arc<PriceTable>>,
 }
 
 impl Default for RunOptions {
     fn default() -> RunOptions {
-        RunOptions { arguments: None, max_tokens: None, temperature: None, trace_id: None, reask: 1 }
+        RunOptions {
+            arguments: None,
+            max_tokens: None,
+            temperature: None,
+            trace_id: None,
+            reask: 1,
+            on_text: None,
+            cancel: None,
+            budget: None,
+            prices: None,
+        }
+    }
+}
+
+/// One provider call, streamed when asked, abandoned when cancelled.
+async fn call(
+    provider: &dyn Provider,
+    request: &ChatRequest,
+    options: &RunOptions,
+) -> Result<ChatResponse, ProviderError> {
+    if let Some(meter) = &options.budget {
+        let prompt: String = request.messages.iter().map(|m| m.content.as_str()).collect();
+        meter.check(provider.name(), estimate_tokens(&prompt), request.max_tokens)?;
+    }
+    let fut = async {
+        match &options.on_text {
+            Some(OnText(f)) => provider.chat_stream(request, &**f).await,
+            None => provider.chat(request).await,
+        }
+    };
+    match &options.cancel {
+        None => fut.await,
+        // Dropping the provider's future closes its connection.
+        Some(token) => tokio::select! {
+            r = fut => r,
+            () = token.cancelled() => Err(ProviderError::new(provider.name(), ErrorKind::Cancelled, "the run was cancelled")),
+        },
     }
 }
 
@@ -96,6 +154,8 @@ pub struct RunRecord {
     pub usage: Option<Usage>,
     /// Provider calls made (more than 1 after a re-ask).
     pub calls: u32,
+    /// What the calls cost in US dollars, when every model's price is known.
+    pub cost_usd: Option<f64>,
 }
 
 const SYSTEM: &str = "You are a Cognitive Module. Follow the instructions and answer with exactly one JSON object: the v2.2 response envelope.";
@@ -115,7 +175,10 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
         violations: Vec::new(),
         usage: None,
         calls: 0,
+        cost_usd: Some(0.0),
     };
+    let mut model_id = model_id;
+    let prices = options.prices.clone().unwrap_or_else(|| Arc::new(PriceTable::builtin()));
 
     let mut input = input;
     if let (Some(args), Some(obj)) = (&options.arguments, input.as_object_mut()) {
@@ -165,13 +228,25 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
             let mut request = request;
             loop {
                 record.calls += 1;
-                let resp = match provider.chat(&request).await {
+                let resp = match call(provider, &request, options).await {
                     Err(e) => break provider_failure(&e).into_envelope(),
                     Ok(resp) => resp,
                 };
                 record.structured = Some(resp.structured);
-                if let Some(u) = resp.usage {
-                    *record.usage.get_or_insert_with(Usage::default) += u;
+                if let Some(by) = &resp.served_by {
+                    model_id.clone_from(by);
+                }
+                let usage = resp.usage.unwrap_or_default();
+                if resp.usage.is_some() {
+                    *record.usage.get_or_insert_with(Usage::default) += usage;
+                }
+                // Priced by the model asked for (`gpt-4o-mini`), which the
+                // table knows, rather than the dated name servers answer with.
+                let priced_model = model_id.split_once('/').map_or(model_id.as_str(), |(_, m)| m);
+                let cost = prices.cost(priced_model, usage).or_else(|| prices.cost(&resp.model, usage));
+                record.cost_usd = record.cost_usd.zip(cost).map(|(a, b)| a + b);
+                if let Some(meter) = &options.budget {
+                    meter.charge(usage, cost);
                 }
                 let checked = check_reply(module, &resp.text);
                 record.found = checked.found;
@@ -198,6 +273,16 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
             }
         }
     };
+    let mut envelope = envelope;
+    if let (Some(u), Some(meta)) = (record.usage, envelope.get_mut("meta").and_then(Value::as_object_mut)) {
+        // `meta` allows extra keys; the totals cover every call of the run.
+        let mut usage =
+            json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "calls": record.calls});
+        if let Some(c) = record.cost_usd {
+            usage["cost_usd"] = json!((c * 1e8).round() / 1e8);
+        }
+        meta.insert("usage".into(), usage);
+    }
     record.envelope = stamp(envelope, &trace_id, &model_id, started);
     record
 }

@@ -1,8 +1,11 @@
 pub(crate) mod conformance;
+pub(crate) mod doctor;
+pub(crate) mod frames;
 pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod list;
 pub(crate) mod run;
+pub(crate) mod session;
 pub(crate) mod validate;
 
 use anyhow::Context;

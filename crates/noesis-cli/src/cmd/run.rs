@@ -4,12 +4,12 @@ use std::process::ExitCode;
 
 use noesis_modules::search::SearchPath;
 use noesis_modules::{ErrorCode, Failure};
-use noesis_runtime::{Instant, RunOptions, run as run_module, stamp};
+use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, run as run_module, stamp};
 use serde_json::{Value, json};
 
 use super::{Loaded, load};
 use crate::out;
-use crate::provider::{ProviderArgs, select};
+use crate::provider::{ProviderArgs, budget, prices, select};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -32,6 +32,10 @@ pub(crate) struct Args {
     /// Times an invalid reply is sent back with its violations for another try.
     #[arg(long, value_name = "N", default_value_t = 1)]
     reask: u32,
+    /// Show the model's text on stderr as it arrives; the validated
+    /// envelope still ends up on stdout.
+    #[arg(long)]
+    stream: bool,
     /// Pretty-print the envelope.
     #[arg(long)]
     pretty: bool,
@@ -61,37 +65,74 @@ fn read_input(spec: Option<&str>) -> Result<Value, String> {
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let provider = select(&a.provider)?;
-    let model_id = format!("{}/{}", provider.name(), provider.model());
+    let config =
+        crate::config::load(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()), &std::env::current_dir()?)?.config;
     // Envelopes made here, before a run starts, get the same runtime meta.
-    let refuse = |env: Value| -> anyhow::Result<ExitCode> {
+    let refuse = |env: Value, model_id: &str| -> anyhow::Result<ExitCode> {
         let trace_id = uuid::Uuid::now_v7().to_string();
-        out::json(&stamp(env, &trace_id, &model_id, started), a.pretty)?;
+        out::json(&stamp(env, &trace_id, model_id, started), a.pretty)?;
         Ok(ExitCode::from(1))
     };
     let module = match load(search, &a.module)? {
         Loaded::Module(m) => m,
-        Loaded::NotFound(env) => return refuse(env),
+        Loaded::NotFound(env) => {
+            let provider = select(&a.provider, &config, None)?;
+            return refuse(env, &format!("{}/{}", provider.name(), provider.model()));
+        }
     };
+    let provider = select(&a.provider, &config, Some((&module.name, Some(module.policy.tier.as_str()))))?;
+    let model_id = format!("{}/{}", provider.name(), provider.model());
+    let refuse = |env: Value| refuse(env, &model_id);
     let mut input = match read_input(a.input.as_deref()) {
         Ok(v) => v,
         Err(message) => return refuse(Failure::new(ErrorCode::E1001, message).into_envelope()),
     };
+    let mut files_read = Vec::new();
     for spec in &a.files {
         let Some((field, path)) = spec.split_once('=') else {
             anyhow::bail!("--file expects FIELD=PATH, got `{spec}`");
         };
         match std::fs::read_to_string(PathBuf::from(path)) {
-            Ok(text) => input[field] = json!(text),
+            Ok(text) => {
+                files_read.push(crate::memory::FileRead::new(field, path, &text));
+                input[field] = json!(text);
+            }
             Err(e) => {
                 let message = format!("{path}: cannot read the file for input field `{field}`: {e}");
                 return refuse(Failure::new(ErrorCode::E1001, message).into_envelope());
             }
         }
     }
-    let options = RunOptions { arguments: a.args, max_tokens: a.max_tokens, reask: a.reask, ..RunOptions::default() };
+    let cancel = CancellationToken::new();
+    let options = RunOptions {
+        arguments: a.args,
+        max_tokens: a.max_tokens,
+        reask: a.reask,
+        on_text: a.stream.then(|| OnText(std::sync::Arc::new(out::stream))),
+        cancel: Some(cancel.clone()),
+        budget: budget(&a.provider, &config)?,
+        prices: Some(prices(&config)),
+        ..RunOptions::default()
+    };
+    // Every run is recorded as a frame (after the run; never failing it).
+    let pending = crate::memory::Pending::new(&module.name, &input, files_read);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let record = rt.block_on(run_module(&module, provider.as_ref(), input, &options));
+    let (record, interrupted) = rt.block_on(async {
+        let run = run_module(&module, provider.as_ref(), input, &options);
+        tokio::pin!(run);
+        tokio::select! {
+            record = &mut run => (record, false),
+            _ = tokio::signal::ctrl_c() => {
+                // Let the run finish with its E2002 envelope rather than
+                // dying mid-write: the caller still gets valid JSON.
+                cancel.cancel();
+                (run.await, true)
+            }
+        }
+    });
+    if a.stream {
+        out::stream("\n");
+    }
     if a.verbose {
         if let Some(p) = &record.prompt {
             out::note(&format!("--- prompt ({} chars)\n{p}", p.chars().count()));
@@ -106,6 +147,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             out::note(&format!("--- repaired: {r}"));
         }
     }
+    pending.record(&record.envelope);
     out::json(&record.envelope, a.pretty)?;
+    if interrupted {
+        return Ok(ExitCode::from(130));
+    }
     Ok(if record.envelope["ok"] == json!(true) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,0 +1,271 @@
+//! `noesis.toml` (the project's) and the user config, merged.
+//!
+//! Precedence, highest first: flags, environment variables, the project's
+//! `noesis.toml` (found in the working directory or an ancestor), the user
+//! config (`$NOESIS_CONFIG`, else `$XDG_CONFIG_HOME/noesis/config.toml`, else
+//! `~/.config/noesis/config.toml`), built-in defaults.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use noesis_llm::{Price, Route, Wire};
+
+/// Everything a config file may say.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Config {
+    /// The provider to use when no flag or `LLM_PROVIDER` names one.
+    pub provider: Option<String>,
+    /// The model for that provider.
+    pub model: Option<String>,
+    /// Whole-call timeout in seconds.
+    pub timeout: Option<u64>,
+    /// Retries of transient failures.
+    pub retries: Option<u32>,
+    /// Requests in flight per provider.
+    pub max_concurrency: Option<usize>,
+    /// Providers tried in order after the chosen one fails.
+    #[serde(default)]
+    pub fallback: Vec<String>,
+    /// Settings per provider name; a name that is not a preset defines a
+    /// new endpoint (it then needs `wire` and `base_url`).
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderEntry>,
+    /// Routing rules, first match wins.
+    #[serde(default)]
+    pub routes: Vec<Route>,
+    /// Prices in USD per million tokens, by model.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+    /// Spending limits per run.
+    #[serde(default)]
+    pub budget: BudgetEntry,
+}
+
+/// `[providers.NAME]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ProviderEntry {
+    /// The dialect, for endpoints that are not presets.
+    pub wire: Option<Wire>,
+    /// Base URL.
+    pub base_url: Option<String>,
+    /// Default model.
+    pub model: Option<String>,
+    /// The variable that holds the key (instead of the preset's).
+    pub api_key_env: Option<String>,
+}
+
+/// `[budget]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct BudgetEntry {
+    /// Most tokens (in + out) per run.
+    pub max_tokens: Option<u64>,
+    /// Most US dollars per run.
+    pub max_cost_usd: Option<f64>,
+}
+
+/// The merged config and where it came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Loaded {
+    pub config: Config,
+    /// Files read, lowest precedence first.
+    pub files: Vec<PathBuf>,
+}
+
+impl Config {
+    /// `over` on top of `self`: its values win, maps merge by key, lists
+    /// replace when non-empty.
+    fn overlay(mut self, over: Config) -> Config {
+        self.provider = over.provider.or(self.provider);
+        self.model = over.model.or(self.model);
+        self.timeout = over.timeout.or(self.timeout);
+        self.retries = over.retries.or(self.retries);
+        self.max_concurrency = over.max_concurrency.or(self.max_concurrency);
+        if !over.fallback.is_empty() {
+            self.fallback = over.fallback;
+        }
+        for (name, entry) in over.providers {
+            let base = self.providers.remove(&name).unwrap_or_default();
+            self.providers.insert(
+                name,
+                ProviderEntry {
+                    wire: entry.wire.or(base.wire),
+                    base_url: entry.base_url.or(base.base_url),
+                    model: entry.model.or(base.model),
+                    api_key_env: entry.api_key_env.or(base.api_key_env),
+                },
+            );
+        }
+        if !over.routes.is_empty() {
+            self.routes = over.routes;
+        }
+        self.prices.extend(over.prices);
+        self.budget.max_tokens = over.budget.max_tokens.or(self.budget.max_tokens);
+        self.budget.max_cost_usd = over.budget.max_cost_usd.or(self.budget.max_cost_usd);
+        self
+    }
+
+    /// Checks what serde cannot: names that must exist, numbers in range.
+    fn validate(&self, path: &Path) -> anyhow::Result<()> {
+        let bad = |msg: String| anyhow::anyhow!("{}: {msg}", path.display());
+        for (name, p) in &self.prices {
+            if !(p.input.is_finite() && p.output.is_finite() && p.input >= 0.0 && p.output >= 0.0) {
+                return Err(bad(format!("prices.\"{name}\": input and output must be non-negative numbers")));
+            }
+        }
+        if let Some(c) = self.budget.max_cost_usd {
+            if !(c.is_finite() && c >= 0.0) {
+                return Err(bad("budget.max_cost_usd: must be a non-negative number".into()));
+            }
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if let Some(t) = &r.tier {
+                if !matches!(t.as_str(), "exec" | "decision" | "exploration") {
+                    return Err(bad(format!("routes[{i}].tier: `{t}` is not exec, decision or exploration")));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
+    let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    config.validate(path)?;
+    Ok(config)
+}
+
+fn read(path: &Path) -> anyhow::Result<Option<Config>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(path, &text).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("{}: cannot read the config file", path.display())),
+    }
+}
+
+/// The user config file's path.
+pub(crate) fn user_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(p) = env("NOESIS_CONFIG") {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(x) = env("XDG_CONFIG_HOME") {
+        return Some(Path::new(&x).join("noesis").join("config.toml"));
+    }
+    let home = env("HOME")?;
+    let home = Path::new(&home);
+    if cfg!(target_os = "macos") {
+        let mac = home.join("Library/Application Support/noesis/config.toml");
+        if mac.exists() {
+            return Some(mac);
+        }
+    }
+    Some(home.join(".config").join("noesis").join("config.toml"))
+}
+
+/// The nearest `noesis.toml` from `dir` upwards.
+pub(crate) fn project_path(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors().map(|d| d.join("noesis.toml")).find(|p| p.is_file())
+}
+
+/// Reads and merges both files.
+pub(crate) fn load(env: &dyn Fn(&str) -> Option<String>, cwd: &Path) -> anyhow::Result<Loaded> {
+    let mut loaded = Loaded::default();
+    for path in [user_path(env), project_path(cwd)].into_iter().flatten() {
+        if let Some(c) = read(&path)? {
+            loaded.config = std::mem::take(&mut loaded.config).overlay(c);
+            loaded.files.push(path);
+        }
+    }
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(text: &str) -> anyhow::Result<Config> {
+        parse(Path::new("noesis.toml"), text)
+    }
+
+    #[test]
+    fn a_full_file_parses() {
+        let c = p(r#"
+            provider = "anthropic"
+            model = "claude-haiku-4-5"
+            timeout = 30
+            retries = 3
+            max_concurrency = 8
+            fallback = ["openai", "ollama"]
+
+            [providers.openai]
+            model = "gpt-4o-mini"
+            api_key_env = "WORK_OPENAI_KEY"
+
+            [providers.corp]
+            wire = "openai"
+            base_url = "http://127.0.0.1:9000/v1"
+
+            [[routes]]
+            tier = "exec"
+            provider = "deepseek"
+            model = "deepseek-chat"
+
+            [prices]
+            "gpt-4o-mini" = { input = 0.1, output = 0.2 }
+
+            [budget]
+            max_tokens = 50000
+            max_cost_usd = 0.25
+        "#)
+        .unwrap();
+        assert_eq!(c.provider.as_deref(), Some("anthropic"));
+        assert_eq!(c.fallback, ["openai", "ollama"]);
+        assert_eq!(c.providers["corp"].wire, Some(Wire::OpenAi));
+        assert_eq!(c.routes[0].provider, "deepseek");
+        assert_eq!(c.prices["gpt-4o-mini"], Price { input: 0.1, output: 0.2 });
+        assert_eq!(c.budget.max_tokens, Some(50000));
+    }
+
+    #[test]
+    fn mistakes_name_the_file_and_the_field() {
+        let e = p("provder = \"x\"").unwrap_err().to_string();
+        assert!(e.starts_with("noesis.toml:") && e.contains("provder"), "{e}");
+        let e = p("timeout = \"soon\"").unwrap_err().to_string();
+        assert!(e.contains("timeout"), "{e}");
+        let e = p("[prices]\nx = { input = -1.0, output = 1.0 }").unwrap_err().to_string();
+        assert!(e.contains("prices.\"x\""), "{e}");
+        let e = p("[[routes]]\ntier = \"fast\"\nprovider = \"x\"").unwrap_err().to_string();
+        assert!(e.contains("routes[0].tier"), "{e}");
+        let e = p("[providers.x]\nwire = \"grpc\"").unwrap_err().to_string();
+        assert!(e.contains("grpc"), "{e}");
+    }
+
+    #[test]
+    fn project_overrides_user_key_by_key() {
+        let user = p("provider = \"openai\"\ntimeout = 5\n[providers.openai]\nmodel = \"a\"\napi_key_env = \"K\"\n[prices]\nm1 = { input = 1.0, output = 1.0 }").unwrap();
+        let project =
+            p("timeout = 9\n[providers.openai]\nmodel = \"b\"\n[prices]\nm2 = { input = 2.0, output = 2.0 }").unwrap();
+        let c = user.overlay(project);
+        assert_eq!(c.provider.as_deref(), Some("openai"));
+        assert_eq!(c.timeout, Some(9));
+        assert_eq!(c.providers["openai"].model.as_deref(), Some("b"));
+        assert_eq!(c.providers["openai"].api_key_env.as_deref(), Some("K"));
+        assert_eq!(c.prices.len(), 2);
+    }
+
+    #[test]
+    fn user_path_follows_the_platform_variables() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
+        };
+        assert_eq!(user_path(&env(&[("NOESIS_CONFIG", "/x/c.toml"), ("HOME", "/h")])), Some("/x/c.toml".into()));
+        assert_eq!(user_path(&env(&[("XDG_CONFIG_HOME", "/xdg")])), Some("/xdg/noesis/config.toml".into()));
+        if !cfg!(target_os = "macos") {
+            assert_eq!(user_path(&env(&[("HOME", "/h")])), Some("/h/.config/noesis/config.toml".into()));
+        }
+        assert_eq!(user_path(&env(&[])), None);
+    }
+}

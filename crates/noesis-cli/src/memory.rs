@@ -1,0 +1,161 @@
+//! The CLI's link to causal memory: which store (`--store` /
+//! `NOESIS_STORE`, else `$NOESIS_HOME/noesis.db` with `NOESIS_HOME`
+//! defaulting to `~/.noesis`), which project (the current directory's), and
+//! the frame every module run records.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use anyhow::Context;
+use noesis_frames::project::{Project, identify, name_for};
+use noesis_frames::scan::{hash_bytes, json_digest};
+use noesis_frames::{Draft, Evidence, Status, Timestamp};
+use noesis_store::Store;
+use serde_json::{Value, json};
+
+use crate::out;
+
+static STORE_FLAG: OnceLock<Option<String>> = OnceLock::new();
+
+/// Remembers `--store` (clap has already folded `NOESIS_STORE` into it).
+pub(crate) fn configure(flag: Option<String>) {
+    let _ = STORE_FLAG.set(flag.filter(|s| !s.is_empty()));
+}
+
+/// `$NOESIS_HOME`, else `~/.noesis`.
+pub(crate) fn home() -> anyhow::Result<PathBuf> {
+    if let Some(h) = std::env::var_os("NOESIS_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(h));
+    }
+    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).context("neither NOESIS_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".noesis"))
+}
+
+/// The store URL in force.
+pub(crate) fn store_url() -> anyhow::Result<String> {
+    if let Some(Some(url)) = STORE_FLAG.get() {
+        return Ok(url.clone());
+    }
+    let home = home()?;
+    std::fs::create_dir_all(&home).with_context(|| format!("{}: cannot create NOESIS_HOME", home.display()))?;
+    Ok(home.join("noesis.db").to_string_lossy().into_owned())
+}
+
+/// A runtime for the store's async calls.
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// Opens the store in force.
+pub(crate) async fn open() -> anyhow::Result<Box<dyn Store>> {
+    let url = store_url()?;
+    noesis_store::open(&url)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\nhint: pick another store with --store URL or NOESIS_STORE"))
+}
+
+/// The project of the current directory.
+pub(crate) fn project() -> anyhow::Result<Project> {
+    let cwd = std::env::current_dir().context("no current directory")?;
+    Ok(identify(&cwd)?)
+}
+
+/// The project and the store, with the project registered.
+pub(crate) async fn context() -> anyhow::Result<(Project, Box<dyn Store>)> {
+    let project = project()?;
+    let store = open().await?;
+    store.ensure_project(&project.project_id, &project.root.to_string_lossy()).await?;
+    Ok((project, store))
+}
+
+/// A file a run read (from `--file FIELD=PATH`): what it was called and
+/// the hash of exactly the bytes that went into the input.
+#[derive(Debug, Clone)]
+pub(crate) struct FileRead {
+    field: String,
+    path: PathBuf,
+    hash: String,
+}
+
+impl FileRead {
+    pub(crate) fn new(field: &str, path: &str, text: &str) -> FileRead {
+        FileRead { field: field.to_owned(), path: PathBuf::from(path), hash: hash_bytes(text.as_bytes()) }
+    }
+}
+
+/// What a run will record, captured before the input moves into the run.
+pub(crate) struct Pending {
+    module: String,
+    input_digest: String,
+    context: Value,
+    files: Vec<FileRead>,
+}
+
+impl Pending {
+    pub(crate) fn new(module: &str, input: &Value, files: Vec<FileRead>) -> Pending {
+        let mut shown = input.clone();
+        // A file's text is evidence, not context: name it instead.
+        if let Some(fields) = shown.as_object_mut() {
+            for f in &files {
+                fields.insert(f.field.clone(), json!({"file": f.path.to_string_lossy(), "blake3": f.hash}));
+            }
+        }
+        let shown_text = shown.to_string();
+        let context = if shown_text.len() <= 4096 { shown } else { json!({"omitted_chars": shown_text.len()}) };
+        Pending { module: module.to_owned(), input_digest: json_digest(input), context, files }
+    }
+
+    /// Records the run as a frame. Never fails the run: a problem is a
+    /// warning on stderr.
+    pub(crate) fn record(self, envelope: &Value) {
+        let recorded = runtime().and_then(|rt| rt.block_on(self.try_record(envelope)));
+        if let Err(e) = recorded {
+            out::note(&format!("warning: the run was not recorded as a frame: {e:#}"));
+        }
+    }
+
+    async fn try_record(self, envelope: &Value) -> anyhow::Result<()> {
+        let cwd = std::env::current_dir()?;
+        let (project, store) = context().await?;
+        let evidence: Vec<Evidence> = self
+            .files
+            .iter()
+            .map(|f| Evidence::File { path: name_for(&project.root, &cwd, &f.path), hash: f.hash.clone() })
+            .collect();
+        let meta = &envelope["meta"];
+        let explain = meta["explain"].as_str().unwrap_or_default();
+        let payload = if envelope["ok"] == json!(true) { &envelope["data"] } else { &envelope["error"] };
+        let data_digest = json_digest(payload);
+        let conclusion = match envelope["error"]["code"].as_str() {
+            Some(code) => format!("{code}: {explain} (error blake3:{})", &data_digest[..16]),
+            None => format!("{explain} (data blake3:{})", &data_digest[..16]),
+        };
+        let context_slice = json!({
+            "module": self.module,
+            "input_digest": self.input_digest,
+            "trace_id": meta["trace_id"],
+            "input": self.context,
+        });
+        // A run made during a session hangs under the session's root frame.
+        let parent = match store.sessions(&project.project_id, 1).await?.pop().and_then(|s| s.root_frame_id) {
+            Some(id) => store.frame(&id).await?.filter(|f| f.status != Status::Invalidated),
+            None => None,
+        };
+        let draft = Draft {
+            context_slice: context_slice.to_string(),
+            evidence,
+            conclusion,
+            confidence: meta["confidence"].as_f64().unwrap_or(0.0).clamp(0.0, 1.0),
+            status: Some(Status::Completed),
+            ..Draft::new(format!("{} input:{}", self.module, &self.input_digest[..16]))
+        };
+        let frame = draft.into_frame(&project.project_id, None, parent.as_ref(), Timestamp::now())?;
+        store.insert_frames(std::slice::from_ref(&frame)).await?;
+        Ok(())
+    }
+}
+
+/// The stored name of a path a person typed, in the current project.
+pub(crate) fn stored_name(project: &Project, typed: &Path) -> anyhow::Result<String> {
+    Ok(name_for(&project.root, &std::env::current_dir()?, typed))
+}

@@ -1,0 +1,86 @@
+//! Is an endpoint there, and does it take our key? One cheap `GET` per
+//! dialect (a model listing), for `noesis doctor`.
+
+use std::time::{Duration, Instant};
+
+use crate::http::EndpointConfig;
+use crate::presets::Wire;
+
+/// What one probe found.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Probe {
+    /// The URL asked (never with a key in it).
+    pub url: String,
+    /// The HTTP status, when the server answered.
+    pub status: Option<u16>,
+    /// Milliseconds until the answer or the failure.
+    pub latency_ms: u64,
+    /// What went wrong, for a human; `None` when the endpoint answered 2xx.
+    pub problem: Option<String>,
+}
+
+impl Probe {
+    /// The endpoint answered and accepted the key.
+    pub fn ok(&self) -> bool {
+        self.problem.is_none()
+    }
+}
+
+/// Probes `config` as `wire`, giving up after `timeout`.
+pub async fn probe(wire: Wire, config: &EndpointConfig, timeout: Duration) -> Probe {
+    let (url, headers) = match wire {
+        Wire::OpenAi => (config.url("models"), bearer(config)),
+        Wire::Anthropic => {
+            let mut h = vec![("anthropic-version", crate::ANTHROPIC_VERSION.to_owned())];
+            h.extend(config.api_key.clone().map(|k| ("x-api-key", k)));
+            (config.url("v1/models"), h)
+        }
+        Wire::Gemini => {
+            (config.url("models"), config.api_key.clone().map(|k| ("x-goog-api-key", k)).into_iter().collect())
+        }
+        Wire::Ollama => (config.url("api/tags"), Vec::new()),
+    };
+    let started = Instant::now();
+    let client = match reqwest::Client::builder().timeout(timeout).connect_timeout(timeout).build() {
+        Ok(c) => c,
+        Err(e) => {
+            return Probe { url, status: None, latency_ms: 0, problem: Some(format!("cannot build a client: {e}")) };
+        }
+    };
+    let mut req = client.get(&url);
+    for (k, v) in headers {
+        req = req.header(k, v);
+    }
+    let result = req.send().await;
+    let latency_ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            let problem = match status {
+                200..=299 => None,
+                401 | 403 => Some(format!("the key was refused (HTTP {status})")),
+                404 => Some("answered, but has no model listing here (HTTP 404): check the base URL".to_owned()),
+                s => Some(format!("answered HTTP {s}")),
+            };
+            Probe { url, status: Some(status), latency_ms, problem }
+        }
+        Err(e) => {
+            let problem = if e.is_timeout() {
+                format!("no answer within {timeout:?}")
+            } else {
+                let mut msg = "unreachable".to_owned();
+                let mut src: Option<&dyn std::error::Error> = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    msg = format!("{msg}: {s}");
+                    src = s.source();
+                }
+                msg
+            };
+            Probe { url, status: None, latency_ms, problem: Some(problem) }
+        }
+    }
+}
+
+fn bearer(config: &EndpointConfig) -> Vec<(&'static str, String)> {
+    config.api_key.as_ref().map(|k| ("authorization", format!("Bearer {k}"))).into_iter().collect()
+}
