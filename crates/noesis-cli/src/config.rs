@@ -116,16 +116,16 @@ impl Config {
                 return Err(bad(format!("prices.\"{name}\": input and output must be non-negative numbers")));
             }
         }
-        if let Some(c) = self.budget.max_cost_usd {
-            if !(c.is_finite() && c >= 0.0) {
-                return Err(bad("budget.max_cost_usd: must be a non-negative number".into()));
-            }
+        if let Some(c) = self.budget.max_cost_usd
+            && !(c.is_finite() && c >= 0.0)
+        {
+            return Err(bad("budget.max_cost_usd: must be a non-negative number".into()));
         }
         for (i, r) in self.routes.iter().enumerate() {
-            if let Some(t) = &r.tier {
-                if !matches!(t.as_str(), "exec" | "decision" | "exploration") {
-                    return Err(bad(format!("routes[{i}].tier: `{t}` is not exec, decision or exploration")));
-                }
+            if let Some(t) = &r.tier
+                && !matches!(t.as_str(), "exec" | "decision" | "exploration")
+            {
+                return Err(bad(format!("routes[{i}].tier: `{t}` is not exec, decision or exploration")));
             }
         }
         Ok(())

@@ -100,11 +100,11 @@ pub(crate) fn choose(
     if let Some(p) = env("LLM_PROVIDER") {
         return (p, model, Source::Env);
     }
-    if let Some((name, tier)) = module {
-        if let Some(r) = noesis_llm::route(&config.routes, name, tier) {
-            let i = config.routes.iter().position(|x| x == r).unwrap_or(0);
-            return (r.provider.clone(), model.or_else(|| r.model.clone()), Source::Route(i));
-        }
+    if let Some((name, tier)) = module
+        && let Some(r) = noesis_llm::route(&config.routes, name, tier)
+    {
+        let i = config.routes.iter().position(|x| x == r).unwrap_or(0);
+        return (r.provider.clone(), model.or_else(|| r.model.clone()), Source::Route(i));
     }
     if let Some(p) = &config.provider {
         return (p.clone(), model, Source::Config);
@@ -241,10 +241,10 @@ pub(crate) fn budget(args: &ProviderArgs, config: &Config) -> anyhow::Result<Opt
         max_tokens: args.max_total_tokens.or(config.budget.max_tokens),
         max_cost_usd: args.max_cost.or(config.budget.max_cost_usd),
     };
-    if let Some(c) = budget.max_cost_usd {
-        if !(c.is_finite() && c >= 0.0) {
-            bail!("--max-cost must be a non-negative number of US dollars, got {c}");
-        }
+    if let Some(c) = budget.max_cost_usd
+        && !(c.is_finite() && c >= 0.0)
+    {
+        bail!("--max-cost must be a non-negative number of US dollars, got {c}");
     }
     Ok((budget != Budget::default()).then(|| Arc::new(BudgetMeter::new(budget))))
 }

@@ -89,6 +89,9 @@ impl EndpointConfig {
     }
 }
 
+/// Receives a streamed body line by line; an error stops the stream.
+pub(crate) type OnLine<'f> = dyn FnMut(&str) -> Result<(), ProviderError> + Send + 'f;
+
 /// One provider's HTTP client.
 #[derive(Debug)]
 pub(crate) struct HttpCore {
@@ -152,7 +155,7 @@ impl HttpCore {
         url: &str,
         headers: &[(&str, String)],
         body: &Value,
-        on_line: &mut (dyn FnMut(&str) -> Result<(), ProviderError> + Send),
+        on_line: &mut OnLine<'_>,
     ) -> Result<(), ProviderError> {
         self.post_inner(url, headers, body, Some(on_line)).await.map(drop)
     }
@@ -162,7 +165,7 @@ impl HttpCore {
         url: &str,
         headers: &[(&str, String)],
         body: &Value,
-        mut on_line: Option<&mut (dyn FnMut(&str) -> Result<(), ProviderError> + Send)>,
+        mut on_line: Option<&mut OnLine<'_>>,
     ) -> Result<String, ProviderError> {
         let policy = self.settings.retry;
         let mut retries = 0u32;
@@ -197,7 +200,7 @@ impl HttpCore {
         url: &str,
         headers: &[(&str, String)],
         body: &Value,
-        on_line: Option<&mut (dyn FnMut(&str) -> Result<(), ProviderError> + Send + 'f)>,
+        on_line: Option<&mut OnLine<'f>>,
     ) -> Result<(u16, Option<Duration>, String), TransportFailure> {
         let mut req = self.client.post(url).json(body);
         for (k, v) in headers {

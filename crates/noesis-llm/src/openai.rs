@@ -298,11 +298,9 @@ impl StreamAccumulator {
             self.usage = Some(u);
         }
         let Some(choice) = v.pointer("/choices/0") else { return Ok(()) };
-        if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str) {
-            if !piece.is_empty() {
-                self.text.push_str(piece);
-                sink(piece);
-            }
+        if let Some(piece) = choice.pointer("/delta/content").and_then(Value::as_str).filter(|p| !p.is_empty()) {
+            self.text.push_str(piece);
+            sink(piece);
         }
         if let Some(calls) = choice.pointer("/delta/tool_calls").and_then(Value::as_array) {
             for c in calls {

@@ -154,17 +154,15 @@ impl BudgetMeter {
                 ));
             }
         }
-        if let Some(limit) = self.budget.max_cost_usd {
-            if s.cost_usd >= limit {
-                return Err(ProviderError::new(
-                    provider,
-                    ErrorKind::Budget,
-                    format!(
-                        "cost budget exceeded: ${:.4} spent, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)",
-                        s.cost_usd
-                    ),
-                ));
-            }
+        if let Some(limit) = self.budget.max_cost_usd.filter(|l| s.cost_usd >= *l) {
+            return Err(ProviderError::new(
+                provider,
+                ErrorKind::Budget,
+                format!(
+                    "cost budget exceeded: ${:.4} spent, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)",
+                    s.cost_usd
+                ),
+            ));
         }
         Ok(())
     }
