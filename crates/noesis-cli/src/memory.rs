@@ -41,6 +41,26 @@ pub(crate) fn store_url() -> anyhow::Result<String> {
     Ok(home.join("noesis.db").to_string_lossy().into_owned())
 }
 
+/// The files of the store in force when it is a SQLite file (the database
+/// and its journals), so a session scan leaves them out.
+pub(crate) fn store_files() -> Vec<PathBuf> {
+    let Ok(url) = store_url() else { return Vec::new() };
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Vec::new();
+    }
+    let path = url.trim_start_matches("sqlite://").trim_start_matches("sqlite:");
+    let path = PathBuf::from(path.split('?').next().unwrap_or_default());
+    let path = if path.is_absolute() { path } else { std::env::current_dir().map(|d| d.join(&path)).unwrap_or(path) };
+    ["", "-wal", "-shm", "-journal"]
+        .iter()
+        .map(|suffix| {
+            let mut p = path.clone().into_os_string();
+            p.push(suffix);
+            PathBuf::from(p)
+        })
+        .collect()
+}
+
 /// A runtime for the store's async calls.
 pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)

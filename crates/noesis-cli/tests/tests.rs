@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod conformance;
+mod frames;
 mod run;
 mod snapshots;
 mod support;

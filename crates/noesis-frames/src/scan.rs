@@ -95,11 +95,31 @@ pub struct Scan {
 /// # Errors
 /// [`FramesError::Io`] when a scope entry does not exist.
 pub fn scan(root: &Path, scope: &[PathBuf]) -> Result<Scan, FramesError> {
+    scan_excluding(root, scope, &[])
+}
+
+/// [`scan`], leaving out `exclude` (absolute paths of files or folders, such
+/// as the store's own database inside the project).
+///
+/// # Errors
+/// [`FramesError::Io`] when a scope entry does not exist.
+pub fn scan_excluding(root: &Path, scope: &[PathBuf], exclude: &[PathBuf]) -> Result<Scan, FramesError> {
+    let exclude: Vec<PathBuf> = exclude
+        .iter()
+        .map(|p| match (p.parent().and_then(|d| d.canonicalize().ok()), p.file_name()) {
+            (Some(dir), Some(name)) => dir.join(name),
+            _ => p.clone(),
+        })
+        .collect();
+    let excluded = move |p: &Path| exclude.iter().any(|x| p.starts_with(x));
     let mut out = Scan::default();
     let mut dirs = Vec::new();
     for entry in scope {
         let path = if entry.is_absolute() { entry.clone() } else { root.join(entry) };
         let meta = std::fs::metadata(&path).map_err(|source| FramesError::Io { path: path.clone(), source })?;
+        if excluded(&path) {
+            continue;
+        }
         if meta.is_dir() {
             dirs.push(path);
         } else {
@@ -120,7 +140,7 @@ pub fn scan(root: &Path, scope: &[PathBuf]) -> Result<Scan, FramesError> {
         .hidden(false)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git")
+        .filter_entry(move |e| e.file_name() != ".git" && !excluded(e.path()))
         .threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(8));
     let (tx, rx) = std::sync::mpsc::channel::<Result<(String, String), (PathBuf, String)>>();
     builder.build_parallel().run(|| {
@@ -207,6 +227,10 @@ mod tests {
         let s = scan(&root, &[PathBuf::from("src"), PathBuf::from("run.log")]).unwrap();
         let names: Vec<&str> = s.files.keys().map(String::as_str).collect();
         assert_eq!(names, vec!["run.log", "src/a.rs", "src/deep/b.rs"]);
+        let s = scan_excluding(&root, std::slice::from_ref(&root), &[root.join("src/deep"), root.join(".gitignore")])
+            .unwrap();
+        let names: Vec<&str> = s.files.keys().map(String::as_str).collect();
+        assert_eq!(names, vec![".env.example", "src/a.rs"]);
         let e = scan(&root, &[PathBuf::from("missing")]).unwrap_err().to_string();
         assert!(e.contains("missing"), "{e}");
     }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use noesis_frames::project::{Project, relative_path, resolve};
-use noesis_frames::scan::{hash_file, scan};
+use noesis_frames::scan::{hash_file, scan_excluding};
 use noesis_frames::session::{SessionDiff, assign_roles, diff};
 use noesis_frames::{
     CausalFrame, Cause, Draft, Finding, FrameId, FrameTree, Invalidation, SessionArtifacts, Status, Timestamp, World,
@@ -56,6 +56,8 @@ fn hash_now(root: &Path, scanned: &std::collections::BTreeMap<String, String>, n
 /// session, invalidates every live frame whose file condition no longer
 /// holds or whose expiry has passed (cascading to children and citers), and
 /// records the session with a root frame — the last two in one transaction.
+/// `exclude` leaves files out of the scan (the store's own database, when it
+/// sits inside the project).
 ///
 /// # Errors
 /// A scope entry that does not exist, or a store error.
@@ -63,6 +65,7 @@ pub async fn start_session(
     store: &dyn Store,
     project: &Project,
     scope: &[PathBuf],
+    exclude: &[PathBuf],
     prompt: Option<String>,
     conversation_log: Option<String>,
     now: Timestamp,
@@ -70,7 +73,7 @@ pub async fn start_session(
     let root_text = project.root.to_string_lossy().into_owned();
     store.ensure_project(&project.project_id, &root_text).await?;
     let scope: Vec<PathBuf> = if scope.is_empty() { vec![project.root.clone()] } else { scope.to_vec() };
-    let scanned = scan(&project.root, &scope)?;
+    let scanned = scan_excluding(&project.root, &scope, exclude)?;
     let scope_names: Vec<String> = scope
         .iter()
         .map(|p| {

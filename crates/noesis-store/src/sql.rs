@@ -13,7 +13,7 @@ use noesis_frames::{
     SessionArtifacts, Status, StatusChange, Timestamp, Timestamps,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection, Executor, Row};
 
 use crate::error::{Context, StoreError};
 use crate::filter::{Arg, FrameFilter, ids_sql};
@@ -83,8 +83,9 @@ pub(crate) fn parse_url(url: &str) -> Result<(Backend, String), StoreError> {
         std::env::current_dir().map_err(|_| StoreError::BadUrl(url.to_owned()))?.join(p)
     };
     if let Some(dir) = abs.parent() {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Invalid(format!("{}: cannot create: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Invalid(format!("store {}: cannot create its folder {}: {e}", abs.display(), dir.display()))
+        })?;
     }
     let text = abs.to_str().ok_or_else(|| StoreError::BadUrl(url.to_owned()))?;
     Ok((Backend::Sqlite, format!("sqlite://{}?mode=rwc", encode_path(text))))
@@ -189,6 +190,9 @@ impl SqlStore {
         let shown = redact(url);
         let open_err = |source: sqlx::Error| StoreError::Open { url: shown.clone(), source: Box::new(source) };
         let options = AnyConnectOptions::from_str(&conn_url).map_err(open_err)?;
+        // One direct connection first: a pool would retry until its timeout
+        // and report only that; this names the real cause at once.
+        sqlx::AnyConnection::connect_with(&options).await.map_err(open_err)?.close().await.map_err(open_err)?;
         let pool = match backend {
             Backend::Sqlite => AnyPoolOptions::new()
                 .max_connections(4)

@@ -75,7 +75,7 @@ async fn five_hundred_files_k_changed_exactly_the_dependents_invalidated(t_: &Te
     let project = Project { project_id: format!("path:{}", root.display()), root: root.clone() };
 
     // Session 1: every tracked file hashed, nothing ignored, all created.
-    let s1 = ops::start_session(store, &project, &[], Some("map the code".into()), None, t(0)).await.unwrap();
+    let s1 = ops::start_session(store, &project, &[], &[], Some("map the code".into()), None, t(0)).await.unwrap();
     assert_eq!(s1.session.files.len(), 500);
     assert!(s1.session.files.keys().all(|p| !p.starts_with("target/") && !p.ends_with(".tmp")));
     assert!(s1.session.files.values().all(|e| e.role == FileRole::Created));
@@ -143,7 +143,7 @@ async fn five_hundred_files_k_changed_exactly_the_dependents_invalidated(t_: &Te
     assert!(!expected.is_empty() && expected.len() + 50 < before.len(), "{} of {}", expected.len(), before.len());
 
     // Session 2.
-    let s2 = ops::start_session(store, &project, &[], Some("map the code".into()), None, t(1000)).await.unwrap();
+    let s2 = ops::start_session(store, &project, &[], &[], Some("map the code".into()), None, t(1000)).await.unwrap();
     let got: BTreeSet<FrameId> = s2.invalidated.iter().map(|i| i.frame_id.clone()).collect();
     let false_pos: Vec<_> = got.difference(&expected).collect();
     let missed: Vec<_> = expected.difference(&got).collect();
@@ -196,8 +196,9 @@ async fn five_hundred_files_k_changed_exactly_the_dependents_invalidated(t_: &Te
     assert_eq!(report.resumable.len(), want.len());
 
     // Session 3 with nothing changed: nothing more is invalidated.
-    let s3 =
-        ops::start_session(store, &project, &[PathBuf::from("src")], Some("next".into()), None, t(2000)).await.unwrap();
+    let s3 = ops::start_session(store, &project, &[PathBuf::from("src")], &[], Some("next".into()), None, t(2000))
+        .await
+        .unwrap();
     assert!(s3.invalidated.is_empty(), "{:?}", s3.invalidated);
     assert!(matches!(s3.diff.prompt, PromptChange::New { .. }));
     assert!(s3.diff.files.changed.is_empty() && s3.diff.files.removed.is_empty());

@@ -108,7 +108,9 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         ),
         None => None,
     };
-    let started = ops::start_session(store.as_ref(), &project, &scope, a.prompt, transcript, Timestamp::now()).await?;
+    let exclude = memory::store_files();
+    let started =
+        ops::start_session(store.as_ref(), &project, &scope, &exclude, a.prompt, transcript, Timestamp::now()).await?;
     for (path, why) in &started.skipped {
         out::note(&format!("warning: {}: not hashed: {why}", path.display()));
     }
