@@ -187,7 +187,7 @@ fn body(model: &str, request: &ChatRequest, plan: &Plan, stream: bool) -> Value 
     }
     if let Some(t) = request.temperature {
         // Through the shortest decimal form, so 0.2f32 goes out as 0.2.
-        body["temperature"] = format!("{t}").parse::<f64>().map_or_else(|_| json!(t), |t| json!(t));
+        body["temperature"] = crate::types::temperature_json(t);
     }
     let mut tools: Vec<Value> = request.tools.iter().map(wire_tool).collect();
     let choice = match &plan.forced {

@@ -279,7 +279,7 @@ fn body(request: &ChatRequest, output: &Output, memory: &CallMemory) -> Value {
     }
     let mut config = Map::new();
     if let Some(t) = request.temperature {
-        config.insert("temperature".into(), json!(t));
+        config.insert("temperature".into(), crate::types::temperature_json(t));
     }
     if let Some(m) = request.max_tokens {
         config.insert("maxOutputTokens".into(), json!(m));

@@ -90,7 +90,7 @@ fn request_body(model: &str, request: &ChatRequest, stream: bool) -> Value {
     });
     let mut options = Map::new();
     if let Some(t) = request.temperature {
-        options.insert("temperature".into(), json!(t));
+        options.insert("temperature".into(), crate::types::temperature_json(t));
     }
     if let Some(m) = request.max_tokens {
         options.insert("num_predict".into(), json!(m));

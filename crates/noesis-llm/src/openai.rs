@@ -57,7 +57,7 @@ impl OpenAiCompatible {
             "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
         });
         if let Some(t) = request.temperature {
-            body["temperature"] = json!(t);
+            body["temperature"] = crate::types::temperature_json(t);
         }
         if let Some(m) = request.max_tokens {
             body["max_tokens"] = json!(m);

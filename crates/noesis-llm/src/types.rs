@@ -244,3 +244,10 @@ impl std::ops::AddAssign for Usage {
         self.output_tokens += other.output_tokens;
     }
 }
+
+/// A temperature as JSON, in its shortest decimal form: `0.2`, not the
+/// `0.20000000298023224` an `f32` widens to (which some APIs log and
+/// recordings would carry).
+pub(crate) fn temperature_json(t: f32) -> serde_json::Value {
+    format!("{t}").parse::<f64>().map_or_else(|_| serde_json::json!(t), |t| serde_json::json!(t))
+}
