@@ -335,6 +335,9 @@ struct ResponseFile {
     /// Kept so a replayed run records the structured-output path truthfully.
     structured: StructuredMode,
     tool_calls: Vec<ToolCallFile>,
+    /// Who answered in a fallback chain, so a replay names the same model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    served_by: Option<String>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -357,6 +360,7 @@ impl From<&ChatResponse> for ResponseFile {
                 .iter()
                 .map(|c| ToolCallFile { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
                 .collect(),
+            served_by: r.served_by.clone(),
         }
     }
 }
@@ -368,6 +372,7 @@ impl ResponseFile {
         response.finish_reason = self.finish_reason;
         response.tool_calls =
             self.tool_calls.into_iter().map(|c| ToolCall { id: c.id, name: c.name, arguments: c.arguments }).collect();
+        response.served_by = self.served_by;
         response
     }
 }

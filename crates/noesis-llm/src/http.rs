@@ -316,6 +316,7 @@ fn mentions_context(body: &str) -> bool {
         || b.contains("maximum context")
         || b.contains("prompt is too long")
         || b.contains("too many tokens")
+        || (b.contains("input token count") && b.contains("exceeds the maximum"))
 }
 
 /// At most 300 characters of a body, for error messages.
@@ -412,6 +413,9 @@ mod tests {
     fn context_overflow_is_recognised_across_providers() {
         assert!(mentions_context(r#"{"error":{"code":"context_length_exceeded"}}"#));
         assert!(mentions_context(r#"{"error":{"message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#));
+        assert!(mentions_context(
+            r#"{"error":{"message":"The input token count (1200000) exceeds the maximum number of tokens allowed (1048576)."}}"#
+        ));
         assert!(!mentions_context(r#"{"error":{"message":"bad temperature"}}"#));
     }
 }

@@ -33,7 +33,9 @@ pub async fn probe(wire: Wire, config: &EndpointConfig, timeout: Duration) -> Pr
         Wire::Anthropic => {
             let mut h = vec![("anthropic-version", crate::ANTHROPIC_VERSION.to_owned())];
             h.extend(config.api_key.clone().map(|k| ("x-api-key", k)));
-            (config.url("v1/models"), h)
+            // Base URLs are accepted with or without the version segment.
+            let path = if config.base_url.trim_end_matches('/').ends_with("/v1") { "models" } else { "v1/models" };
+            (config.url(path), h)
         }
         Wire::Gemini => {
             (config.url("models"), config.api_key.clone().map(|k| ("x-goog-api-key", k)).into_iter().collect())
@@ -83,4 +85,34 @@ pub async fn probe(wire: Wire, config: &EndpointConfig, timeout: Duration) -> Pr
 
 fn bearer(config: &EndpointConfig) -> Vec<(&'static str, String)> {
     config.api_key.as_ref().map(|k| ("authorization", format!("Bearer {k}"))).into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+    }
+
+    #[test]
+    fn an_unreachable_endpoint_is_a_problem_not_a_panic() {
+        let cfg = EndpointConfig::new("openai", "http://127.0.0.1:1/v1", "m");
+        let p = block(probe(Wire::OpenAi, &cfg, Duration::from_secs(2)));
+        assert_eq!(p.url, "http://127.0.0.1:1/v1/models");
+        assert_eq!(p.status, None);
+        assert!(p.problem.as_deref().unwrap().starts_with("unreachable"), "{p:?}");
+        assert!(!p.ok());
+    }
+
+    #[test]
+    fn each_dialect_asks_its_own_listing() {
+        // Unreachable on purpose: only the URL asked is checked here.
+        let url =
+            |wire, base: &str| block(probe(wire, &EndpointConfig::new("x", base, "m"), Duration::from_secs(1))).url;
+        assert_eq!(url(Wire::Anthropic, "http://127.0.0.1:1"), "http://127.0.0.1:1/v1/models");
+        assert_eq!(url(Wire::Anthropic, "http://127.0.0.1:1/v1"), "http://127.0.0.1:1/v1/models");
+        assert_eq!(url(Wire::Gemini, "http://127.0.0.1:1/v1beta"), "http://127.0.0.1:1/v1beta/models");
+        assert_eq!(url(Wire::Ollama, "http://127.0.0.1:1"), "http://127.0.0.1:1/api/tags");
+    }
 }
