@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
 use crate::http::{EndpointConfig, HttpCore, excerpt};
 use crate::stream::SseDecoder;
@@ -16,7 +17,6 @@ use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, ToolSpec, Usage,
 };
-use crate::{Provider, TextSink};
 
 /// The `anthropic-version` header sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -78,28 +78,12 @@ impl Anthropic {
     }
 }
 
-#[async_trait::async_trait]
-impl Provider for Anthropic {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: true, json_mode: false, tools: true, streaming: true }
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.call(request, None).await
-    }
-
-    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
-        self.call(request, Some(on_text)).await
-    }
-}
+crate::http::http_provider!(Anthropic, |_this| Capabilities {
+    json_schema: true,
+    json_mode: false,
+    tools: true,
+    streaming: true
+});
 
 /// `{base}/v1/messages`, accepting a base that already ends in `/v1`.
 fn messages_url(base: &str) -> String {

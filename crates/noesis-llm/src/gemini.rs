@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value, json};
 
+use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
 use crate::http::{EndpointConfig, HttpCore, excerpt};
 use crate::stream::SseDecoder;
@@ -21,7 +22,6 @@ use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, Usage,
 };
-use crate::{Provider, TextSink};
 
 /// Gemini 3 refuses a replayed `functionCall` part without the
 /// `thoughtSignature` it came with; this documented placeholder stands in
@@ -184,28 +184,12 @@ impl Gemini {
     }
 }
 
-#[async_trait::async_trait]
-impl Provider for Gemini {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: true, json_mode: true, tools: true, streaming: true }
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.call(request, None).await
-    }
-
-    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
-        self.call(request, Some(on_text)).await
-    }
-}
+crate::http::http_provider!(Gemini, |_this| Capabilities {
+    json_schema: true,
+    json_mode: true,
+    tools: true,
+    streaming: true
+});
 
 // ---------------------------------------------------------------------------
 // Tool calls remembered between turns

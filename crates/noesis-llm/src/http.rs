@@ -89,6 +89,46 @@ impl EndpointConfig {
     }
 }
 
+/// Implements [`crate::Provider`] for an HTTP provider whose struct has a
+/// `config: EndpointConfig` and an inherent
+/// `async fn call(&self, &ChatRequest, Option<TextSink>)`; `$caps` computes
+/// its capabilities from `$this`.
+macro_rules! http_provider {
+    ($ty:ty, |$this:ident| $caps:expr) => {
+        #[async_trait::async_trait]
+        impl crate::Provider for $ty {
+            fn name(&self) -> &str {
+                &self.config.name
+            }
+
+            fn model(&self) -> &str {
+                &self.config.model
+            }
+
+            fn capabilities(&self) -> crate::types::Capabilities {
+                let $this = self;
+                $caps
+            }
+
+            async fn chat(
+                &self,
+                request: &crate::types::ChatRequest,
+            ) -> Result<crate::types::ChatResponse, crate::error::ProviderError> {
+                self.call(request, None).await
+            }
+
+            async fn chat_stream(
+                &self,
+                request: &crate::types::ChatRequest,
+                on_text: crate::TextSink<'_>,
+            ) -> Result<crate::types::ChatResponse, crate::error::ProviderError> {
+                self.call(request, Some(on_text)).await
+            }
+        }
+    };
+}
+pub(crate) use http_provider;
+
 /// Receives a streamed body line by line; an error stops the stream.
 pub(crate) type OnLine<'f> = dyn FnMut(&str) -> Result<(), ProviderError> + Send + 'f;
 

@@ -6,13 +6,13 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
 use crate::http::{EndpointConfig, HttpCore, excerpt};
 use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, Usage,
 };
-use crate::{Provider, TextSink};
 
 /// Ollama's port when `OLLAMA_HOST` names none.
 const DEFAULT_PORT: &str = "11434";
@@ -430,28 +430,12 @@ fn split_host_port(hostport: &str) -> (&str, Option<&str>) {
     }
 }
 
-#[async_trait::async_trait]
-impl Provider for Ollama {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: true, json_mode: true, tools: true, streaming: true }
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.call(request, None).await
-    }
-
-    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
-        self.call(request, Some(on_text)).await
-    }
-}
+crate::http::http_provider!(Ollama, |_this| Capabilities {
+    json_schema: true,
+    json_mode: true,
+    tools: true,
+    streaming: true
+});
 
 #[cfg(test)]
 mod tests {

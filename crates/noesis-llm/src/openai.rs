@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Map, Value, json};
 
+use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
 use crate::http::{EndpointConfig, HttpCore, excerpt};
 use crate::stream::SseDecoder;
@@ -13,7 +14,6 @@ use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, Usage,
 };
-use crate::{Provider, TextSink};
 
 /// A provider for any API that speaks OpenAI chat completions.
 #[derive(Debug)]
@@ -374,33 +374,12 @@ fn mentions_format(body: &str) -> bool {
     b.contains("response_format") || b.contains("json_schema")
 }
 
-#[async_trait::async_trait]
-impl Provider for OpenAiCompatible {
-    fn name(&self) -> &str {
-        &self.config.name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            json_schema: self.json_schema_ok.load(Ordering::Relaxed),
-            json_mode: true,
-            tools: true,
-            streaming: true,
-        }
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.call(request, None).await
-    }
-
-    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
-        self.call(request, Some(on_text)).await
-    }
-}
+crate::http::http_provider!(OpenAiCompatible, |this| Capabilities {
+    json_schema: this.json_schema_ok.load(Ordering::Relaxed),
+    json_mode: true,
+    tools: true,
+    streaming: true,
+});
 
 #[cfg(test)]
 mod tests {
