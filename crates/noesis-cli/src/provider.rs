@@ -54,7 +54,8 @@ pub(crate) struct ProviderArgs {
     #[arg(long, value_name = "N")]
     pub max_total_tokens: Option<u64>,
     /// Stop a run that has cost more US dollars than this.
-    #[arg(long, value_name = "USD")]
+    // Negative numbers reach the range check, which says what is wrong.
+    #[arg(long, value_name = "USD", allow_negative_numbers = true)]
     pub max_cost: Option<f64>,
 }
 

@@ -14,6 +14,9 @@ pub(crate) fn example_module(name: &str) -> PathBuf {
     conformance().join("modules").join(name)
 }
 
+/// Variable prefixes of the caller's environment that never reach the binary.
+const LEAKY_PREFIXES: &[&str] = &["LLM_", "NOESIS_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "OLLAMA_"];
+
 /// A fresh temporary workspace: HOME and the current directory point into
 /// it, and no provider variables leak in from the caller's environment.
 pub(crate) struct Work {
@@ -22,7 +25,12 @@ pub(crate) struct Work {
 
 impl Work {
     pub(crate) fn new() -> Work {
-        Work { dir: tempfile::tempdir().unwrap() }
+        let dir = tempfile::tempdir().unwrap();
+        // noesis reads the nearest noesis.toml from its working directory
+        // upwards; one above the temp dir would configure every test.
+        let stray = dir.path().ancestors().skip(1).map(|d| d.join("noesis.toml")).find(|p| p.exists());
+        assert!(stray.is_none(), "{} would configure every test run; move it away", stray.unwrap().display());
+        Work { dir }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -39,8 +47,16 @@ impl Work {
     pub(crate) fn noesis(&self) -> Command {
         let mut c = Command::cargo_bin("noesis").unwrap();
         c.current_dir(self.dir.path()).env("HOME", self.dir.path()).env("NO_COLOR", "1");
-        for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH"] {
+        for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH", "NOESIS_CONFIG", "XDG_CONFIG_HOME"] {
             c.env_remove(v);
+        }
+        // Whatever the caller exports for a provider or for noesis itself
+        // (OLLAMA_MODEL, NOESIS_HOME, NOESIS_STORE, …) stays out.
+        for (k, _) in std::env::vars_os() {
+            let name = k.to_string_lossy();
+            if LEAKY_PREFIXES.iter().any(|p| name.starts_with(p)) {
+                c.env_remove(&k);
+            }
         }
         // A key for any preset would switch auto-detection to that provider.
         for p in noesis_llm::PRESETS {

@@ -4,6 +4,7 @@ mod bad_input;
 mod cli;
 mod conformance;
 mod frames;
+mod providers;
 mod run;
 mod snapshots;
 mod support;

@@ -60,10 +60,13 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             .and_then(|e| e.api_key_env.clone())
             .or_else(|| preset.and_then(|p| p.key_var).map(str::to_owned));
         let key_set = ep.api_key.is_some();
-        // Keyless servers count as configured once their address is given.
+        // Keyless servers count as configured once their address is given;
+        // so does every provider the config sends runs to.
         let configured = key_set
             || *name == selected
             || cfg.providers.contains_key(name)
+            || cfg.fallback.contains(name)
+            || cfg.routes.iter().any(|r| r.provider == *name)
             || preset.is_some_and(|p| p.key_var.is_none() && env(p.base_url_var).is_some())
             || (wire == Wire::Ollama && env("OLLAMA_HOST").is_some());
         let mut row = json!({
