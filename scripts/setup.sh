@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+. scripts/local-model.sh
 need_cargo
+need_llama_build_deps
 
 echo "==> building noesis (release; the first build takes a few minutes)" >&2
 cargo build --release --locked -p noesis-cli >&2
@@ -14,6 +16,9 @@ mkdir -p "$HOME/.local/bin"
 install -m 0755 "$bin" "$HOME/.local/bin/noesis"
 echo "==> installed $HOME/.local/bin/noesis ($("$bin" --version))" >&2
 case ":$PATH:" in *":$HOME/.local/bin:"*) ;; *) echo "    add \$HOME/.local/bin to PATH to call it as 'noesis'" >&2 ;; esac
+
+echo "==> installing the local model (the offline default provider)" >&2
+"$bin" model install >/dev/null
 
 echo "==> running the built-in code-simplifier module end to end" >&2
 "$bin" run code-simplifier --pretty \

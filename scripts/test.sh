@@ -3,7 +3,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/env.sh
+. scripts/local-model.sh
 need_cargo
+need_llama_build_deps
+# The local model's tests load the real model file (cached in $NOESIS_HOME/models).
+install_local_model
 
 echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check >&2

@@ -55,6 +55,8 @@ pub(crate) struct ProviderEntry {
     pub model: Option<String>,
     /// The variable that holds the key (instead of the preset's).
     pub api_key_env: Option<String>,
+    /// For `local`: the GGUF model file.
+    pub model_path: Option<PathBuf>,
 }
 
 /// `[budget]`.
@@ -96,6 +98,7 @@ impl Config {
                     base_url: entry.base_url.or(base.base_url),
                     model: entry.model.or(base.model),
                     api_key_env: entry.api_key_env.or(base.api_key_env),
+                    model_path: entry.model_path.or(base.model_path),
                 },
             );
         }

