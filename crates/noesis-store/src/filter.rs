@@ -38,6 +38,7 @@ impl FrameFilter {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Arg {
     Text(String),
+    Int(i64),
 }
 
 fn like_pattern(text: &str) -> String {
@@ -52,9 +53,9 @@ fn like_pattern(text: &str) -> String {
     p
 }
 
-/// `SELECT f.frame_id FROM frames f WHERE …` with `$1…$n` placeholders.
+/// `SELECT f.seq FROM frames f WHERE …` with `$1…$n` placeholders.
 pub(crate) fn ids_sql(f: &FrameFilter) -> (String, Vec<Arg>) {
-    let mut sql = String::from("SELECT f.frame_id FROM frames f WHERE 1 = 1");
+    let mut sql = String::from("SELECT f.seq FROM frames f JOIN frame_state fs ON fs.seq = f.seq WHERE 1 = 1");
     let mut args = Vec::new();
     let push = |args: &mut Vec<Arg>, v: String| {
         args.push(Arg::Text(v));
@@ -64,7 +65,7 @@ pub(crate) fn ids_sql(f: &FrameFilter) -> (String, Vec<Arg>) {
         sql += &format!(" AND f.project_id = {}", push(&mut args, p.clone()));
     }
     if let Some(s) = f.status {
-        sql += &format!(" AND f.status = {}", push(&mut args, s.as_str().to_owned()));
+        sql += &format!(" AND fs.status = {}", push(&mut args, s.as_str().to_owned()));
     }
     if f.pivots {
         sql += " AND f.branched_from IS NOT NULL";
@@ -74,7 +75,7 @@ pub(crate) fn ids_sql(f: &FrameFilter) -> (String, Vec<Arg>) {
     }
     if let Some(path) = &f.file {
         let n = push(&mut args, path.clone());
-        sql += &format!(" AND EXISTS (SELECT 1 FROM frame_files ff WHERE ff.frame_id = f.frame_id AND ff.path = {n})");
+        sql += &format!(" AND EXISTS (SELECT 1 FROM frame_files ff WHERE ff.frame_seq = f.seq AND ff.path = {n})");
     }
     if let Some(t) = &f.text {
         let n = push(&mut args, like_pattern(t));
@@ -83,8 +84,8 @@ pub(crate) fn ids_sql(f: &FrameFilter) -> (String, Vec<Arg>) {
     if let Some(root) = &f.under {
         let n = push(&mut args, root.as_str().to_owned());
         sql += &format!(
-            " AND f.frame_id IN (WITH RECURSIVE sub(id) AS (SELECT frame_id FROM frames WHERE frame_id = {n} \
-             UNION ALL SELECT c.frame_id FROM frames c JOIN sub ON c.parent_id = sub.id) SELECT id FROM sub)"
+            " AND f.seq IN (WITH RECURSIVE sub(id) AS (SELECT seq FROM frames WHERE frame_id = {n} \
+             UNION ALL SELECT c.seq FROM frames c JOIN sub ON c.parent_seq = sub.id) SELECT id FROM sub)"
         );
     }
     if let Some(limit) = f.limit {
@@ -107,7 +108,10 @@ mod tests {
             ..FrameFilter::default()
         };
         let (sql, args) = ids_sql(&f);
-        assert!(sql.contains("f.project_id = $1") && sql.contains("f.status = $2") && sql.contains("LIKE $3"), "{sql}");
+        assert!(
+            sql.contains("f.project_id = $1") && sql.contains("fs.status = $2") && sql.contains("LIKE $3"),
+            "{sql}"
+        );
         assert!(sql.ends_with("LIMIT 3"));
         assert_eq!(args[2], Arg::Text("%50\\%\\_x%".into()));
         assert_eq!(ids_sql(&FrameFilter::default()).1.len(), 0);

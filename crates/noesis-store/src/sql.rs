@@ -98,6 +98,7 @@ fn bind_args<'q>(
     for a in args {
         match a {
             Arg::Text(t) => q = q.bind(t.clone()),
+            Arg::Int(i) => q = q.bind(*i),
         }
     }
     q
@@ -115,17 +116,24 @@ fn id_of(text: String) -> Result<FrameId, StoreError> {
     FrameId::parse(&text).map_err(|_| StoreError::Corrupt(format!("frame id `{text}`")))
 }
 
-const FRAME_COLUMNS: &str = "frame_id, project_id, session_id, parent_id, depth, query, context_slice, evidence, \
-     conclusion, confidence, expires_at, note, status, branched_from, created_at, updated_at";
+/// The columns `frame_of_row` reads, from `frames f` joined with its parent
+/// `p`; the last is the integer key.
+const FRAME_SELECT: &str = "f.frame_id, f.project_id, f.session_id, p.frame_id, f.depth, f.query, f.context_slice, \
+     f.evidence, f.conclusion, f.confidence, f.expires_at, f.note, st.status, f.branched_from, f.created_at, \
+     st.updated_at, f.seq";
 
-fn frame_of_row(r: &AnyRow) -> Result<CausalFrame, StoreError> {
+/// Columns written by an insert, in bind order.
+const FRAME_INSERT: &str = "seq, frame_id, project_id, session_id, parent_seq, depth, query, context_slice, evidence, \
+     conclusion, confidence, expires_at, note, branched_from, created_at, n_files, n_deps";
+
+fn frame_of_row(r: &AnyRow) -> Result<(i64, CausalFrame), StoreError> {
     let get = |e: sqlx::Error| StoreError::Corrupt(format!("frames row: {e}"));
     let id: String = r.try_get(0).map_err(get)?;
     let evidence_text: String = r.try_get(7).map_err(get)?;
     let evidence: Vec<Evidence> = serde_json::from_str(&evidence_text)
         .map_err(|e| StoreError::Corrupt(format!("frame {id}: evidence is not valid JSON: {e}")))?;
     let status: String = r.try_get(12).map_err(get)?;
-    Ok(CausalFrame {
+    let frame = CausalFrame {
         status: status_of(&status, &id)?,
         project_id: r.try_get(1).map_err(get)?,
         session_id: r.try_get(2).map_err(get)?,
@@ -150,7 +158,18 @@ fn frame_of_row(r: &AnyRow) -> Result<CausalFrame, StoreError> {
             history: Vec::new(),
         },
         frame_id: id_of(id)?,
-    })
+    };
+    Ok((r.try_get(16).map_err(get)?, frame))
+}
+
+/// What inserting a child needs to know about a frame already stored (or
+/// earlier in the same batch).
+#[derive(Debug, Clone)]
+struct Known {
+    seq: i64,
+    project_id: String,
+    depth: u32,
+    status: Status,
 }
 
 fn check_frame(f: &CausalFrame) -> Result<(), StoreError> {
@@ -167,6 +186,9 @@ fn check_frame(f: &CausalFrame) -> Result<(), StoreError> {
             return bad(format!("status {} but the history ends with {}", f.status, last.status));
         }
         _ => {}
+    }
+    if f.timestamps.history.iter().any(|h| h.status == Status::Invalidated) {
+        return bad("a frame is stored live; invalidate it afterwards".into());
     }
     if f.parent_id.is_none() && f.depth != 0 {
         return bad(format!("a root with depth {}", f.depth));
@@ -202,6 +224,10 @@ impl SqlStore {
                         conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}"))).await?;
                         conn.execute("PRAGMA synchronous = NORMAL").await?;
                         conn.execute("PRAGMA foreign_keys = ON").await?;
+                        // Cascades sort and deduplicate in temporary b-trees:
+                        // keep them, and a 32 MiB page cache, in memory.
+                        conn.execute("PRAGMA temp_store = MEMORY").await?;
+                        conn.execute("PRAGMA cache_size = -32768").await?;
                         Ok(())
                     })
                 }),
@@ -258,126 +284,176 @@ impl SqlStore {
         let mut conn = self.pool.acquire().await.ctx(|| "connect".into())?;
         let q = |sql: String| bind_args(sqlx::query(AssertSqlSafe(sql)), args);
         let rows = q(format!(
-            "SELECT {FRAME_COLUMNS} FROM frames WHERE frame_id IN ({ids_sql}) ORDER BY created_at, frame_id"
+            "SELECT {FRAME_SELECT} FROM frames f JOIN frame_state st ON st.seq = f.seq \
+             LEFT JOIN frames p ON p.seq = f.parent_seq \
+             WHERE f.seq IN ({ids_sql}) ORDER BY f.created_at, f.frame_id"
         ))
         .fetch_all(&mut *conn)
         .await
         .ctx(|| "read frames".into())?;
-        let mut frames = rows.iter().map(frame_of_row).collect::<Result<Vec<_>, _>>()?;
-        let index: HashMap<String, usize> =
-            frames.iter().enumerate().map(|(i, f)| (f.frame_id.as_str().to_owned(), i)).collect();
-        let slot =
-            |id: &str| index.get(id).copied().ok_or_else(|| StoreError::Corrupt(format!("row for unknown frame {id}")));
+        let mut frames = Vec::with_capacity(rows.len());
+        let mut index: HashMap<i64, usize> = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            let (seq, f) = frame_of_row(r)?;
+            index.insert(seq, frames.len());
+            frames.push(f);
+        }
+        let slot = |seq: i64| {
+            index.get(&seq).copied().ok_or_else(|| StoreError::Corrupt(format!("row for unknown frame #{seq}")))
+        };
         let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
         for r in q(format!(
-            "SELECT frame_id, path, hash FROM frame_files WHERE frame_id IN ({ids_sql}) ORDER BY frame_id, path"
+            "SELECT frame_seq, path, hash FROM frame_files WHERE frame_seq IN ({ids_sql}) ORDER BY frame_seq, path"
         ))
         .fetch_all(&mut *conn)
         .await
         .ctx(|| "read frame files".into())?
         {
-            let id: String = r.try_get(0).map_err(corrupt)?;
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
             let f = FileRef { path: r.try_get(1).map_err(corrupt)?, hash: r.try_get(2).map_err(corrupt)? };
-            frames[slot(&id)?].invalidation_condition.files.push(f);
-        }
-        for r in
-            q(format!("SELECT dst, src FROM frame_edges WHERE kind = 'cites' AND dst IN ({ids_sql}) ORDER BY dst, src"))
-                .fetch_all(&mut *conn)
-                .await
-                .ctx(|| "read frame dependencies".into())?
-        {
-            let id: String = r.try_get(0).map_err(corrupt)?;
-            let dep = id_of(r.try_get(1).map_err(corrupt)?)?;
-            frames[slot(&id)?].invalidation_condition.frames.push(dep);
+            frames[slot(seq)?].invalidation_condition.files.push(f);
         }
         for r in q(format!(
-            "SELECT parent_id, frame_id FROM frames WHERE parent_id IN ({ids_sql}) ORDER BY created_at, frame_id"
+            "SELECT e.dst, c.frame_id FROM frame_edges e JOIN frames c ON c.seq = e.src \
+             WHERE e.kind = 1 AND e.dst IN ({ids_sql}) ORDER BY e.dst, c.frame_id"
+        ))
+        .fetch_all(&mut *conn)
+        .await
+        .ctx(|| "read frame dependencies".into())?
+        {
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
+            let dep = id_of(r.try_get(1).map_err(corrupt)?)?;
+            frames[slot(seq)?].invalidation_condition.frames.push(dep);
+        }
+        for r in q(format!(
+            "SELECT parent_seq, frame_id FROM frames WHERE parent_seq IN ({ids_sql}) ORDER BY created_at, frame_id"
         ))
         .fetch_all(&mut *conn)
         .await
         .ctx(|| "read frame children".into())?
         {
-            let id: String = r.try_get(0).map_err(corrupt)?;
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
             let child = id_of(r.try_get(1).map_err(corrupt)?)?;
-            frames[slot(&id)?].children.push(child);
+            frames[slot(seq)?].children.push(child);
         }
         for r in q(format!(
-            "SELECT frame_id, status, at, reason, session_id FROM frame_status WHERE frame_id IN ({ids_sql}) ORDER BY seq"
+            "SELECT frame_seq, status, at, reason, session_id FROM frame_status \
+             WHERE frame_seq IN ({ids_sql}) ORDER BY seq"
         ))
         .fetch_all(&mut *conn)
         .await
         .ctx(|| "read status history".into())?
         {
-            let id: String = r.try_get(0).map_err(corrupt)?;
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
             let status: String = r.try_get(1).map_err(corrupt)?;
+            let i = slot(seq)?;
             let change = StatusChange {
-                status: status_of(&status, &id)?,
+                status: status_of(&status, frames[i].frame_id.as_str())?,
                 at: Timestamp::from_millis(r.try_get(2).map_err(corrupt)?),
                 reason: r.try_get(3).map_err(corrupt)?,
                 session_id: r.try_get(4).map_err(corrupt)?,
             };
-            frames[slot(&id)?].timestamps.history.push(change);
+            frames[i].timestamps.history.push(change);
+        }
+        // The terminal change of invalidated frames comes last.
+        for (_, (seq, change)) in
+            Self::invalidations(&mut conn, self.backend, &format!("f.seq IN ({ids_sql})"), args).await?
+        {
+            frames[slot(seq)?].timestamps.history.push(change);
         }
         Ok(frames)
     }
 
-    /// Parent/dependency facts for the frames of a batch: from the batch
-    /// itself or the database.
+    /// Facts about a frame referenced by a batch: from the batch itself or
+    /// the database.
     async fn lookup(
         conn: &mut AnyConnection,
         id: &FrameId,
-        batch: &HashMap<FrameId, (String, u32, Status)>,
-    ) -> Result<(String, u32, Status), StoreError> {
+        batch: &HashMap<FrameId, Known>,
+    ) -> Result<Known, StoreError> {
         if let Some(hit) = batch.get(id) {
             return Ok(hit.clone());
         }
-        let row = sqlx::query("SELECT project_id, depth, status FROM frames WHERE frame_id = $1")
-            .bind(id.as_str())
-            .fetch_optional(&mut *conn)
-            .await
-            .ctx(|| format!("look up frame {id}"))?
-            .ok_or_else(|| StoreError::Frames(noesis_frames::FramesError::NotFound(id.clone())))?;
+        let row = sqlx::query(
+            "SELECT f.seq, f.project_id, f.depth, st.status FROM frames f JOIN frame_state st ON st.seq = f.seq \
+             WHERE f.frame_id = $1",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .ctx(|| format!("look up frame {id}"))?
+        .ok_or_else(|| StoreError::Frames(noesis_frames::FramesError::NotFound(id.clone())))?;
         let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
-        let status: String = row.try_get(2).map_err(corrupt)?;
-        Ok((
-            row.try_get(0).map_err(corrupt)?,
-            u32_of(row.try_get(1).map_err(corrupt)?, "depth")?,
-            status_of(&status, id.as_str())?,
-        ))
+        let status: String = row.try_get(3).map_err(corrupt)?;
+        Ok(Known {
+            seq: row.try_get(0).map_err(corrupt)?,
+            project_id: row.try_get(1).map_err(corrupt)?,
+            depth: u32_of(row.try_get(2).map_err(corrupt)?, "depth")?,
+            status: status_of(&status, id.as_str())?,
+        })
     }
 
-    async fn insert_tx(conn: &mut AnyConnection, frames: &[CausalFrame]) -> Result<(), StoreError> {
-        let mut batch: HashMap<FrameId, (String, u32, Status)> = HashMap::new();
+    /// Integer keys for `n` new frames. SQLite: after the largest, which is
+    /// safe because the caller holds the write lock. PostgreSQL: drawn from
+    /// the identity sequence, safe under concurrency.
+    async fn reserve_seqs(&self, conn: &mut AnyConnection, n: usize) -> Result<Vec<i64>, StoreError> {
+        let n64 = i64::try_from(n).unwrap_or(i64::MAX);
+        match self.backend {
+            Backend::Sqlite => {
+                let max: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM frames")
+                    .fetch_one(&mut *conn)
+                    .await
+                    .ctx(|| "reserve frame keys".into())?;
+                Ok((1..=n64).map(|i| max + i).collect())
+            }
+            Backend::Postgres => sqlx::query_scalar(
+                "SELECT nextval(pg_get_serial_sequence('frames', 'seq')) FROM generate_series(1, $1)",
+            )
+            .bind(n64)
+            .fetch_all(&mut *conn)
+            .await
+            .ctx(|| "reserve frame keys".into()),
+        }
+    }
+
+    async fn insert_tx(&self, conn: &mut AnyConnection, frames: &[CausalFrame]) -> Result<(), StoreError> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        let seqs = self.reserve_seqs(conn, frames.len()).await?;
+        let mut batch: HashMap<FrameId, Known> = HashMap::new();
         let mut frame_rows = Vec::with_capacity(frames.len());
         let mut status_rows = Vec::new();
-        let mut edge_rows = Vec::new();
+        let mut edge_rows: Vec<(i64, i64, i64)> = Vec::new();
         let mut file_rows = Vec::new();
-        for f in frames {
+        for (f, &seq) in frames.iter().zip(&seqs) {
             check_frame(f)?;
             if batch.contains_key(&f.frame_id) {
                 return Err(StoreError::Invalid(format!("frame {} appears twice", f.frame_id)));
             }
+            let mut parent_seq = None;
             if let Some(pid) = &f.parent_id {
-                let (project, depth, status) = Self::lookup(conn, pid, &batch).await?;
-                if project != f.project_id {
+                let parent = Self::lookup(conn, pid, &batch).await?;
+                if parent.project_id != f.project_id {
                     return Err(StoreError::Invalid(format!(
-                        "frame {}: parent {pid} belongs to project {project}, not {}",
-                        f.frame_id, f.project_id
+                        "frame {}: parent {pid} belongs to project {}, not {}",
+                        f.frame_id, parent.project_id, f.project_id
                     )));
                 }
-                if f.depth != depth + 1 {
+                if f.depth != parent.depth + 1 {
                     return Err(StoreError::Invalid(format!(
-                        "frame {}: depth {} under parent {pid} of depth {depth}",
-                        f.frame_id, f.depth
+                        "frame {}: depth {} under parent {pid} of depth {}",
+                        f.frame_id, f.depth, parent.depth
                     )));
                 }
-                if status == Status::Invalidated {
+                if parent.status == Status::Invalidated {
                     return Err(StoreError::Invalid(format!(
                         "frame {}: parent {pid} is invalidated; nothing can be added under it",
                         f.frame_id
                     )));
                 }
-                edge_rows.push((pid.as_str().to_owned(), f.frame_id.as_str().to_owned(), "parent"));
+                edge_rows.push((parent.seq, seq, 0));
+                parent_seq = Some(parent.seq);
             }
             if let Some(b) = &f.branched_from {
                 Self::lookup(conn, b, &batch).await?;
@@ -388,33 +464,39 @@ impl SqlStore {
                 if dep == &f.frame_id {
                     return Err(StoreError::Invalid(format!("frame {} names itself as a dependency", f.frame_id)));
                 }
-                Self::lookup(conn, dep, &batch).await?;
-                edge_rows.push((dep.as_str().to_owned(), f.frame_id.as_str().to_owned(), "cites"));
+                let d = Self::lookup(conn, dep, &batch).await?;
+                if d.status == Status::Invalidated {
+                    return Err(StoreError::Invalid(format!(
+                        "frame {}: it cites frame {dep}, which is invalidated",
+                        f.frame_id
+                    )));
+                }
+                edge_rows.push((d.seq, seq, 1));
             }
             for file in &cond.files {
-                file_rows.push((f.frame_id.as_str().to_owned(), file.path.clone(), file.hash.clone()));
+                file_rows.push((seq, file.path.clone(), file.hash.clone()));
             }
             for h in &f.timestamps.history {
-                status_rows.push((f.frame_id.as_str().to_owned(), h.clone()));
+                status_rows.push((seq, h.clone()));
             }
             let evidence = serde_json::to_string(&f.evidence)
                 .map_err(|e| StoreError::Invalid(format!("frame {}: evidence: {e}", f.frame_id)))?;
-            frame_rows.push((f, evidence, cond.files.len(), cond.frames.len()));
-            batch.insert(f.frame_id.clone(), (f.project_id.clone(), f.depth, f.status));
+            frame_rows.push((seq, parent_seq, f, evidence, cond.files.len(), cond.frames.len()));
+            batch.insert(
+                f.frame_id.clone(),
+                Known { seq, project_id: f.project_id.clone(), depth: f.depth, status: f.status },
+            );
         }
         for chunk in frame_rows.chunks(CHUNK / 4) {
-            let mut sql = format!(
-                "INSERT INTO frames ({FRAME_COLUMNS}, n_files, n_deps) VALUES {}",
-                placeholders(chunk.len(), 18)
-            );
-            sql.shrink_to_fit();
+            let sql = format!("INSERT INTO frames ({FRAME_INSERT}) VALUES {}", placeholders(chunk.len(), 17));
             let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (f, evidence, n_files, n_deps) in chunk {
+            for (seq, parent_seq, f, evidence, n_files, n_deps) in chunk {
                 q = q
+                    .bind(*seq)
                     .bind(f.frame_id.as_str().to_owned())
                     .bind(f.project_id.clone())
                     .bind(f.session_id.clone())
-                    .bind(f.parent_id.as_ref().map(|p| p.as_str().to_owned()))
+                    .bind(*parent_seq)
                     .bind(i64::from(f.depth))
                     .bind(f.query.clone())
                     .bind(f.context_slice.clone())
@@ -423,26 +505,33 @@ impl SqlStore {
                     .bind(f.confidence)
                     .bind(f.invalidation_condition.expires_at.map(Timestamp::millis))
                     .bind(f.invalidation_condition.note.clone())
-                    .bind(f.status.as_str())
                     .bind(f.branched_from.as_ref().map(|p| p.as_str().to_owned()))
                     .bind(f.timestamps.created_at.millis())
-                    .bind(f.timestamps.updated_at.millis())
                     .bind(i64::try_from(*n_files).unwrap_or(i64::MAX))
                     .bind(i64::try_from(*n_deps).unwrap_or(i64::MAX));
             }
             q.execute(&mut *conn)
                 .await
-                .ctx(|| format!("insert frames ({} from {})", chunk.len(), chunk[0].0.frame_id))?;
+                .ctx(|| format!("insert frames ({} from {})", chunk.len(), chunk[0].2.frame_id))?;
+        }
+        for chunk in frame_rows.chunks(CHUNK) {
+            let sql =
+                format!("INSERT INTO frame_state (seq, status, updated_at) VALUES {}", placeholders(chunk.len(), 3));
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (seq, _, f, _, _, _) in chunk {
+                q = q.bind(*seq).bind(f.status.as_str()).bind(f.timestamps.updated_at.millis());
+            }
+            q.execute(&mut *conn).await.ctx(|| "insert frame states".into())?;
         }
         for chunk in status_rows.chunks(CHUNK) {
             let sql = format!(
-                "INSERT INTO frame_status (frame_id, status, at, reason, session_id) VALUES {}",
+                "INSERT INTO frame_status (frame_seq, status, at, reason, session_id) VALUES {}",
                 placeholders(chunk.len(), 5)
             );
             let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (id, h) in chunk {
+            for (seq, h) in chunk {
                 q = q
-                    .bind(id.clone())
+                    .bind(*seq)
                     .bind(h.status.as_str())
                     .bind(h.at.millis())
                     .bind(h.reason.clone())
@@ -454,15 +543,16 @@ impl SqlStore {
             let sql = format!("INSERT INTO frame_edges (src, dst, kind) VALUES {}", placeholders(chunk.len(), 3));
             let mut q = sqlx::query(AssertSqlSafe(sql));
             for (src, dst, kind) in chunk {
-                q = q.bind(src.clone()).bind(dst.clone()).bind(*kind);
+                q = q.bind(*src).bind(*dst).bind(*kind);
             }
             q.execute(&mut *conn).await.ctx(|| "insert frame edges".into())?;
         }
         for chunk in file_rows.chunks(CHUNK) {
-            let sql = format!("INSERT INTO frame_files (frame_id, path, hash) VALUES {}", placeholders(chunk.len(), 3));
+            let sql =
+                format!("INSERT INTO frame_files (frame_seq, path, hash) VALUES {}", placeholders(chunk.len(), 3));
             let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (id, path, hash) in chunk {
-                q = q.bind(id.clone()).bind(path.clone()).bind(hash.clone());
+            for (seq, path, hash) in chunk {
+                q = q.bind(*seq).bind(path.clone()).bind(hash.clone());
             }
             q.execute(&mut *conn).await.ctx(|| "insert frame files".into())?;
         }
@@ -478,113 +568,206 @@ impl SqlStore {
             }
             .into());
         }
-        let done = sqlx::query("UPDATE frames SET status = $1, updated_at = $2 WHERE frame_id = $3 AND status = $4")
-            .bind(u.change.status.as_str())
-            .bind(u.change.at.millis())
-            .bind(u.frame_id.as_str())
-            .bind(u.from.as_str())
-            .execute(&mut *conn)
-            .await
-            .ctx(|| format!("set the status of {}", u.frame_id))?;
+        let done = sqlx::query(
+            "UPDATE frame_state SET status = $1, updated_at = $2 \
+             WHERE seq = (SELECT seq FROM frames WHERE frame_id = $3) AND status = $4",
+        )
+        .bind(u.change.status.as_str())
+        .bind(u.change.at.millis())
+        .bind(u.frame_id.as_str())
+        .bind(u.from.as_str())
+        .execute(&mut *conn)
+        .await
+        .ctx(|| format!("set the status of {}", u.frame_id))?;
         if done.rows_affected() != 1 {
             // Either gone or changed by someone else since it was read.
-            let (_, _, now) = Self::lookup(conn, &u.frame_id, &HashMap::new()).await?;
+            let now = Self::lookup(conn, &u.frame_id, &HashMap::new()).await?;
             return Err(noesis_frames::FramesError::Transition {
                 frame_id: u.frame_id.clone(),
-                from: now,
+                from: now.status,
                 to: u.change.status,
             }
             .into());
         }
-        sqlx::query("INSERT INTO frame_status (frame_id, status, at, reason, session_id) VALUES ($1, $2, $3, $4, $5)")
-            .bind(u.frame_id.as_str())
-            .bind(u.change.status.as_str())
-            .bind(u.change.at.millis())
-            .bind(u.change.reason.clone())
-            .bind(u.change.session_id.clone())
-            .execute(&mut *conn)
-            .await
-            .ctx(|| format!("record the status of {}", u.frame_id))?;
+        sqlx::query(
+            "INSERT INTO frame_status (frame_seq, status, at, reason, session_id) \
+             SELECT seq, $2, $3, $4, $5 FROM frames WHERE frame_id = $1",
+        )
+        .bind(u.frame_id.as_str())
+        .bind(u.change.status.as_str())
+        .bind(u.change.at.millis())
+        .bind(u.change.reason.clone())
+        .bind(u.change.session_id.clone())
+        .execute(&mut *conn)
+        .await
+        .ctx(|| format!("record the status of {}", u.frame_id))?;
         Ok(())
     }
 
-    /// The cascade, in SQL: seeds first, then a recursive walk over
-    /// `frame_edges` (children and citers) through live frames; one history
-    /// row per frame (the smallest reason when several paths reach it), all
-    /// tagged with one batch id.
+    /// The cascade, in SQL: the seeds are marked with a new batch number,
+    /// then one recursive UPDATE walks `frame_edges` (children and citers)
+    /// from them through live frames and marks every frame it reaches.
     async fn invalidate_tx(
         conn: &mut AnyConnection,
+        backend: Backend,
         seeds: &[Invalidation],
         session_id: Option<&str>,
         at: Timestamp,
     ) -> Result<Vec<Invalidation>, StoreError> {
-        let batch = uuid_like();
+        let batch = i64::try_from(uuid_like_u64() >> 1).unwrap_or(1);
         let mut seen = HashSet::new();
         for s in seeds.iter().filter(|s| seen.insert(s.frame_id.clone())) {
             sqlx::query(
-                "INSERT INTO frame_status (frame_id, status, at, reason, session_id, batch) \
-                 SELECT frame_id, 'invalidated', $2, $3, $4, $5 FROM frames WHERE frame_id = $1 AND status <> 'invalidated'",
+                "UPDATE frame_state SET status = 'invalidated', updated_at = $2, invalidated_at = $2, \
+                 invalidated_reason = $3, invalidated_session = $4, invalidated_batch = $5 \
+                 WHERE seq = (SELECT seq FROM frames WHERE frame_id = $1) AND status <> 'invalidated'",
             )
             .bind(s.frame_id.as_str())
             .bind(at.millis())
             .bind(s.reason.clone())
             .bind(session_id.map(str::to_owned))
-            .bind(batch.clone())
+            .bind(batch)
             .execute(&mut *conn)
             .await
             .ctx(|| format!("invalidate {}", s.frame_id))?;
         }
         sqlx::query(
-            "WITH RECURSIVE doomed(id, reason) AS ( \
-                 SELECT frame_id, reason FROM frame_status WHERE batch = $1 \
+            "WITH RECURSIVE doomed(id) AS ( \
+                 SELECT seq FROM frame_state WHERE invalidated_batch = $1 \
                UNION \
-                 SELECT e.dst, CASE WHEN e.kind = 'parent' THEN 'parent ' || d.id || ' invalidated' \
-                                    ELSE 'cites invalidated frame ' || d.id END \
-                 FROM doomed d JOIN frame_edges e ON e.src = d.id JOIN frames f ON f.frame_id = e.dst \
-                 WHERE f.status <> 'invalidated' \
+                 SELECT e.dst FROM doomed d JOIN frame_edges e ON e.src = d.id \
+                 JOIN frame_state s ON s.seq = e.dst WHERE s.status <> 'invalidated' \
              ) \
-             INSERT INTO frame_status (frame_id, status, at, reason, session_id, batch) \
-             SELECT id, 'invalidated', $2, MIN(reason), $3, $1 FROM doomed \
-             WHERE id NOT IN (SELECT frame_id FROM frame_status WHERE batch = $1) GROUP BY id",
+             UPDATE frame_state SET status = 'invalidated', updated_at = $2, invalidated_at = $2, \
+                 invalidated_session = $3, invalidated_batch = $1 \
+             WHERE seq IN (SELECT id FROM doomed) AND status <> 'invalidated'",
         )
-        .bind(batch.clone())
+        .bind(batch)
         .bind(at.millis())
         .bind(session_id.map(str::to_owned))
         .execute(&mut *conn)
         .await
         .ctx(|| "cascade the invalidation".into())?;
-        sqlx::query(
-            "UPDATE frames SET status = 'invalidated', updated_at = $2 \
-             WHERE frame_id IN (SELECT frame_id FROM frame_status WHERE batch = $1)",
-        )
-        .bind(batch.clone())
-        .bind(at.millis())
-        .execute(&mut *conn)
-        .await
-        .ctx(|| "mark frames invalidated".into())?;
-        let rows = sqlx::query(
-            "SELECT s.frame_id, s.reason FROM frame_status s JOIN frames f ON f.frame_id = s.frame_id \
-             WHERE s.batch = $1 ORDER BY f.depth, f.created_at, s.frame_id",
-        )
-        .bind(batch)
-        .fetch_all(&mut *conn)
-        .await
-        .ctx(|| "read the invalidation".into())?;
-        let mut all = Vec::with_capacity(rows.len());
-        for r in rows {
-            let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
-            all.push(Invalidation {
-                frame_id: id_of(r.try_get(0).map_err(corrupt)?)?,
-                reason: r.try_get::<Option<String>, _>(1).map_err(corrupt)?.unwrap_or_default(),
-            });
-        }
+        let all = Self::invalidations(conn, backend, "st.invalidated_batch = $1", &[Arg::Int(batch)]).await?;
         // Seeds first, in the order given; then the cascade by depth.
-        let seed_ids: HashSet<&FrameId> = seen.iter().collect();
-        let (mut first, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(|i| seed_ids.contains(&i.frame_id));
         let order: HashMap<&FrameId, usize> = seeds.iter().enumerate().map(|(i, s)| (&s.frame_id, i)).rev().collect();
-        first.sort_by_key(|i| order.get(&i.frame_id).copied().unwrap_or(usize::MAX));
+        let (mut first, rest): (Vec<_>, Vec<_>) = all.into_iter().partition(|i| order.contains_key(&i.0.frame_id));
+        first.sort_by_key(|i| order.get(&i.0.frame_id).copied().unwrap_or(usize::MAX));
         first.extend(rest);
-        Ok(first)
+        Ok(first.into_iter().map(|(inv, _)| inv).collect())
+    }
+
+    /// Invalidated frames matching `cond` (on `frames f` / `frame_state
+    /// st`), by depth, each with its reason: the one given (seeds), else its
+    /// parent or a cited frame invalidated in the same batch; and each one's
+    /// invalidation as a status change keyed by its integer key. The rows
+    /// come back as one aggregated text (a driver round trip per row would
+    /// cost more than the whole cascade), then are named and sorted here.
+    async fn invalidations(
+        conn: &mut AnyConnection,
+        backend: Backend,
+        cond: &str,
+        args: &[Arg],
+    ) -> Result<Vec<(Invalidation, (i64, StatusChange))>, StoreError> {
+        let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
+        let mut given: HashMap<i64, String> = HashMap::new();
+        let sql = format!(
+            "SELECT f.seq, st.invalidated_reason FROM frame_state st JOIN frames f ON f.seq = st.seq \
+             WHERE st.invalidated_at IS NOT NULL AND st.invalidated_reason IS NOT NULL AND {cond}"
+        );
+        for r in bind_args(sqlx::query(AssertSqlSafe(sql)), args)
+            .fetch_all(&mut *conn)
+            .await
+            .ctx(|| "read invalidation reasons".into())?
+        {
+            given.insert(r.try_get(0).map_err(corrupt)?, r.try_get(1).map_err(corrupt)?);
+        }
+        let agg = match backend {
+            Backend::Sqlite => "group_concat(line, char(10))",
+            Backend::Postgres => "string_agg(line, chr(10))",
+        };
+        // seq id depth created_at invalidated_at session cause — ids and
+        // session ids never hold whitespace.
+        let sql = format!(
+            "SELECT {agg} FROM (SELECT f.seq || ' ' || f.frame_id || ' ' || f.depth || ' ' || f.created_at || ' ' \
+                 || st.invalidated_at || ' ' || COALESCE(st.invalidated_session, '-') || ' ' \
+                 || COALESCE('p' || ps.seq, 'c' || (SELECT MIN(e.src) FROM frame_edges e \
+                        JOIN frame_state cs ON cs.seq = e.src \
+                        WHERE e.dst = f.seq AND e.kind = 1 AND cs.invalidated_batch = st.invalidated_batch), '-') AS line \
+             FROM frame_state st JOIN frames f ON f.seq = st.seq \
+             LEFT JOIN frame_state ps ON ps.seq = f.parent_seq AND ps.invalidated_batch = st.invalidated_batch \
+             WHERE st.invalidated_at IS NOT NULL AND {cond}) AS lines"
+        );
+        let text: Option<String> = bind_args(sqlx::query(AssertSqlSafe(sql)), args)
+            .fetch_one(&mut *conn)
+            .await
+            .ctx(|| "read invalidations".into())?
+            .try_get(0)
+            .map_err(corrupt)?;
+        struct Row<'a> {
+            seq: i64,
+            id: &'a str,
+            depth: i64,
+            created: i64,
+            at: i64,
+            session: Option<&'a str>,
+            cause: Option<(bool, i64)>,
+        }
+        let text = text.unwrap_or_default();
+        let bad = |line: &str| StoreError::Corrupt(format!("invalidation row `{line}`"));
+        let mut rows = Vec::new();
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            let mut p = line.split(' ');
+            let mut next = || p.next().ok_or_else(|| bad(line));
+            let int = |t: &str| t.parse::<i64>().map_err(|_| bad(line));
+            let (seq, id, depth, created, at, session, cause) =
+                (int(next()?)?, next()?, int(next()?)?, int(next()?)?, int(next()?)?, next()?, next()?);
+            let cause = match cause.split_at_checked(1) {
+                Some(("p", n)) => Some((true, int(n)?)),
+                Some(("c", n)) => Some((false, int(n)?)),
+                _ => None,
+            };
+            rows.push(Row { seq, id, depth, created, at, session: (session != "-").then_some(session), cause });
+        }
+        let mut names: HashMap<i64, String> = HashMap::new();
+        let index: HashMap<i64, usize> = rows.iter().enumerate().map(|(i, r)| (r.seq, i)).collect();
+        let missing: Vec<i64> =
+            rows.iter().filter_map(|r| r.cause.map(|c| c.1)).filter(|s| !index.contains_key(s)).collect();
+        for chunk in missing.chunks(CHUNK) {
+            let list: Vec<String> = (1..=chunk.len()).map(|i| format!("${i}")).collect();
+            let sql = format!("SELECT seq, frame_id FROM frames WHERE seq IN ({})", list.join(", "));
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for s in chunk {
+                q = q.bind(*s);
+            }
+            for r in q.fetch_all(&mut *conn).await.ctx(|| "name invalidation causes".into())? {
+                names.insert(r.try_get(0).map_err(corrupt)?, r.try_get(1).map_err(corrupt)?);
+            }
+        }
+        let name = |seq: i64| index.get(&seq).map(|&i| rows[i].id).or_else(|| names.get(&seq).map(String::as_str));
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (x, y) = (&rows[a], &rows[b]);
+            (x.depth, x.created, x.id).cmp(&(y.depth, y.created, y.id))
+        });
+        let mut out = Vec::with_capacity(rows.len());
+        for i in order {
+            let r = &rows[i];
+            let reason = match (given.remove(&r.seq), r.cause) {
+                (Some(g), _) => g,
+                (None, Some((true, p))) => format!("parent {} invalidated", name(p).unwrap_or("?")),
+                (None, Some((false, c))) => format!("cites invalidated frame {}", name(c).unwrap_or("?")),
+                (None, None) => "invalidated".to_owned(),
+            };
+            let change = StatusChange {
+                status: Status::Invalidated,
+                at: Timestamp::from_millis(r.at),
+                reason: Some(reason.clone()),
+                session_id: r.session.map(str::to_owned),
+            };
+            out.push((Invalidation { frame_id: id_of(r.id.to_owned())?, reason }, (r.seq, change)));
+        }
+        Ok(out)
     }
 
     async fn sessions_where(&self, cond: &str, arg: &str, limit: u32) -> Result<Vec<SessionArtifacts>, StoreError> {
@@ -650,8 +833,11 @@ fn placeholders(rows: usize, cols: usize) -> String {
     s
 }
 
-fn uuid_like() -> String {
-    FrameId::generate().as_str().to_owned()
+/// 64 random-enough bits (the low half of a UUID v7) for a batch number.
+fn uuid_like_u64() -> u64 {
+    let id = FrameId::generate();
+    let hex: String = id.as_str().chars().filter(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex[hex.len() - 16..], 16).unwrap_or(1)
 }
 
 #[async_trait]
@@ -680,21 +866,39 @@ impl Store for SqlStore {
 
     async fn insert_frames(&self, frames: &[CausalFrame]) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
-        Self::insert_tx(&mut tx, frames).await?;
+        self.insert_tx(&mut tx, frames).await?;
         tx.commit().await.ctx(|| "commit frames".into())
     }
 
     async fn apply(&self, changes: &Changeset) -> Result<(), StoreError> {
         let mut tx = self.write().await?;
-        Self::insert_tx(&mut tx, &changes.frames).await?;
+        self.insert_tx(&mut tx, &changes.frames).await?;
         for u in &changes.statuses {
-            Self::status_tx(&mut tx, u).await?;
+            if u.change.status == Status::Invalidated {
+                // Through the cascade, so nothing live stays under it.
+                let now = Self::lookup(&mut tx, &u.frame_id, &HashMap::new()).await?;
+                if now.status != u.from || !u.from.can_become(Status::Invalidated) {
+                    return Err(noesis_frames::FramesError::Transition {
+                        frame_id: u.frame_id.clone(),
+                        from: now.status,
+                        to: Status::Invalidated,
+                    }
+                    .into());
+                }
+                let seed =
+                    Invalidation { frame_id: u.frame_id.clone(), reason: u.change.reason.clone().unwrap_or_default() };
+                Self::invalidate_tx(&mut tx, self.backend, &[seed], u.change.session_id.as_deref(), u.change.at)
+                    .await?;
+            } else {
+                Self::status_tx(&mut tx, u).await?;
+            }
         }
         tx.commit().await.ctx(|| "commit changes".into())
     }
 
     async fn frame(&self, id: &FrameId) -> Result<Option<CausalFrame>, StoreError> {
-        let mut v = self.load("SELECT $1", &[Arg::Text(id.as_str().to_owned())]).await?;
+        let mut v =
+            self.load("SELECT seq FROM frames WHERE frame_id = $1", &[Arg::Text(id.as_str().to_owned())]).await?;
         Ok(v.pop())
     }
 
@@ -730,8 +934,11 @@ impl Store for SqlStore {
     async fn count(&self, filter: &FrameFilter) -> Result<u64, StoreError> {
         let (sql, args) = ids_sql(filter);
         let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!("SELECT COUNT(*) FROM ({sql}) AS c")));
-        for Arg::Text(t) in args {
-            q = q.bind(t);
+        for a in args {
+            q = match a {
+                Arg::Text(t) => q.bind(t),
+                Arg::Int(i) => q.bind(i),
+            };
         }
         let n = q.fetch_one(&self.pool).await.ctx(|| "count frames".into())?;
         Ok(u64::try_from(n).unwrap_or(0))
@@ -744,15 +951,16 @@ impl Store for SqlStore {
         at: Timestamp,
     ) -> Result<Vec<Invalidation>, StoreError> {
         let mut tx = self.write().await?;
-        let hit = Self::invalidate_tx(&mut tx, seeds, session_id, at).await?;
+        let hit = Self::invalidate_tx(&mut tx, self.backend, seeds, session_id, at).await?;
         tx.commit().await.ctx(|| "commit the invalidation".into())?;
         Ok(hit)
     }
 
     async fn file_conditions(&self, project_id: &str) -> Result<Vec<(FrameId, FileRef)>, StoreError> {
         let rows = sqlx::query(
-            "SELECT ff.frame_id, ff.path, ff.hash FROM frame_files ff JOIN frames f ON f.frame_id = ff.frame_id \
-             WHERE f.project_id = $1 AND f.status <> 'invalidated' ORDER BY ff.frame_id, ff.path",
+            "SELECT f.frame_id, ff.path, ff.hash FROM frame_files ff JOIN frames f ON f.seq = ff.frame_seq \
+             JOIN frame_state st ON st.seq = f.seq \
+             WHERE f.project_id = $1 AND st.status <> 'invalidated' ORDER BY f.frame_id, ff.path",
         )
         .bind(project_id.to_owned())
         .fetch_all(&self.pool)
@@ -771,8 +979,9 @@ impl Store for SqlStore {
 
     async fn expired(&self, project_id: &str, now: Timestamp) -> Result<Vec<(FrameId, Timestamp)>, StoreError> {
         let rows = sqlx::query(
-            "SELECT frame_id, expires_at FROM frames WHERE project_id = $1 AND status <> 'invalidated' \
-             AND expires_at IS NOT NULL AND expires_at <= $2 ORDER BY frame_id",
+            "SELECT f.frame_id, f.expires_at FROM frames f JOIN frame_state st ON st.seq = f.seq \
+             WHERE f.project_id = $1 AND st.status <> 'invalidated' \
+             AND f.expires_at IS NOT NULL AND f.expires_at <= $2 ORDER BY f.frame_id",
         )
         .bind(project_id.to_owned())
         .bind(now.millis())
@@ -800,7 +1009,7 @@ impl Store for SqlStore {
             )));
         }
         let mut tx = self.write().await?;
-        Self::insert_tx(&mut tx, std::slice::from_ref(root)).await?;
+        self.insert_tx(&mut tx, std::slice::from_ref(root)).await?;
         let scope = serde_json::to_string(&session.scope).unwrap_or_else(|_| "[]".into());
         sqlx::query(
             "INSERT INTO sessions (session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at, n_files) \
@@ -829,7 +1038,8 @@ impl Store for SqlStore {
             }
             q.execute(&mut *tx).await.ctx(|| format!("insert the files of session {}", session.session_id))?;
         }
-        let hit = Self::invalidate_tx(&mut tx, seeds, Some(&session.session_id), session.created_at).await?;
+        let hit =
+            Self::invalidate_tx(&mut tx, self.backend, seeds, Some(&session.session_id), session.created_at).await?;
         tx.commit().await.ctx(|| format!("commit session {}", session.session_id))?;
         Ok(hit)
     }
@@ -843,58 +1053,63 @@ impl Store for SqlStore {
     }
 
     async fn invalidated_in_session(&self, session_id: &str) -> Result<Vec<Invalidation>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT frame_id, reason FROM frame_status WHERE session_id = $1 AND status = 'invalidated' ORDER BY seq",
+        let mut conn = self.pool.acquire().await.ctx(|| "connect".into())?;
+        let all = Self::invalidations(
+            &mut conn,
+            self.backend,
+            "st.invalidated_session = $1",
+            &[Arg::Text(session_id.to_owned())],
         )
-        .bind(session_id.to_owned())
-        .fetch_all(&self.pool)
-        .await
-        .ctx(|| format!("read the invalidations of session {session_id}"))?;
-        let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
-        rows.iter()
-            .map(|r| {
-                Ok(Invalidation {
-                    frame_id: id_of(r.try_get(0).map_err(corrupt)?)?,
-                    reason: r.try_get::<Option<String>, _>(1).map_err(corrupt)?.unwrap_or_default(),
-                })
-            })
-            .collect()
+        .await?;
+        Ok(all.into_iter().map(|(inv, _)| inv).collect())
     }
 
     async fn check(&self) -> Result<Vec<String>, StoreError> {
         let mut problems = Vec::new();
-        let checks: [(&str, &str); 8] = [
+        let checks: [(&str, &str); 10] = [
             (
                 "frame without status history",
-                "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_status s WHERE s.frame_id = f.frame_id)",
+                "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_status s WHERE s.frame_seq = f.seq)",
+            ),
+            (
+                "frame without state",
+                "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_state st WHERE st.seq = f.seq)",
             ),
             (
                 "status differs from the last history entry",
-                "SELECT f.frame_id FROM frames f JOIN frame_status s ON s.frame_id = f.frame_id \
-                 WHERE s.seq = (SELECT MAX(s2.seq) FROM frame_status s2 WHERE s2.frame_id = f.frame_id) AND s.status <> f.status",
+                "SELECT f.frame_id FROM frames f JOIN frame_state st ON st.seq = f.seq \
+                 JOIN frame_status s ON s.frame_seq = f.seq \
+                 WHERE s.seq = (SELECT MAX(s2.seq) FROM frame_status s2 WHERE s2.frame_seq = f.seq) \
+                 AND s.status <> st.status AND st.status <> 'invalidated'",
+            ),
+            (
+                "status disagrees with the invalidation record",
+                "SELECT f.frame_id FROM frames f JOIN frame_state st ON st.seq = f.seq \
+                 WHERE (st.status = 'invalidated') <> (st.invalidated_at IS NOT NULL)",
             ),
             (
                 "file conditions missing",
-                "SELECT f.frame_id FROM frames f WHERE f.n_files <> (SELECT COUNT(*) FROM frame_files ff WHERE ff.frame_id = f.frame_id)",
+                "SELECT f.frame_id FROM frames f WHERE f.n_files <> (SELECT COUNT(*) FROM frame_files ff WHERE ff.frame_seq = f.seq)",
             ),
             (
                 "dependencies missing",
                 "SELECT f.frame_id FROM frames f WHERE f.n_deps <> \
-                 (SELECT COUNT(*) FROM frame_edges e WHERE e.dst = f.frame_id AND e.kind = 'cites')",
+                 (SELECT COUNT(*) FROM frame_edges e WHERE e.dst = f.seq AND e.kind = 1)",
             ),
             (
                 "parent edge missing",
-                "SELECT f.frame_id FROM frames f WHERE f.parent_id IS NOT NULL AND NOT EXISTS \
-                 (SELECT 1 FROM frame_edges e WHERE e.src = f.parent_id AND e.dst = f.frame_id AND e.kind = 'parent')",
+                "SELECT f.frame_id FROM frames f WHERE f.parent_seq IS NOT NULL AND NOT EXISTS \
+                 (SELECT 1 FROM frame_edges e WHERE e.src = f.parent_seq AND e.dst = f.seq AND e.kind = 0)",
             ),
             (
                 "depth is not the parent's + 1",
-                "SELECT c.frame_id FROM frames c JOIN frames p ON p.frame_id = c.parent_id WHERE c.depth <> p.depth + 1",
+                "SELECT c.frame_id FROM frames c JOIN frames p ON p.seq = c.parent_seq WHERE c.depth <> p.depth + 1",
             ),
             (
                 "live frame under an invalidated parent",
-                "SELECT c.frame_id FROM frames c JOIN frames p ON p.frame_id = c.parent_id \
-                 WHERE p.status = 'invalidated' AND c.status <> 'invalidated'",
+                "SELECT c.frame_id FROM frames c JOIN frame_state cs ON cs.seq = c.seq \
+                 JOIN frame_state ps ON ps.seq = c.parent_seq \
+                 WHERE ps.status = 'invalidated' AND cs.status <> 'invalidated'",
             ),
             (
                 "session files missing",

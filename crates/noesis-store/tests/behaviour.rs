@@ -402,7 +402,14 @@ async fn check_finds_partial_frames(t_: &TestStore) {
         .unwrap();
     s.insert_frames(std::slice::from_ref(&f)).await.unwrap();
     assert!(s.check().await.unwrap().is_empty());
-    raw(&t_.url, &format!("DELETE FROM frame_files WHERE frame_id = '{}' AND path = 'y'", f.frame_id)).await;
+    raw(
+        &t_.url,
+        &format!(
+            "DELETE FROM frame_files WHERE path = 'y' AND frame_seq = (SELECT seq FROM frames WHERE frame_id = '{}')",
+            f.frame_id
+        ),
+    )
+    .await;
     let problems = s.check().await.unwrap();
     assert_eq!(problems, vec![format!("file conditions missing: {}", f.frame_id)]);
 }
