@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 . scripts/local-model.sh
 need_cargo
+# The frame store's suite runs on SQLite and on this PostgreSQL (each test in
+# a schema of its own); with CI set, an unreachable server fails the run.
+export NOESIS_TEST_PG="${NOESIS_TEST_PG:-postgres://root@127.0.0.1:5432/test}"
 need_llama_build_deps
 # The local model's tests load the real model file (cached in $NOESIS_HOME/models).
 install_local_model

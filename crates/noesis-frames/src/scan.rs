@@ -20,17 +20,24 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
 /// # Errors
 /// [`FramesError::Io`] naming the file.
 pub fn hash_file(path: &Path) -> Result<String, FramesError> {
+    hash_file_with(path, &mut vec![0; 64 * 1024])
+}
+
+/// [`hash_file`] with a caller's buffer, reused across files: no stat and
+/// no allocation per file, which is most of the cost for small files.
+fn hash_file_with(path: &Path, buf: &mut [u8]) -> Result<String, FramesError> {
     let io = |source| FramesError::Io { path: path.to_owned(), source };
     let mut file = std::fs::File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
     let mut hasher = blake3::Hasher::new();
-    if len <= 1 << 20 {
-        // Small files: one read into a buffer of the right size.
-        let mut buf = Vec::with_capacity(usize::try_from(len).unwrap_or(0) + 1);
-        file.read_to_end(&mut buf).map_err(io)?;
-        hasher.update(&buf);
-    } else {
-        hasher.update_reader(&mut file).map_err(io)?;
+    loop {
+        match file.read(buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(e)),
+        }
     }
     Ok(hasher.finalize().to_hex().to_string())
 }
@@ -145,16 +152,21 @@ pub fn scan_excluding(root: &Path, scope: &[PathBuf], exclude: &[PathBuf]) -> Re
     let (tx, rx) = std::sync::mpsc::channel::<Result<(String, String), (PathBuf, String)>>();
     builder.build_parallel().run(|| {
         let tx = tx.clone();
+        let mut buf = vec![0u8; 64 * 1024];
         Box::new(move |res| {
             let item = match res {
                 Ok(e) if e.file_type().is_some_and(|t| t.is_file()) => {
                     let path = e.path();
-                    if path.to_str().is_none() {
-                        Err((path.to_owned(), "the path is not UTF-8".to_owned()))
-                    } else {
-                        hash_file(path)
-                            .map(|h| (relative_path(root, path), h))
-                            .map_err(|e| (path.to_owned(), e.to_string()))
+                    match (path.to_str(), path.strip_prefix(root).ok().and_then(Path::to_str)) {
+                        (None, _) => Err((path.to_owned(), "the path is not UTF-8".to_owned())),
+                        (Some(_), name) => {
+                            // Walked paths are clean; only a scope outside the
+                            // root needs the general naming.
+                            let name = name.map_or_else(|| relative_path(root, path), str::to_owned);
+                            hash_file_with(path, &mut buf)
+                                .map(|h| (name, h))
+                                .map_err(|e| (path.to_owned(), e.to_string()))
+                        }
                     }
                 }
                 Ok(_) => return ignore::WalkState::Continue,
