@@ -615,6 +615,17 @@ impl SqlStore {
         at: Timestamp,
     ) -> Result<Vec<Invalidation>, StoreError> {
         let batch = i64::try_from(uuid_like_u64() >> 1).unwrap_or(1);
+        if backend == Backend::Postgres {
+            // The planner cannot estimate a recursive walk and picks merge
+            // or hash joins over whole tables (and JIT) for it; index
+            // lookups per step are what a cascade needs. Local to this
+            // transaction.
+            for setting in
+                ["SET LOCAL enable_mergejoin = off", "SET LOCAL enable_hashjoin = off", "SET LOCAL jit = off"]
+            {
+                sqlx::query(setting).execute(&mut *conn).await.ctx(|| "tune the cascade".into())?;
+            }
+        }
         let mut seen = HashSet::new();
         for s in seeds.iter().filter(|s| seen.insert(s.frame_id.clone())) {
             sqlx::query(
