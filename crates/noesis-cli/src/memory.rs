@@ -157,7 +157,7 @@ impl Pending {
             "input": self.context,
         });
         // A run made during a session hangs under the session's root frame.
-        let parent = match store.sessions(&project.project_id, 1).await?.pop().and_then(|s| s.root_frame_id) {
+        let parent = match store.latest_session_root(&project.project_id).await? {
             Some(id) => store.frame(&id).await?.filter(|f| f.status != Status::Invalidated),
             None => None,
         };

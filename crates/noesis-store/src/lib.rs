@@ -120,6 +120,9 @@ pub trait Store: Send + Sync {
     /// One session.
     async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError>;
 
+    /// The root frame of a project's latest session, without its files.
+    async fn latest_session_root(&self, project_id: &str) -> Result<Option<FrameId>, StoreError>;
+
     /// A project's sessions, newest first.
     async fn sessions(&self, project_id: &str, limit: u32) -> Result<Vec<SessionArtifacts>, StoreError>;
 

@@ -1059,6 +1059,17 @@ impl Store for SqlStore {
         Ok(self.sessions_where("session_id", session_id, 1).await?.pop())
     }
 
+    async fn latest_session_root(&self, project_id: &str) -> Result<Option<FrameId>, StoreError> {
+        let root: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT root_frame_id FROM sessions WHERE project_id = $1 ORDER BY created_at DESC, session_id DESC LIMIT 1",
+        )
+        .bind(project_id.to_owned())
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| "read the latest session".into())?;
+        root.flatten().map(id_of).transpose()
+    }
+
     async fn sessions(&self, project_id: &str, limit: u32) -> Result<Vec<SessionArtifacts>, StoreError> {
         self.sessions_where("project_id", project_id, limit).await
     }

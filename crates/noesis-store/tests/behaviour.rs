@@ -327,6 +327,8 @@ async fn sessions_round_trip(t_: &TestStore) {
     assert_eq!(back[0], sessions[1], "newest first");
     assert_eq!(back[1], sessions[0]);
     assert_eq!(s.session("session-0").await.unwrap().as_ref(), Some(&sessions[0]));
+    assert_eq!(s.latest_session_root(P).await.unwrap(), sessions[1].root_frame_id);
+    assert_eq!(s.latest_session_root("git:none").await.unwrap(), None);
     assert!(s.session("nope").await.unwrap().is_none());
     let inv = s.invalidated_in_session("session-0").await.unwrap();
     assert_eq!(inv, vec![Invalidation { frame_id: tracked.frame_id.clone(), reason: "file a.rs changed".into() }]);
