@@ -240,6 +240,13 @@ impl SqlStore {
         if backend == Backend::Sqlite {
             store.wal().await?;
         }
+        // Up to date is the common case: a read settles it without taking
+        // the write lock (every `noesis run` opens the store).
+        let current: Result<i64, _> =
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM noesis_migrations").fetch_one(&store.pool).await;
+        if current.is_ok_and(|v| v == migrate::LATEST) {
+            return Ok(store);
+        }
         let mut tx = store.write().await?;
         migrate::run(&mut tx, backend, &store.url).await?;
         tx.commit().await.ctx(|| "commit migrations".into())?;
