@@ -82,6 +82,9 @@ pub struct Generation {
     pub forced_tokens: u32,
     /// Steps where the model's logits were sampled.
     pub sampled_tokens: u32,
+    /// llama.cpp decode calls after the prompt (one per sampled token, one
+    /// per batch of forced tokens).
+    pub decode_calls: u32,
     /// Where the time went.
     pub timings: Timings,
 }
@@ -216,7 +219,10 @@ impl Engine {
             self.tokenize(req.prompt).into_iter().map(|t| LlamaToken(t.cast_signed())).collect();
         let prompt_tokens = u32::try_from(prompt.len()).unwrap_or(u32::MAX);
         let trained = self.context_size();
-        if prompt.is_empty() || prompt_tokens >= trained {
+        if prompt.is_empty() {
+            return Err(Error::Engine("the prompt is empty".into()));
+        }
+        if prompt_tokens >= trained {
             return Err(Error::ContextOverflow { tokens: prompt_tokens, context: trained });
         }
         let max_tokens = req.max_tokens.min(trained - prompt_tokens);
@@ -258,7 +264,7 @@ impl Engine {
                 (req.on_text)(s);
             }
         };
-        let (mut produced, mut forced_n, mut sampled_n) = (0u32, 0u32, 0u32);
+        let (mut produced, mut forced_n, mut sampled_n, mut calls) = (0u32, 0u32, 0u32, 0u32);
         let mut rng = req.seed | 1;
         let temperature = req.temperature.filter(|t| *t > 0.0);
         let finish = loop {
@@ -339,6 +345,7 @@ impl Engine {
                     pos += 1;
                 }
                 ctx.decode(&mut batch).map_err(|e| Error::Engine(e.to_string()))?;
+                calls += 1;
             }
             logits_at = batch.n_tokens() - 1;
             timings.decode += t.elapsed();
@@ -353,6 +360,7 @@ impl Engine {
             output_tokens: produced,
             forced_tokens: forced_n,
             sampled_tokens: sampled_n,
+            decode_calls: calls,
             timings,
         })
     }

@@ -51,7 +51,7 @@ pub mod schema;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use noesis_llm::{
@@ -249,14 +249,23 @@ impl Drop for CancelOnDrop {
 
 impl LocalModel {
     /// A provider for the model `config` names; nothing is loaded until the
-    /// first request (or [`LocalModel::load`]).
+    /// first request (or [`LocalModel::load`]). Providers made with the same
+    /// config in one process share one loaded model.
     pub fn new(config: LocalConfig) -> LocalModel {
+        static LIVE: Mutex<Vec<(LocalConfig, Weak<Inner>)>> = Mutex::new(Vec::new());
         let model = config
             .model_path
             .file_name()
             .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_owned())
             .unwrap_or_else(|| "model".to_owned());
-        LocalModel { inner: Arc::new(Inner { config, loaded: Mutex::new(None) }), model }
+        let mut live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        live.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(inner) = live.iter().find(|(c, _)| *c == config).and_then(|(_, w)| w.upgrade()) {
+            return LocalModel { inner, model };
+        }
+        let inner = Arc::new(Inner { config: config.clone(), loaded: Mutex::new(None) });
+        live.push((config, Arc::downgrade(&inner)));
+        LocalModel { inner, model }
     }
 
     /// The model file.
@@ -370,6 +379,17 @@ mod tests {
         assert!(missing.message.contains("/m.gguf") && missing.message.contains("noesis model install"));
         assert_eq!(provider_error(&Error::ContextOverflow { tokens: 9, context: 8 }).kind, ErrorKind::ContextOverflow);
         assert_eq!(provider_error(&Error::Cancelled).kind, ErrorKind::Cancelled);
+    }
+
+    #[test]
+    fn one_config_one_shared_model() {
+        let a = LocalModel::new(LocalConfig::new("/x/a.gguf"));
+        let b = LocalModel::new(LocalConfig::new("/x/a.gguf"));
+        let mut other = LocalConfig::new("/x/a.gguf");
+        other.engine.threads = 1;
+        let c = LocalModel::new(other);
+        assert!(Arc::ptr_eq(&a.inner, &b.inner));
+        assert!(!Arc::ptr_eq(&a.inner, &c.inner));
     }
 
     #[test]

@@ -8,7 +8,10 @@
 //! - objects that describe all their properties get `additionalProperties:
 //!   false` (a small model otherwise invents keys);
 //! - strings get `minLength: 1` and a `maxLength`, arrays a `maxItems`, so a
-//!   reply has a worst-case length;
+//!   reply has a worst-case length; numbers, whose digits a grammar cannot
+//!   bound (`0.33333…`), become the multiples of a step between their bounds
+//!   (`0.00, 0.01, …, 1.00` for a confidence) or, unbounded, integers of at
+//!   most 13 digits;
 //! - when even short bounds do not fit, optional properties are left out;
 //! - `"x-guidance"` asks for JSON on one line, with `", "` and `": "` as
 //!   separators: the layout of the examples in module prompts, which a small
@@ -210,7 +213,90 @@ fn tighten_node(schema: &Value, limits: Limits, in_all_of: bool) -> Value {
     if ts.contains(&"array") && !fixed {
         bound(&mut out, "maxItems", "minItems", limits.max_items);
     }
+    // JSON numbers have no length limit a grammar can take from the schema
+    // (`0.3333…` is valid to any length): bound them by value instead.
+    if ts == ["number"] && !fixed && !obj.contains_key("multipleOf") {
+        bound_number(&mut out);
+    } else if ts.contains(&"integer") && !fixed {
+        bound_integer(&mut out);
+    }
     Value::Object(out)
+}
+
+/// Largest magnitude given to an integer without bounds.
+const INT_LIMIT: i64 = 1_000_000_000_000;
+/// Most values a bounded number is enumerated into.
+const NUMBER_VALUES: i64 = 1001;
+
+/// A bound: the value and whether it is included.
+type Bound = Option<(f64, bool)>;
+
+/// The lower and upper bounds of a number schema.
+fn bounds(obj: &Map<String, Value>) -> (Bound, Bound) {
+    let num = |k: &str| obj.get(k).and_then(Value::as_f64);
+    let lo = match (num("minimum"), num("exclusiveMinimum")) {
+        (Some(a), Some(b)) if b >= a => Some((b, false)),
+        (Some(a), _) => Some((a, true)),
+        (None, Some(b)) => Some((b, false)),
+        (None, None) => None,
+    };
+    let hi = match (num("maximum"), num("exclusiveMaximum")) {
+        (Some(a), Some(b)) if b <= a => Some((b, false)),
+        (Some(a), _) => Some((a, true)),
+        (None, Some(b)) => Some((b, false)),
+        (None, None) => None,
+    };
+    (lo, hi)
+}
+
+/// An integer gets both bounds (at most ±10¹²), so its digits are bounded.
+fn bound_integer(obj: &mut Map<String, Value>) {
+    let (lo, hi) = bounds(obj);
+    #[allow(clippy::cast_precision_loss)]
+    let limit = INT_LIMIT as f64;
+    if lo.is_none_or(|(v, _)| v < -limit) {
+        obj.remove("exclusiveMinimum");
+        obj.insert("minimum".into(), json!(-INT_LIMIT));
+    }
+    if hi.is_none_or(|(v, _)| v > limit) {
+        obj.remove("exclusiveMaximum");
+        obj.insert("maximum".into(), json!(INT_LIMIT));
+    }
+}
+
+/// A number between two bounds becomes the multiples of the finest step
+/// (0.01, 0.1, 1, 10, …) that gives at most [`NUMBER_VALUES`] of them; a
+/// number without both bounds becomes a bounded integer. Both are values
+/// the original schema accepts.
+#[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+fn bound_number(obj: &mut Map<String, Value>) {
+    let (lo, hi) = bounds(obj);
+    if let (Some((lo, lo_in)), Some((hi, hi_in))) = (lo, hi) {
+        // step = 10^(e - 2), e = 0, 1, …
+        for e in 0..14 {
+            let (num, den) = if e < 2 { (1i64, 10i64.pow(2 - e)) } else { (10i64.pow(e - 2), 1) };
+            let step = num as f64 / den as f64;
+            let mut k0 = (lo / step).ceil() as i64;
+            if !lo_in && (k0 as f64) * step <= lo {
+                k0 += 1;
+            }
+            let mut k1 = (hi / step).floor() as i64;
+            if !hi_in && (k1 as f64) * step >= hi {
+                k1 -= 1;
+            }
+            if k1 < k0 {
+                break;
+            }
+            if k1 - k0 < NUMBER_VALUES {
+                let values: Vec<Value> =
+                    (k0..=k1).map(|k| if den == 1 { json!(k * num) } else { json!(k as f64 / den as f64) }).collect();
+                obj.insert("enum".into(), Value::Array(values));
+                return;
+            }
+        }
+    }
+    obj.insert("type".into(), json!("integer"));
+    bound_integer(obj);
 }
 
 /// Sets `max` to at most `limit` (and never below `min`).
@@ -319,17 +405,12 @@ fn worst(schema: &Value, root: &Value, depth: u32) -> Option<u64> {
     }
     if ts.contains(&"integer") {
         any_type = true;
-        let lo = obj.get("minimum").and_then(Value::as_f64);
-        let hi = obj.get("maximum").and_then(Value::as_f64);
-        let n = match (lo, hi) {
-            (Some(lo), Some(hi)) => digits(lo).max(digits(hi)) + 1,
-            _ => 20,
-        };
-        take(Some(n))?;
+        let (lo, hi) = bounds(obj);
+        take(lo.zip(hi).map(|((lo, _), (hi, _))| digits(lo).max(digits(hi)) + 1))?;
     }
     if ts.contains(&"number") {
-        any_type = true;
-        take(Some(24))?;
+        // Unbounded digits: only an enumeration (above) is bounded.
+        return None;
     }
     if ts.contains(&"boolean") {
         any_type = true;
@@ -456,6 +537,30 @@ mod tests {
     }
 
     #[test]
+    fn numbers_become_bounded_values_the_original_accepts() {
+        let e = |s: Value| t(s)["enum"].as_array().unwrap().clone();
+        let conf = e(json!({"type": "number", "minimum": 0, "maximum": 1}));
+        assert_eq!((conf.len(), &conf[0], &conf[7], &conf[100]), (101, &json!(0.0), &json!(0.07), &json!(1.0)));
+        let score = e(json!({"type": "number", "minimum": 0, "maximum": 100}));
+        assert_eq!((score.len(), &score[1], &score[1000]), (1001, &json!(0.1), &json!(100.0)));
+        let wide = e(json!({"type": "number", "exclusiveMinimum": 0, "maximum": 5000}));
+        assert_eq!((wide.len(), &wide[0], wide.last().unwrap()), (500, &json!(10), &json!(5000)));
+        assert_eq!(
+            t(json!({"type": "number", "minimum": 2})),
+            json!({"type": "integer", "minimum": 2, "maximum": 1_000_000_000_000i64})
+        );
+        assert_eq!(
+            t(json!({"type": "integer", "maximum": 7})),
+            json!({"type": "integer", "maximum": 7, "minimum": -1_000_000_000_000i64})
+        );
+        // Nothing between the bounds: left for the grammar compiler to refuse.
+        assert_eq!(t(json!({"type": "number", "minimum": 1, "maximum": 0}))["type"], "integer");
+        // A worst case now exists.
+        assert_eq!(worst_case(&t(json!({"type": "number", "minimum": 0, "maximum": 1}))), Some(4));
+        assert_eq!(worst_case(&t(json!({"type": "number"}))), Some(14));
+    }
+
+    #[test]
     fn asks_for_one_line_with_spaced_separators() {
         assert_eq!(tighten(&json!({}), Limits::default())["x-guidance"], layout());
     }
@@ -469,6 +574,8 @@ mod tests {
             (json!({"type": "string", "maxLength": 3}), Some(5)),
             (json!({"type": "string"}), None),
             (json!({"type": "integer", "minimum": 0, "maximum": 100}), Some(4)),
+            (json!({"type": "integer"}), None),
+            (json!({"type": "number", "minimum": 0, "maximum": 1}), None),
             (json!({"type": ["string", "null"], "maxLength": 1}), Some(4)),
             // {"a": false, } — a separator counted after every property.
             (

@@ -103,22 +103,34 @@ mod modules {
             assert!(violations.is_empty(), "{name}: envelope breaks the v2.2 schema: {violations:?}\n{env:#}");
             assert_eq!(record.structured, Some(StructuredMode::Grammar), "{name}");
             assert_eq!(record.calls, 1, "{name}: a grammar-constrained reply is never re-asked\n{env:#}");
-            if env["ok"] == json!(true) {
-                // `ok` means the runtime checked `data` against the module's data schema.
-                ok += 1;
-            } else {
-                // The model may declare a failure or be unsure (E2001), and
-                // the budget may run out (E2003); a grammar-constrained reply
-                // never fails to parse or to match the schema.
-                let code = env["error"]["code"].as_str().unwrap_or_default();
-                assert!(
-                    !matches!(code, "E1000" | "E3001" | "E3003" | "E3004" | "E3005" | "E4000"),
-                    "{name}: the reply failed the checks ({code})\nreply: {:?}\n{env:#}",
-                    record.reply
-                );
+            // The model's data matches the module's data schema whatever the
+            // verdict: `data` when ok, `partial_data` when the model's own
+            // confidence is below the tier's threshold (E2001).
+            let mut data_schema = module.data.as_ref().unwrap().schema.clone();
+            if let Some(defs) = module.schema.get("$defs") {
+                data_schema["$defs"] = defs.clone();
             }
+            let code = env["error"]["code"].as_str().unwrap_or_default();
+            let data = match code {
+                "" => {
+                    ok += 1;
+                    &env["data"]
+                }
+                "E2001" => &env["partial_data"],
+                // A grammar-constrained reply never fails to parse or to
+                // match the schema; the budget (E2003) is the only other way
+                // to fail, and the default budget is sized to the grammar.
+                _ => panic!("{name}: the run failed with {code}\nreply: {:?}\n{env:#}", record.reply),
+            };
+            let bad = validate(&data_schema, data);
+            assert!(bad.is_empty(), "{name}: data breaks the module's data schema: {bad:?}\n{env:#}");
             report.push(format!("{name}: {}", env.get("error").map_or("ok".to_owned(), |e| e["code"].to_string())));
         }
+        // Measured with SmolLM2-135M-Instruct Q4_1, greedy: every reply
+        // matches the schema, and the 135M model rates its own confidence
+        // 0.0 every time, below the decision tier's 0.5, so each run ends in
+        // E2001: the runtime's rule for decision-tier modules, not a
+        // decoding failure.
         eprintln!("{ok}/{} ok: {}", cases.len(), report.join(", "));
     }
 
@@ -382,8 +394,15 @@ mod property {
             .prop_map(|s| if s.get("type") == Some(&json!("object")) { s } else { object_of(vec![(s, true)]) })
     }
 
+    /// The same cases every run (each costs seconds of decoding on 2
+    /// cores); `PROPTEST_RNG_SEED=N` explores others.
+    fn seed() -> proptest::test_runner::RngSeed {
+        let n = env("PROPTEST_RNG_SEED").and_then(|s| s.parse().ok()).unwrap_or(0x6e6f_6573_6973);
+        proptest::test_runner::RngSeed::Fixed(n)
+    }
+
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: 24, failure_persistence: None, rng_seed: seed(), ..ProptestConfig::default() })]
 
         #[test]
         fn every_output_parses_and_validates(schema in schema()) {
