@@ -20,6 +20,14 @@ case ":$PATH:" in *":$HOME/.local/bin:"*) ;; *) echo "    add \$HOME/.local/bin 
 echo "==> installing the local model (the offline default provider)" >&2
 "$bin" model install >/dev/null
 
-echo "==> running the built-in code-simplifier module end to end" >&2
+echo "==> running the built-in code-simplifier module end to end (offline, with the local model)" >&2
+# A failure envelope is still a finished run: the 135M default model often
+# rates its own confidence below the module's threshold (E2001).
 "$bin" run code-simplifier --pretty \
-  --input '{"code": "def calc(x):\n    if x > 0:\n        if x < 10:\n            return x * 2\n        else:\n            return x\n    else:\n        return 0", "language": "python"}'
+  --input '{"code": "def calc(x):\n    if x > 0:\n        if x < 10:\n            return x * 2\n        else:\n            return x\n    else:\n        return 0", "language": "python"}' ||
+  status=$?
+case "${status:-0}" in
+  0) ;;
+  1) echo "==> the run ended in a failure envelope (exit 1); set-up itself succeeded" >&2 ;;
+  *) exit "$status" ;;
+esac
