@@ -4,7 +4,7 @@
 //!
 //! Tests that need the model skip with a message when it is not installed,
 //! except under `CI`, where a missing model is a failure.
-// A skipped test says so on stderr, where the test runner shows it.
+// The example-module test reports its ok rate on stderr.
 #![allow(clippy::print_stderr)]
 
 use std::path::{Path, PathBuf};
@@ -18,6 +18,13 @@ use serde_json::{Value, json};
 
 fn env(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|v| !v.is_empty())
+}
+
+/// Says a test was skipped. Written to the process's stderr directly, past
+/// the test harness's capture, so `cargo test` shows it.
+fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
 }
 
 fn model_path() -> PathBuf {
@@ -38,7 +45,7 @@ fn model() -> Option<&'static LocalModel> {
                     "{}: the model is not installed; the test set-up (scripts/test.sh) installs it with `noesis model install`",
                     path.display()
                 );
-                eprintln!("SKIPPED: {} is not installed (run `noesis model install`)", path.display());
+                skipped(&format!("{} is not installed (run `noesis model install`)", path.display()));
                 return None;
             }
             // One thread: the test runner runs other tests beside these, and
@@ -286,7 +293,7 @@ mod errors {
         let real = model_path();
         if !real.is_file() {
             assert!(env("CI").is_none(), "{}: not installed", real.display());
-            eprintln!("SKIPPED: {} is not installed", real.display());
+            skipped(&format!("{} is not installed (run `noesis model install`)", real.display()));
             return;
         }
         let dir = tempfile::tempdir().unwrap();
