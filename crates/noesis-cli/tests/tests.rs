@@ -4,6 +4,8 @@ mod bad_input;
 mod cli;
 mod conformance;
 mod frames;
+#[cfg(feature = "local")]
+mod local;
 mod providers;
 mod run;
 mod snapshots;

@@ -1,0 +1,75 @@
+//! The local provider through the binary: which provider a run picks with
+//! and without the installed model, `noesis model path`, and a missing
+//! `--model-path`. Nothing here generates text (the model's own tests in
+//! crates/noesis-local do); the installed case links the real model file
+//! into the temporary home and is skipped when it is not installed.
+
+use std::path::PathBuf;
+
+use crate::support::{Work, output};
+
+const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// The model installed for the caller, if any.
+fn installed() -> Option<PathBuf> {
+    let home = std::env::var_os("NOESIS_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".noesis")))?;
+    Some(home.join("models").join(FILE)).filter(|p| p.is_file())
+}
+
+#[test]
+fn without_the_model_the_test_model_answers_and_says_how_to_install() {
+    let w = Work::new();
+    let o = output(w.noesis().args(["run", "code-simplifier", "--input", r#"{"code": "x = 1"}"#]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.json()["meta"]["model"], "test/schema");
+    assert!(o.stderr.contains("noesis model install"), "{}", o.stderr);
+    let o = output(w.noesis().args(["model", "path"]));
+    assert_eq!(o.code, 1);
+    assert_eq!(o.stdout.trim(), w.path().join(".noesis/models").join(FILE).display().to_string());
+}
+
+#[test]
+fn a_missing_model_path_is_an_e4001_envelope_naming_the_file() {
+    let w = Work::new();
+    let o = output(w.noesis().args([
+        "run",
+        "code-simplifier",
+        "--provider",
+        "local",
+        "--model-path",
+        "no-such-model.gguf",
+        "--input",
+        r#"{"code": "x = 1"}"#,
+    ]));
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let env = o.json();
+    assert_eq!(env["error"]["code"], "E4001");
+    let message = env["error"]["message"].as_str().unwrap();
+    assert!(message.contains("no-such-model.gguf") && message.contains("noesis model install"), "{message}");
+    assert_eq!(env["meta"]["model"], "local/no-such-model");
+}
+
+#[test]
+fn an_installed_model_is_the_default_provider() {
+    let Some(real) = installed() else {
+        assert!(std::env::var_os("CI").is_none(), "the local model is not installed (scripts/test.sh installs it)");
+        return;
+    };
+    let w = Work::new();
+    let models = w.path().join(".noesis/models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(&real, models.join(FILE)).unwrap();
+    let o = output(w.noesis().args(["doctor", "--json", "--no-probe"]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    let report = o.json();
+    assert_eq!(report["selected"], serde_json::json!({"provider": "local", "because": "default"}));
+    let row = report["providers"].as_array().unwrap().iter().find(|r| r["provider"] == "local").unwrap();
+    assert_eq!(row["model"], "SmolLM2-135M-Instruct.Q4_1");
+    assert!(row.get("problem").is_none(), "{row}");
+    let o = output(w.noesis().args(["model", "path"]));
+    assert_eq!(o.code, 0);
+    let o = output(w.noesis().args(["model", "list"]));
+    assert!(o.stdout.contains(FILE), "{}", o.stdout);
+}
