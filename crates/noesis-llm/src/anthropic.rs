@@ -237,25 +237,26 @@ fn wire_messages(messages: &[Message]) -> (Option<String>, Vec<Value>) {
     let system = if system.is_empty() { None } else { Some(system.join("\n\n")) };
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for m in messages {
-        let (role, blocks) = match m.role {
-            Role::System => continue,
-            Role::User => ("user", text_block(&m.content).into_iter().collect()),
-            Role::Assistant => {
-                let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
-                blocks.extend(m.tool_calls.iter().map(
-                    |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": tool_input(&c.arguments)}),
-                ));
-                ("assistant", blocks)
-            }
-            Role::Tool => (
-                "user",
-                vec![json!({
-                    "type": "tool_result",
-                    "tool_use_id": m.tool_call_id.as_deref().unwrap_or_default(),
-                    "content": m.content,
-                })],
-            ),
-        };
+        let (role, blocks) =
+            match m.role {
+                Role::System => continue,
+                Role::User => ("user", text_block(&m.content).into_iter().collect()),
+                Role::Assistant => {
+                    let mut blocks: Vec<Value> = text_block(&m.content).into_iter().collect();
+                    blocks.extend(m.tool_calls.iter().map(
+                        |c| json!({"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments_object()}),
+                    ));
+                    ("assistant", blocks)
+                }
+                Role::Tool => (
+                    "user",
+                    vec![json!({
+                        "type": "tool_result",
+                        "tool_use_id": m.tool_call_id.as_deref().unwrap_or_default(),
+                        "content": m.content,
+                    })],
+                ),
+            };
         if blocks.is_empty() {
             continue;
         }
@@ -284,19 +285,6 @@ fn wire_messages(messages: &[Message]) -> (Option<String>, Vec<Value>) {
 
 fn text_block(text: &str) -> Option<Value> {
     (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
-}
-
-/// `tool_use.input` must be an object; arguments another provider kept as
-/// unparsed text go back as that text's JSON, or empty.
-fn tool_input(arguments: &Value) -> Value {
-    match arguments {
-        Value::Object(_) => arguments.clone(),
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => json!({}),
-        },
-        _ => json!({}),
-    }
 }
 
 /// One finished content block of a reply.

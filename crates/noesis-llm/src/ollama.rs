@@ -10,7 +10,7 @@ use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
 use crate::http::{EndpointConfig, HttpCore, excerpt};
 use crate::types::{
-    Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
+    Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, StructuredMode, ToolCall,
     ToolChoice, Usage,
 };
 
@@ -134,12 +134,7 @@ fn wire_tools(request: &ChatRequest) -> Option<Value> {
 }
 
 fn wire_message(m: &Message) -> Value {
-    let role = match m.role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    };
+    let role = m.role.as_str();
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
     out.insert("content".into(), json!(m.content));
@@ -147,7 +142,7 @@ fn wire_message(m: &Message) -> Value {
         let calls: Vec<Value> = m
             .tool_calls
             .iter()
-            .map(|c| json!({"function": {"name": c.name, "arguments": wire_arguments(&c.arguments)}}))
+            .map(|c| json!({"function": {"name": c.name, "arguments": c.arguments_object()}}))
             .collect();
         out.insert("tool_calls".into(), Value::Array(calls));
     }
@@ -156,20 +151,6 @@ fn wire_message(m: &Message) -> Value {
         out.insert("tool_name".into(), json!(name));
     }
     Value::Object(out)
-}
-
-/// Ollama takes arguments as an object and rejects anything else; text the
-/// model wrote that was not a JSON object goes back as `{}` (the tool's
-/// result is where the caller reports it).
-fn wire_arguments(arguments: &Value) -> Value {
-    match arguments {
-        Value::Object(_) => arguments.clone(),
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => json!({}),
-        },
-        _ => json!({}),
-    }
 }
 
 /// Arguments as they arrive: an object normally; a string from servers
@@ -537,8 +518,9 @@ mod tests {
         let odd = ToolCall { arguments: json!("{not json"), ..call.clone() };
         let turn = Message { tool_calls: vec![odd], ..Message::assistant("") };
         assert_eq!(wire_message(&turn)["tool_calls"][0]["function"]["arguments"], json!({}));
-        assert_eq!(wire_arguments(&json!("{\"a\":1}")), json!({"a": 1}));
-        assert_eq!(wire_arguments(&json!([1])), json!({}));
+        let call = |arguments| ToolCall { id: "c".into(), name: "t".into(), arguments };
+        assert_eq!(call(json!("{\"a\":1}")).arguments_object(), json!({"a": 1}));
+        assert_eq!(call(json!([1])).arguments_object(), json!({}));
     }
 
     #[test]

@@ -221,12 +221,7 @@ fn finish_reason(r: &str) -> FinishReason {
 }
 
 fn wire_message(m: &Message) -> Value {
-    let role = match m.role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    };
+    let role = m.role.as_str();
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
     if m.role == Role::Assistant && !m.tool_calls.is_empty() && m.content.is_empty() {

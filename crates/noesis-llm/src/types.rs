@@ -14,6 +14,18 @@ pub enum Role {
     Tool,
 }
 
+impl Role {
+    /// The role's name in the chat APIs that use these four words.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Message {
@@ -87,6 +99,23 @@ pub enum ToolChoice {
     Required,
     /// This tool.
     Tool(String),
+}
+
+impl ToolCall {
+    /// The arguments as a JSON object, as APIs that take them structured
+    /// require: text another provider kept unparsed is parsed when it is an
+    /// object, and anything else becomes `{}` (the tool's result is where
+    /// the caller reports bad arguments).
+    pub fn arguments_object(&self) -> Value {
+        match &self.arguments {
+            Value::Object(_) => self.arguments.clone(),
+            Value::String(s) => match serde_json::from_str::<Value>(s) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => serde_json::json!({}),
+            },
+            _ => serde_json::json!({}),
+        }
+    }
 }
 
 /// One tool call the model asked for.

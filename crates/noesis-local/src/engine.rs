@@ -18,7 +18,7 @@ use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
 use llama_cpp_2::model::{LlamaChatMessage, LlamaChatTemplate, LlamaModel};
 use llama_cpp_2::token::LlamaToken;
-use noesis_llm::{Message, Role};
+use noesis_llm::Message;
 use toktrie::{TokEnv, TokTrie, TokenId, TokenizerEnv};
 
 use crate::constraint::{Constraint, is_allowed};
@@ -390,18 +390,7 @@ impl TokenizerEnv for LlamaTokEnv {
 /// results are `tool` turns; a template that does not know that role treats
 /// it like any other name.
 pub fn chat_turns(messages: &[Message]) -> Vec<(&'static str, String)> {
-    messages
-        .iter()
-        .map(|m| {
-            let role = match m.role {
-                Role::System => "system",
-                Role::User => "user",
-                Role::Assistant => "assistant",
-                Role::Tool => "tool",
-            };
-            (role, m.content.replace('\0', ""))
-        })
-        .collect()
+    messages.iter().map(|m| (m.role.as_str(), m.content.replace('\0', ""))).collect()
 }
 
 /// The token to emit: the most likely allowed one, or at `temperature` a
