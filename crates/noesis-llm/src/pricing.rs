@@ -168,11 +168,49 @@ impl BudgetMeter {
     }
 }
 
-/// A rough token count for text: about four characters per token for
-/// English and code, which is what budgets and size checks need before the
-/// provider has counted.
+/// A token count for text without the model's tokenizer, shaped like the
+/// BPE vocabularies chat models use: a run of ASCII letters costs one token
+/// per five letters (common words are one token), a run of digits one per
+/// three (digits are grouped by three), every other visible character
+/// (punctuation, CJK, symbols) one, and spaces ride along with the word
+/// they precede. It errs high on JSON punctuation and low on rare words —
+/// an estimate for size limits and budgets before the provider has counted.
 pub fn estimate_tokens(text: &str) -> u64 {
-    (text.chars().count() as u64).div_ceil(4)
+    #[derive(PartialEq)]
+    enum Run {
+        None,
+        Letters,
+        Digits,
+    }
+    let mut tokens = 0u64;
+    let (mut run, mut len) = (Run::None, 0u64);
+    let close = |run: &Run, len: u64| match run {
+        Run::Letters => len.div_ceil(5),
+        Run::Digits => len.div_ceil(3),
+        Run::None => 0,
+    };
+    for c in text.chars() {
+        let kind = if c.is_ascii_alphabetic() {
+            Run::Letters
+        } else if c.is_ascii_digit() {
+            Run::Digits
+        } else {
+            Run::None
+        };
+        if kind != run {
+            tokens += close(&run, len);
+            len = 0;
+        }
+        if kind == Run::None {
+            if !c.is_whitespace() {
+                tokens += 1;
+            }
+        } else {
+            len += 1;
+        }
+        run = kind;
+    }
+    tokens + close(&run, len)
 }
 
 #[cfg(test)]
@@ -221,9 +259,23 @@ mod tests {
     }
 
     #[test]
-    fn estimate_is_a_quarter_of_the_characters() {
-        assert_eq!(estimate_tokens(""), 0);
-        assert_eq!(estimate_tokens("abcd"), 1);
-        assert_eq!(estimate_tokens("abcde"), 2);
+    fn estimate_counts_words_numbers_and_symbols() {
+        for (text, want) in [
+            ("", 0),
+            ("   \n\t", 0),
+            ("abcd", 1),
+            ("abcde", 1),
+            ("abcdef", 2),
+            ("hello world", 2),
+            ("1234567", 3),
+            ("{\"a\": 1}", 7),
+            ("x = 1 + 0", 5),
+            ("日本語", 3),
+        ] {
+            assert_eq!(estimate_tokens(text), want, "{text:?}");
+        }
+        // Long inputs scale linearly, not quadratically or by bytes.
+        assert_eq!(estimate_tokens(&"word ".repeat(1000)), 1000);
+        assert_eq!(estimate_tokens(&"é".repeat(10)), 10);
     }
 }

@@ -199,7 +199,7 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
         }
     }
 
-    let envelope = match check_input(module, &input) {
+    let envelope = match check_input(module, &input).and_then(|()| check_requirements(module, provider, &input)) {
         Err(failure) => (*failure).into_envelope(),
         Ok(()) => {
             let caps = provider.capabilities();
@@ -287,6 +287,43 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
     record
 }
 
+/// `runtime_requirements`: an input over `max_input_tokens` is E1005 (by
+/// the same estimate budgets use); a module that requires structured output
+/// is refused by a provider that can give neither a JSON Schema nor JSON
+/// mode (E4001 — this provider cannot serve this module; another can).
+fn check_requirements(module: &Module, provider: &dyn Provider, input: &Value) -> Result<(), Box<Failure>> {
+    let Some(req) = &module.manifest.runtime_requirements else { return Ok(()) };
+    if let Some(max) = req.max_input_tokens {
+        let text = serde_json::to_string(input).unwrap_or_default();
+        let estimated = estimate_tokens(&text);
+        if estimated > max {
+            return Err(Box::new(
+                Failure::new(
+                    ErrorCode::E1005,
+                    format!("the input is about {estimated} tokens, over the module's max_input_tokens of {max}"),
+                )
+                .details(json!({"estimated_tokens": estimated, "max_input_tokens": max})),
+            ));
+        }
+    }
+    let caps = provider.capabilities();
+    if req.structured_output == Some(true) && !caps.json_schema && !caps.json_mode {
+        return Err(Box::new(
+            Failure::new(
+                ErrorCode::E4001,
+                format!(
+                    "{} requires structured output, which provider {}/{} cannot give (no JSON Schema or JSON mode); choose a provider that has it",
+                    module.name,
+                    provider.name(),
+                    provider.model()
+                ),
+            )
+            .details(json!({"requirement": "structured_output", "provider": provider.name()})),
+        ));
+    }
+    Ok(())
+}
+
 /// Fills the runtime's meta (`trace_id`, `model` as `provider/model`,
 /// `latency_ms` since `started`) and guarantees the result validates against
 /// the official schema (E4000 otherwise). Front ends use it for envelopes
@@ -350,6 +387,57 @@ mod tests {
             assert!(r.envelope["meta"]["latency_ms"].as_f64().unwrap() >= 0.0);
             assert!(r.prompt.unwrap().contains("Response format"));
         }
+    }
+
+    /// A provider that can give neither a schema nor JSON mode.
+    struct PlainText;
+
+    #[async_trait::async_trait]
+    impl Provider for PlainText {
+        fn name(&self) -> &str {
+            "plain"
+        }
+        fn model(&self) -> &str {
+            "text"
+        }
+        fn capabilities(&self) -> noesis_llm::Capabilities {
+            noesis_llm::Capabilities::default()
+        }
+        async fn chat(&self, _: &ChatRequest) -> Result<noesis_llm::ChatResponse, ProviderError> {
+            Err(ProviderError::new("plain", ErrorKind::Script, "must not be called"))
+        }
+    }
+
+    fn with_requirements(yaml: &str) -> Module {
+        let mut m = Where::Builtin("code-simplifier").load().unwrap();
+        m.manifest.runtime_requirements = Some(serde_saphyr::from_str(yaml).unwrap());
+        m
+    }
+
+    #[test]
+    fn input_over_max_input_tokens_is_e1005_before_any_call() {
+        let m = with_requirements("max_input_tokens: 50");
+        let big = json!({"code": "value = compute(alpha, beta) + 1;\n".repeat(20)});
+        let r = block(run(&m, &PlainText, big, &RunOptions::default()));
+        assert_eq!(r.envelope["error"]["code"], "E1005", "{}", r.envelope);
+        assert_eq!(r.envelope["error"]["details"]["max_input_tokens"], 50);
+        assert!(r.envelope["error"]["details"]["estimated_tokens"].as_u64().unwrap() > 50);
+        assert_eq!(r.calls, 0);
+        // Under the limit the run goes ahead.
+        let r = block(run(&m, &TestModel, json!({"code": "x = 1"}), &RunOptions::default()));
+        assert_eq!(r.envelope["ok"], true, "{}", r.envelope);
+    }
+
+    #[test]
+    fn structured_output_requirement_refuses_a_plain_text_provider() {
+        let m = with_requirements("structured_output: true");
+        let r = block(run(&m, &PlainText, json!({"code": "x = 1"}), &RunOptions::default()));
+        assert_eq!(r.envelope["error"]["code"], "E4001", "{}", r.envelope);
+        assert!(r.envelope["error"]["message"].as_str().unwrap().contains("requires structured output"));
+        assert_eq!(r.calls, 0);
+        // JSON mode is enough.
+        let r = block(run(&m, &Scripted::new(vec!["x".into()]), json!({"code": "x = 1"}), &RunOptions::default()));
+        assert_ne!(r.envelope["error"]["code"], "E4001", "{}", r.envelope);
     }
 
     #[test]
