@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::support::{Output, Work, output};
+use crate::support::{Output, Work, output, regex_escape};
 
 fn noesis(w: &Work) -> assert_cmd::Command {
     let mut c = w.noesis();
@@ -27,12 +27,6 @@ fn frames(w: &Work) -> Vec<Value> {
 
 fn blake3_hex(bytes: &[u8]) -> String {
     noesis_frames::scan::hash_bytes(bytes)
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
-        .collect()
 }
 
 macro_rules! snap {

@@ -9,7 +9,7 @@ use assert_cmd::Command;
 use noesis_testkit::{FakeServer, Reply, sse};
 use serde_json::{Value, json};
 
-use crate::support::{Output, Work, assert_valid_envelope, example_module, output};
+use crate::support::{Output, Work, assert_valid_envelope, example_module, output, regex_escape};
 
 /// An address where nothing listens: connections are refused at once.
 const REFUSED: &str = "http://127.0.0.1:1/v1";
@@ -576,10 +576,4 @@ fn doctor_table_snapshot() {
     settings.add_filter(&regex_escape(&server.addr().to_string()), "[ADDR]");
     settings.add_filter(r"HTTP 200, \d+ ms", "HTTP 200, [MS] ms");
     settings.bind(|| insta::assert_snapshot!("doctor_table", o.stdout));
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
-        .collect()
 }

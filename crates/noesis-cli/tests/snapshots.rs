@@ -1,7 +1,7 @@
 //! Snapshot tests of what a person sees. Temp paths, ids and timings are
 //! filtered so the snapshots are stable.
 
-use crate::support::{Work, conformance, output};
+use crate::support::{Work, conformance, output, regex_escape};
 
 fn filters(w: &Work) -> Vec<(String, &'static str)> {
     vec![
@@ -10,12 +10,6 @@ fn filters(w: &Work) -> Vec<(String, &'static str)> {
         (r#""trace_id": "[0-9a-f-]{36}""#.to_owned(), r#""trace_id": "[TRACE]""#),
         (r#""latency_ms": [0-9.]+"#.to_owned(), r#""latency_ms": "[MS]""#),
     ]
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
-        .collect()
 }
 
 macro_rules! snap {

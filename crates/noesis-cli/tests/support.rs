@@ -100,3 +100,11 @@ pub(crate) fn assert_valid_envelope(env: &Value) {
     assert!(meta["model"].as_str().is_some_and(|m| m.contains('/')), "model is not provider/model: {env}");
     assert!(meta["latency_ms"].as_f64().is_some_and(|l| l >= 0.0), "no latency: {env}");
 }
+
+/// `s` as a regex matching itself, for snapshot filters of temp paths and
+/// addresses.
+pub(crate) fn regex_escape(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
+        .collect()
+}

@@ -113,10 +113,10 @@ impl Plan {
     fn new(request: &ChatRequest) -> Plan {
         match &request.response_format {
             ResponseFormat::JsonSchema { name, schema } => {
-                let mut tool = sanitize_name(name);
+                let mut tool = crate::types::schema_name(name);
                 // Tool names must be unique; the caller's tools keep theirs.
                 if request.tools.iter().any(|t| t.name == tool) {
-                    tool = sanitize_name(&format!("reply_{tool}"));
+                    tool = crate::types::schema_name(&format!("reply_{tool}"));
                 }
                 let (input_schema, wrapped) = object_schema(schema);
                 Plan { mode: StructuredMode::ForcedTool, forced: Some(Forced { name: tool, input_schema, wrapped }) }
@@ -147,15 +147,6 @@ fn object_schema(schema: &Value) -> (Value, bool) {
     outer.insert("properties".into(), json!({ "value": inner }));
     outer.insert("required".into(), json!(["value"]));
     (Value::Object(outer), true)
-}
-
-fn sanitize_name(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
-        .take(64)
-        .collect();
-    if s.is_empty() { "envelope".to_owned() } else { s }
 }
 
 /// The request body.
@@ -657,9 +648,9 @@ mod tests {
 
     #[test]
     fn tool_names_are_sanitised() {
-        assert_eq!(sanitize_name("a.b c"), "a_b_c");
-        assert_eq!(sanitize_name(""), "envelope");
-        assert_eq!(sanitize_name(&"x".repeat(80)).len(), 64);
+        assert_eq!(crate::types::schema_name("a.b c"), "a_b_c");
+        assert_eq!(crate::types::schema_name(""), "envelope");
+        assert_eq!(crate::types::schema_name(&"x".repeat(80)).len(), 64);
     }
 
     #[test]

@@ -67,13 +67,13 @@ impl OpenAiCompatible {
                 let schema = strict.map(|s| s.schema.clone()).unwrap_or(Value::Null);
                 body["response_format"] = json!({
                     "type": "json_schema",
-                    "json_schema": {"name": sanitize_name(name), "schema": schema, "strict": true}
+                    "json_schema": {"name": crate::types::schema_name(name), "schema": schema, "strict": true}
                 });
             }
             (ResponseFormat::JsonSchema { name, schema }, StructuredMode::JsonSchema) => {
                 body["response_format"] = json!({
                     "type": "json_schema",
-                    "json_schema": {"name": sanitize_name(name), "schema": schema, "strict": false}
+                    "json_schema": {"name": crate::types::schema_name(name), "schema": schema, "strict": false}
                 });
             }
             (ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject, _) => {
@@ -353,15 +353,6 @@ impl StreamAccumulator {
             served_by: None,
         })
     }
-}
-
-fn sanitize_name(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
-        .take(64)
-        .collect();
-    if s.is_empty() { "envelope".to_owned() } else { s }
 }
 
 fn mentions_format(body: &str) -> bool {

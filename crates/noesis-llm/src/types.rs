@@ -280,3 +280,15 @@ impl std::ops::AddAssign for Usage {
 pub(crate) fn temperature_json(t: f32) -> serde_json::Value {
     format!("{t}").parse::<f64>().map_or_else(|_| serde_json::json!(t), |t| serde_json::json!(t))
 }
+
+/// A schema or tool name as the APIs accept it (`[a-zA-Z0-9_-]{1,64}`):
+/// other characters become `_`, long names are cut, an empty one becomes
+/// `envelope`.
+pub(crate) fn schema_name(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .take(64)
+        .collect();
+    if s.is_empty() { "envelope".to_owned() } else { s }
+}
