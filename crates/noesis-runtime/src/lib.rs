@@ -156,6 +156,9 @@ pub struct RunRecord {
     pub calls: u32,
     /// What the calls cost in US dollars, when every model's price is known.
     pub cost_usd: Option<f64>,
+    /// Context the module emitted (`_emitted_context`), for its caller to
+    /// propagate (`context: main`) or keep to the child (`fork`).
+    pub emitted_context: Option<Value>,
 }
 
 const SYSTEM: &str = "You are a Cognitive Module. Follow the instructions and answer with exactly one JSON object: the v2.2 response envelope.";
@@ -176,6 +179,7 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
         usage: None,
         calls: 0,
         cost_usd: Some(0.0),
+        emitted_context: None,
     };
     let mut model_id = model_id;
     let prices = options.prices.clone().unwrap_or_else(|| Arc::new(PriceTable::builtin()));
