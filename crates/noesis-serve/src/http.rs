@@ -1,0 +1,539 @@
+//! The HTTP API over a [`Service`] (axum, HTTP/1.1).
+//!
+//! | route | answer |
+//! |---|---|
+//! | `GET /health` | `{"status": "ok", "version", "in_flight"}`; never needs the token |
+//! | `GET /modules` | `{"modules": [ModuleSummary…]}` |
+//! | `GET /modules/{name}` | the module's manifest, rules and schemas ([`Service::info`]) |
+//! | `POST /run` | `{module, input?, args?, provider?, model?}` → the envelope |
+//! | `POST /run/stream` | the same body → `text/event-stream`: `text` events (a JSON string each) as the model writes, then one `envelope` event |
+//! | `POST /compose` | the same body → the envelope of the module's composition |
+//! | `GET /openapi.json` | the OpenAPI 3.1 description of these routes |
+//!
+//! Every error body is a v2.2 failure envelope. The HTTP status says whether
+//! the server could do what was asked; `ok` says whether the module
+//! succeeded. So a run whose *model* failed (E1000, E2001, E2003–E2007,
+//! E3xxx, E4004, E4005, module codes E5xxx+) is `200` with `ok: false`: the
+//! envelope is the module's answer. The other codes map to a status
+//! ([`status_of`]): E1001–E1006 and E4003 `422`, E4006 `404`, E4007 `403`,
+//! E4002 `429`, E2002 `504`, E4001 `502`, E4000 `500`. Before a run: a body
+//! that is not JSON, or a field missing or of the wrong type, is `400`
+//! (E1001, E1002, E1003); a body over the limit `413` (E1005); a missing or
+//! wrong bearer token `401` (E4007); an unknown route `404` and a wrong
+//! method `405` (E1004).
+//!
+//! A client that disconnects drops its request, and with it the run and
+//! the in-flight provider call. On shutdown the server stops accepting,
+//! lets runs finish for [`ServeConfig::grace`], then cancels the rest
+//! (their clients get E2002 envelopes).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::Stream;
+use noesis_modules::{ErrorCode, Failure};
+use noesis_runtime::{CancellationToken, Instant, OnText};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::service::{RunRequest, Service, error_code, refuse};
+
+/// The OpenAPI 3.1 document served at `GET /openapi.json`.
+pub const OPENAPI: &str = include_str!("openapi.json");
+
+/// Default request body limit: 1 MiB.
+pub const DEFAULT_MAX_BODY: usize = 1 << 20;
+
+/// Receives one access-log line per request (method, path, status,
+/// milliseconds; never headers, bodies or query strings).
+#[derive(Clone)]
+pub struct AccessLog(pub Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for AccessLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AccessLog(..)")
+    }
+}
+
+/// How the server listens.
+#[derive(Clone)]
+pub struct ServeConfig {
+    /// Address to bind; port 0 picks a free one ([`Server::local_addr`]).
+    pub addr: SocketAddr,
+    /// Bearer token every route but `/health` requires. Required when
+    /// `addr` is not a loopback address.
+    pub token: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_body: usize,
+    /// How long runs may go on after a shutdown signal before they are
+    /// cancelled.
+    pub grace: Duration,
+    /// Where access-log lines go; none when `None`.
+    pub access_log: Option<AccessLog>,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field("addr", &self.addr)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("max_body", &self.max_body)
+            .field("grace", &self.grace)
+            .field("access_log", &self.access_log.is_some())
+            .finish()
+    }
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            token: None,
+            max_body: DEFAULT_MAX_BODY,
+            grace: Duration::from_secs(10),
+            access_log: None,
+        }
+    }
+}
+
+/// Why the server cannot start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A non-loopback address without a token would expose every module
+    /// and the provider's API key to the network.
+    #[error(
+        "refusing to listen on {addr} without a token: it is not a loopback address, so anyone who can reach it could run modules on your provider account; pass --token (or set NOESIS_SERVE_TOKEN), or bind 127.0.0.1"
+    )]
+    TokenRequired {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// An empty or blank token would let anyone in.
+    #[error("the bearer token is empty")]
+    EmptyToken,
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Accepting connections failed.
+    #[error("the server stopped: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+impl ServeConfig {
+    /// Checks the rules that do not need a socket: a token off loopback,
+    /// and no empty token.
+    pub fn check(&self) -> Result<(), ServeError> {
+        match &self.token {
+            Some(t) if t.trim().is_empty() => Err(ServeError::EmptyToken),
+            None if !self.addr.ip().is_loopback() => Err(ServeError::TokenRequired { addr: self.addr }),
+            _ => Ok(()),
+        }
+    }
+}
+
+struct AppState {
+    service: Arc<Service>,
+    token: Option<String>,
+    /// Cancelled after the shutdown grace period; every run holds a child.
+    stop_runs: CancellationToken,
+    log: Option<AccessLog>,
+}
+
+/// A bound server, not yet accepting.
+pub struct Server {
+    listener: tokio::net::TcpListener,
+    app: Router,
+    grace: Duration,
+    stop_runs: CancellationToken,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("addr", &self.listener.local_addr().ok()).finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Checks `config` and binds its address.
+    pub async fn bind(service: Arc<Service>, config: ServeConfig) -> Result<Server, ServeError> {
+        config.check()?;
+        let listener = tokio::net::TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr: config.addr, source })?;
+        let stop_runs = CancellationToken::new();
+        let app = router(service, &config, stop_runs.clone());
+        Ok(Server { listener, app, grace: config.grace, stop_runs })
+    }
+
+    /// The address actually bound (the port chosen for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        // A bound listener always has an address; the fallback is unreachable.
+        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Serves until `shutdown` completes, then drains: no new connections,
+    /// runs get the grace period, then are cancelled.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+        let (grace, stop_runs) = (self.grace, self.stop_runs);
+        let signal = async move {
+            shutdown.await;
+            tokio::spawn(async move {
+                tokio::time::sleep(grace).await;
+                stop_runs.cancel();
+            });
+        };
+        axum::serve(self.listener, self.app).with_graceful_shutdown(signal).await.map_err(ServeError::Serve)
+    }
+}
+
+fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationToken) -> Router {
+    let state = Arc::new(AppState { service, token: config.token.clone(), stop_runs, log: config.access_log.clone() });
+    Router::new()
+        .route("/health", get(health))
+        .route("/modules", get(modules))
+        .route("/modules/{name}", get(module_info))
+        .route("/run", post(run))
+        .route("/run/stream", post(run_stream))
+        .route("/compose", post(compose))
+        .route("/openapi.json", get(openapi))
+        .fallback(no_route)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(config.max_body))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), auth))
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), access_log))
+        .with_state(state)
+}
+
+type St = State<Arc<AppState>>;
+
+/// A JSON response.
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], bytes).into_response()
+}
+
+/// A failure envelope made by the server itself, with its status.
+fn refusal(status: StatusCode, failure: Failure) -> Response {
+    json_response(status, &refuse(failure, Instant::now()))
+}
+
+/// The HTTP status for an envelope from the service (see the module docs).
+pub fn status_of(envelope: &Value) -> StatusCode {
+    let Some(code) = error_code(envelope) else { return StatusCode::OK };
+    match ErrorCode::parse(code) {
+        Some(
+            ErrorCode::E1001
+            | ErrorCode::E1002
+            | ErrorCode::E1003
+            | ErrorCode::E1004
+            | ErrorCode::E1005
+            | ErrorCode::E1006
+            | ErrorCode::E4003,
+        ) => StatusCode::UNPROCESSABLE_ENTITY,
+        Some(ErrorCode::E4006) => StatusCode::NOT_FOUND,
+        Some(ErrorCode::E4007) => StatusCode::FORBIDDEN,
+        Some(ErrorCode::E4002) => StatusCode::TOO_MANY_REQUESTS,
+        Some(ErrorCode::E2002) => StatusCode::GATEWAY_TIMEOUT,
+        Some(ErrorCode::E4001) => StatusCode::BAD_GATEWAY,
+        Some(ErrorCode::E4000) if envelope.pointer("/error/details/unimplemented").is_some() => {
+            StatusCode::NOT_IMPLEMENTED
+        }
+        Some(ErrorCode::E4000) => StatusCode::INTERNAL_SERVER_ERROR,
+        // The module ran and this is its answer.
+        _ => StatusCode::OK,
+    }
+}
+
+fn envelope_response(envelope: &Value) -> Response {
+    json_response(status_of(envelope), envelope)
+}
+
+async fn auth(State(st): St, req: Request, next: Next) -> Response {
+    if let Some(token) = &st.token
+        && req.uri().path() != "/health"
+    {
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
+        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            let mut resp = refusal(
+                StatusCode::UNAUTHORIZED,
+                Failure::new(ErrorCode::E4007, "this server needs `Authorization: Bearer <token>`")
+                    .suggest("send the token the server was started with"),
+            );
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            return resp;
+        }
+    }
+    next.run(req).await
+}
+
+/// The credentials of an `Authorization: Bearer …` header (the scheme is
+/// case-insensitive, RFC 9110).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+}
+
+/// Compares without an early exit, so the time taken does not tell how
+/// much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+        diff |= usize::from(std::hint::black_box(x));
+    }
+    diff == 0
+}
+
+async fn access_log(State(st): St, req: Request, next: Next) -> Response {
+    let Some(log) = st.log.clone() else { return next.run(req).await };
+    let (method, path) = (req.method().clone(), req.uri().path().to_owned());
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let ms = started.elapsed().as_secs_f64() * 1000.0;
+    (log.0)(&format!("{method} {path} {} {ms:.1}ms", resp.status().as_u16()));
+    resp
+}
+
+async fn health(State(st): St) -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"status": "ok", "version": env!("CARGO_PKG_VERSION"), "in_flight": st.service.in_flight()}),
+    )
+}
+
+async fn modules(State(st): St) -> Response {
+    let service = Arc::clone(&st.service);
+    // Loading a changed module reads files and compiles schemas.
+    match tokio::task::spawn_blocking(move || service.list()).await {
+        Ok(list) => json_response(StatusCode::OK, &json!({ "modules": list })),
+        Err(e) => refusal(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            Failure::new(ErrorCode::E4000, format!("listing modules failed: {e}")),
+        ),
+    }
+}
+
+async fn module_info(State(st): St, Path(name): Path<String>) -> Response {
+    match st.service.info(&name) {
+        Ok(info) => json_response(StatusCode::OK, &info),
+        Err(envelope) => envelope_response(&envelope),
+    }
+}
+
+async fn openapi() -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], OPENAPI).into_response()
+}
+
+async fn no_route(method: Method, uri: axum::http::Uri) -> Response {
+    refusal(
+        StatusCode::NOT_FOUND,
+        Failure::new(ErrorCode::E1004, format!("no route {method} {}", uri.path()))
+            .details(json!({"route": uri.path()}))
+            .suggest("GET /openapi.json describes the routes"),
+    )
+}
+
+async fn wrong_method(method: Method, uri: axum::http::Uri) -> Response {
+    refusal(
+        StatusCode::METHOD_NOT_ALLOWED,
+        Failure::new(ErrorCode::E1004, format!("{} does not take {method}", uri.path()))
+            .details(json!({"route": uri.path(), "method": method.as_str()}))
+            .suggest("GET /openapi.json describes the routes"),
+    )
+}
+
+const FIELDS: [&str; 5] = ["module", "input", "args", "provider", "model"];
+
+/// The request body of `/run`, `/run/stream` and `/compose`.
+fn run_request(body: Result<Bytes, BytesRejection>) -> Result<RunRequest, Box<Response>> {
+    let bad =
+        |code: ErrorCode, message: String| Box::new(refusal(StatusCode::BAD_REQUEST, Failure::new(code, message)));
+    let bytes = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            Box::new(refusal(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Failure::new(ErrorCode::E1005, "the request body is over the server's limit")
+                    .suggest("send a smaller input, or start the server with a larger --max-body"),
+            ))
+        } else {
+            bad(ErrorCode::E1001, format!("cannot read the request body: {}", rejection.body_text()))
+        }
+    })?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| bad(ErrorCode::E1001, format!("the request body is not JSON: {e}")))?;
+    let Value::Object(mut body) = value else {
+        return Err(bad(ErrorCode::E1001, "the request body must be a JSON object".into()));
+    };
+    if let Some(unknown) = body.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(bad(
+            ErrorCode::E1001,
+            format!("unknown field `{unknown}` in the request body (fields: {})", FIELDS.join(", ")),
+        ));
+    }
+    let mut text = |field: &str| -> Result<Option<String>, Box<Response>> {
+        match body.remove(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s)),
+            Some(_) => Err(bad(ErrorCode::E1003, format!("`{field}` must be a string"))),
+        }
+    };
+    let Some(module) = text("module")? else {
+        return Err(bad(ErrorCode::E1002, "the request body needs `module`, a module name".into()));
+    };
+    let (args, provider, model) = (text("args")?, text("provider")?, text("model")?);
+    let input = body.remove("input").filter(|v| !v.is_null());
+    Ok(RunRequest { module, input, args, provider, model })
+}
+
+async fn run(State(st): St, body: Result<Bytes, BytesRejection>) -> Response {
+    let request = match run_request(body) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    // Dropped with the request when the client goes away, provider call included.
+    let envelope = st.service.run(request, None, Some(st.stop_runs.child_token())).await;
+    envelope_response(&envelope)
+}
+
+async fn compose(State(st): St, body: Result<Bytes, BytesRejection>) -> Response {
+    let request = match run_request(body) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    let envelope = st.service.compose(request, None, Some(st.stop_runs.child_token())).await;
+    envelope_response(&envelope)
+}
+
+async fn run_stream(State(st): St, body: Result<Bytes, BytesRejection>) -> Response {
+    let request = match run_request(body) {
+        Ok(r) => r,
+        Err(resp) => return *resp,
+    };
+    // Refusals before the run keep their status; once the stream starts,
+    // the outcome is in the envelope event.
+    let prepared = match st.service.prepare(request) {
+        Ok(p) => p,
+        Err(envelope) => return envelope_response(&envelope),
+    };
+    let (tx, rx) = mpsc::unbounded_channel::<String>();
+    let on_text = OnText(Arc::new(move |t: &str| {
+        let _ = tx.send(t.to_owned());
+    }));
+    let cancel = st.stop_runs.child_token();
+    let run: RunFuture = Box::pin(prepared.run(Some(on_text), Some(cancel)));
+    // Pings make a vanished client show up as a failed write, which drops
+    // the stream and the run with it.
+    Sse::new(events(run, rx)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+type RunFuture = Pin<Box<dyn Future<Output = Value> + Send>>;
+
+struct Streaming {
+    run: Option<RunFuture>,
+    text: mpsc::UnboundedReceiver<String>,
+    envelope: Option<Value>,
+}
+
+/// `text` events as the model writes, then the `envelope` event. The run
+/// lives inside the stream (not a spawned task), so dropping the response
+/// drops the run.
+fn events(run: RunFuture, text: mpsc::UnboundedReceiver<String>) -> impl Stream<Item = Result<Event, Infallible>> {
+    let state = Streaming { run: Some(run), text, envelope: None };
+    futures_util::stream::unfold(state, |mut st| async move {
+        if let Some(run) = st.run.as_mut() {
+            tokio::select! {
+                biased;
+                Some(t) = st.text.recv() => return Some((Ok(text_event(&t)), st)),
+                envelope = run => {
+                    // Dropping the finished run drops the sender, so the
+                    // receiver below ends after the last chunk.
+                    st.run = None;
+                    st.envelope = Some(envelope);
+                }
+            }
+        }
+        if let Some(t) = st.text.recv().await {
+            return Some((Ok(text_event(&t)), st));
+        }
+        let envelope = st.envelope.take()?;
+        Some((Ok(Event::default().event("envelope").data(envelope.to_string())), st))
+    })
+}
+
+fn text_event(text: &str) -> Event {
+    // JSON-encoded so newlines in the text cannot end the event early.
+    Event::default().event("text").data(Value::String(text.to_owned()).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_and_compare() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer"), None);
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"x"));
+    }
+
+    #[test]
+    fn statuses() {
+        let failure = |code| Failure::new(code, "x").into_envelope();
+        assert_eq!(status_of(&json!({"ok": true})), StatusCode::OK);
+        for (code, status) in [
+            (ErrorCode::E1001, 422),
+            (ErrorCode::E4006, 404),
+            (ErrorCode::E4007, 403),
+            (ErrorCode::E4002, 429),
+            (ErrorCode::E2002, 504),
+            (ErrorCode::E4001, 502),
+            (ErrorCode::E4000, 500),
+            (ErrorCode::E3001, 200),
+            (ErrorCode::E2001, 200),
+            (ErrorCode::E1000, 200),
+        ] {
+            assert_eq!(status_of(&failure(code)).as_u16(), status, "{code:?}");
+        }
+        let module_code = json!({"ok": false, "error": {"code": "E5001", "message": "x"}});
+        assert_eq!(status_of(&module_code), StatusCode::OK);
+    }
+
+    #[test]
+    fn token_rules() {
+        let mut c = ServeConfig::default();
+        assert!(c.check().is_ok());
+        c.addr = "0.0.0.0:0".parse().unwrap();
+        assert!(matches!(c.check(), Err(ServeError::TokenRequired { .. })));
+        c.token = Some("  ".into());
+        assert!(matches!(c.check(), Err(ServeError::EmptyToken)));
+        c.token = Some("t".into());
+        assert!(c.check().is_ok());
+        c.addr = "[::1]:0".parse().unwrap();
+        c.token = None;
+        assert!(c.check().is_ok());
+        assert!(!format!("{c:?}").contains("\"t\""));
+    }
+}

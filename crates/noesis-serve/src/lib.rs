@@ -1,0 +1,43 @@
+//! Serving Cognitive Modules to other programs.
+//!
+//! [`Service`] is the transport-neutral core: a module search path with a
+//! cache of loaded modules (reloaded when a module's files change), a
+//! [`ProviderSource`] the embedding binary implements, and runs that always
+//! end in a v2.2 envelope — refusals included, each with its E-code.
+//! [`http`] puts it on an axum router (`noesis serve`).
+//!
+//! Architecture invariant: no provider selection, config files or printing
+//! here; the binary decides which provider answers and where logs go. No
+//! secret (bearer token, API key) is ever logged or echoed.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use noesis_llm::{Provider, TestModel};
+//! use noesis_modules::{Module, search::SearchPath};
+//! use noesis_serve::{ProviderSource, RunRequest, Service};
+//!
+//! struct Test;
+//! impl ProviderSource for Test {
+//!     fn provider(&self, _: Option<&str>, _: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, String> {
+//!         Ok(Arc::new(TestModel))
+//!     }
+//! }
+//! let service = Service::new(SearchPath::default(), Arc::new(Test));
+//! let request = RunRequest {
+//!     module: "code-simplifier".into(),
+//!     input: Some(serde_json::json!({"code": "x = 1 + 0"})),
+//!     ..RunRequest::default()
+//! };
+//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let envelope = rt.block_on(service.run(request, None, None));
+//! assert_eq!(envelope["ok"], true);
+//! let unknown = rt.block_on(service.run(RunRequest { module: "nope".into(), ..RunRequest::default() }, None, None));
+//! assert_eq!(unknown["error"]["code"], "E4006");
+//! ```
+#![deny(missing_docs)]
+
+pub mod http;
+pub mod service;
+
+pub use noesis_runtime::{CancellationToken, OnText};
+pub use service::{ModuleSummary, PreparedRun, ProviderSource, RunRequest, RunSettings, Service};

@@ -1,0 +1,473 @@
+//! The transport-neutral service: modules from a search path kept loaded in a
+//! cache, providers from a [`ProviderSource`], and runs that always end in a
+//! v2.2 envelope. The HTTP server ([`crate::http`]) and any other front end
+//! (an MCP server, say) are thin layers over this.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use noesis_llm::{Budget, BudgetMeter, PriceTable, Provider};
+use noesis_modules::search::{Found, SearchPath};
+use noesis_modules::{ErrorCode, Failure, Module};
+use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, stamp};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+/// `meta.model` of envelopes the service makes before any model is chosen
+/// (unknown module, bad request): the schema wants `provider/model`, and
+/// naming a model that was never called would mislead.
+pub const NO_MODEL: &str = "noesis/none";
+
+/// Where the service gets a provider for a run. The binary implements it
+/// (flags, config, environment); tests implement it with a fake server.
+pub trait ProviderSource: Send + Sync {
+    /// The provider for a run of `module`. `name` and `model` are what the
+    /// request asked for (`None`: the source's default). The error is a
+    /// message for the caller, and must not hold a secret.
+    fn provider(&self, name: Option<&str>, model: Option<&str>, module: &Module) -> Result<Arc<dyn Provider>, String>;
+}
+
+/// One run asked for: the module, its input and argument text, and
+/// optionally which provider and model to use.
+#[derive(Debug, Clone, Default)]
+pub struct RunRequest {
+    /// A module name on the search path (never a path: see [`Service::module`]).
+    pub module: String,
+    /// The module input, a JSON object; `None` is `{}`.
+    pub input: Option<Value>,
+    /// The argument text (`$ARGUMENTS`).
+    pub args: Option<String>,
+    /// A provider name, overriding the source's default.
+    pub provider: Option<String>,
+    /// A model name, overriding the provider's default.
+    pub model: Option<String>,
+}
+
+/// Settings every run of a service shares.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    /// Re-asks after an invalid reply (see [`RunOptions::reask`]).
+    pub reask: u32,
+    /// Cap on output tokens.
+    pub max_tokens: Option<u32>,
+    /// Limits for each run; every run gets its own meter, so one client
+    /// cannot spend another's budget.
+    pub budget: Option<Budget>,
+    /// Prices for `meta.usage.cost_usd`; the built-in table when `None`.
+    pub prices: Option<Arc<PriceTable>>,
+}
+
+impl Default for RunSettings {
+    fn default() -> RunSettings {
+        RunSettings { reask: RunOptions::default().reask, max_tokens: None, budget: None, prices: None }
+    }
+}
+
+/// One row of [`Service::list`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModuleSummary {
+    /// The module's name.
+    pub name: String,
+    /// Its version (absent when it cannot be loaded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Its layout (`v2.2`, `v1`, …).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    /// Its tier.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// What it is for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub responsibility: Option<String>,
+    /// A folder, or `builtin:NAME`.
+    pub location: String,
+    /// Whether it loads.
+    pub valid: bool,
+    /// Why it does not load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Serves modules: resolve, load (cached), run.
+///
+/// `Send + Sync`: share one `Arc<Service>` between every connection.
+pub struct Service {
+    search: SearchPath,
+    cache: ModuleCache,
+    providers: Arc<dyn ProviderSource>,
+    settings: RunSettings,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("search", &self.search)
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service {
+    /// A service over `search` with providers from `providers`.
+    pub fn new(search: SearchPath, providers: Arc<dyn ProviderSource>) -> Service {
+        Service {
+            search,
+            cache: ModuleCache::default(),
+            providers,
+            settings: RunSettings::default(),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Replaces the settings every run uses.
+    #[must_use]
+    pub fn with_settings(mut self, settings: RunSettings) -> Service {
+        self.settings = settings;
+        self
+    }
+
+    /// Runs started and not yet finished (or dropped).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// The loaded module `name`, from the cache unless its files changed.
+    ///
+    /// Only plain names are served: a path would let a client read any
+    /// folder on the server. The refusal is a stamped failure envelope:
+    /// E4006 for an unknown name, E4000 for a module on the path that does
+    /// not load (the server's problem, not the caller's).
+    pub fn module(&self, name: &str) -> Result<Arc<Module>, Value> {
+        let started = Instant::now();
+        if !is_plain_name(name) {
+            return Err(refuse(
+                Failure::new(
+                    ErrorCode::E4006,
+                    format!("`{}` is not a module name; modules are served by name, never by path", clip(name)),
+                ),
+                started,
+            ));
+        }
+        let found = match self.search.resolve(name) {
+            Ok(f) => f,
+            // The folders searched are the server's business, not the caller's.
+            Err(_) => {
+                let f = Failure::new(ErrorCode::E4006, format!("module `{name}` not found"))
+                    .suggest("list the modules this server has (GET /modules)");
+                return Err(refuse(f, started));
+            }
+        };
+        self.cache.get(name, &found).map_err(|message| {
+            refuse(
+                Failure::new(ErrorCode::E4000, format!("module `{name}` cannot be loaded: {message}"))
+                    .suggest("the server's module files need fixing; `noesis validate` names the problem"),
+                started,
+            )
+        })
+    }
+
+    /// Every module on the search path, in search order.
+    pub fn list(&self) -> Vec<ModuleSummary> {
+        self.search
+            .list()
+            .into_iter()
+            .map(|l| {
+                let location = location(&l.found);
+                match self.cache.get(&l.name, &l.found) {
+                    Ok(m) => ModuleSummary {
+                        name: m.name.clone(),
+                        version: Some(m.manifest.version.clone()),
+                        format: Some(m.format.to_string()),
+                        tier: Some(m.policy.tier.as_str().to_owned()),
+                        responsibility: Some(m.manifest.responsibility.clone()),
+                        location,
+                        valid: true,
+                        error: None,
+                    },
+                    Err(error) => ModuleSummary {
+                        name: l.name,
+                        version: None,
+                        format: None,
+                        tier: None,
+                        responsibility: None,
+                        location,
+                        valid: false,
+                        error: Some(error),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// A module's manifest, rules and schemas (the shape of `noesis info
+    /// --json`, plus `input_schema` and `data_schema` with the document's
+    /// `$defs` carried along so their `$ref`s resolve on their own).
+    pub fn info(&self, name: &str) -> Result<Value, Value> {
+        let m = self.module(name)?;
+        let sections: Vec<&str> = [
+            ("input", m.input.is_some()),
+            ("data", m.data.is_some()),
+            ("meta", m.meta.is_some()),
+            ("error", m.error.is_some()),
+        ]
+        .iter()
+        .filter(|(_, has)| *has)
+        .map(|(n, _)| *n)
+        .collect();
+        Ok(json!({
+            "name": m.name,
+            "version": m.manifest.version,
+            "format": m.format.to_string(),
+            "tier": m.policy.tier.as_str(),
+            "responsibility": m.manifest.responsibility,
+            "location": m.location.display().to_string(),
+            "policy": m.policy,
+            "context": m.manifest.context_mode(),
+            "excludes": m.manifest.excludes,
+            "policies": m.manifest.policies,
+            "schema_sections": sections,
+            "input_schema": m.input.as_ref().map(|s| standalone(&s.schema, &m.schema)),
+            "data_schema": m.data.as_ref().map(|s| standalone(&s.schema, &m.schema)),
+            "tests": m.manifest.tests,
+            "prompt_chars": m.prompt.chars().count(),
+        }))
+    }
+
+    /// Checks a request and picks its module and provider, without calling
+    /// the model. A front end that must answer differently before a run
+    /// starts (an HTTP status, a stream that has not begun) uses this; the
+    /// refusal is a stamped failure envelope.
+    pub fn prepare(&self, request: RunRequest) -> Result<PreparedRun, Value> {
+        let started = Instant::now();
+        let module = self.module(&request.module)?;
+        let input = match request.input {
+            None => json!({}),
+            Some(v @ Value::Object(_)) => v,
+            Some(other) => {
+                let f =
+                    Failure::new(ErrorCode::E1001, format!("the input must be a JSON object, not {}", kind_of(&other)));
+                return Err(refuse(f, started));
+            }
+        };
+        let asked = request.provider.is_some() || request.model.is_some();
+        let provider =
+            self.providers.provider(request.provider.as_deref(), request.model.as_deref(), &module).map_err(|e| {
+                // A provider the request named is the caller's to change; the
+                // server's own default failing is the server's.
+                let code = if asked { ErrorCode::E1004 } else { ErrorCode::E4001 };
+                refuse(Failure::new(code, format!("no provider for this run: {e}")), started)
+            })?;
+        let options = RunOptions {
+            arguments: request.args,
+            max_tokens: self.settings.max_tokens,
+            reask: self.settings.reask,
+            budget: self.settings.budget.map(|b| Arc::new(BudgetMeter::new(b))),
+            prices: self.settings.prices.clone(),
+            ..RunOptions::default()
+        };
+        Ok(PreparedRun { module, provider, input, options, in_flight: Arc::clone(&self.in_flight) })
+    }
+
+    /// Runs a module: [`Service::prepare`], then [`PreparedRun::run`]. Text
+    /// goes to `on_text` as it streams in; `cancel` stops the run with an
+    /// E2002 envelope. Dropping the future drops the provider call too.
+    pub async fn run(&self, request: RunRequest, on_text: Option<OnText>, cancel: Option<CancellationToken>) -> Value {
+        match self.prepare(request) {
+            Ok(prepared) => prepared.run(on_text, cancel).await,
+            Err(refusal) => refusal,
+        }
+    }
+
+    /// Runs a module's `composition:` (its dependencies and dataflow).
+    ///
+    /// Not available yet: the runtime has no composition engine in this
+    /// build, so every call is refused with an E4000 envelope whose details
+    /// say `"unimplemented": "compose"`.
+    pub async fn compose(
+        &self,
+        request: RunRequest,
+        on_text: Option<OnText>,
+        cancel: Option<CancellationToken>,
+    ) -> Value {
+        let started = Instant::now();
+        // Resolve first so an unknown module is still E4006.
+        if let Err(refusal) = self.module(&request.module) {
+            return refusal;
+        }
+        drop((on_text, cancel));
+        refuse(
+            Failure::new(ErrorCode::E4000, "composition is not available in this build of noesis yet")
+                .details(json!({"unimplemented": "compose"}))
+                .suggest("run the modules one at a time with POST /run"),
+            started,
+        )
+    }
+}
+
+/// A checked request, ready to call the model.
+pub struct PreparedRun {
+    module: Arc<Module>,
+    provider: Arc<dyn Provider>,
+    input: Value,
+    options: RunOptions,
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl std::fmt::Debug for PreparedRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedRun")
+            .field("module", &self.module.name)
+            .field("provider", &format_args!("{}/{}", self.provider.name(), self.provider.model()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counts a run as in flight until it ends or its future is dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl PreparedRun {
+    /// The module this run will use.
+    pub fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+
+    /// The provider this run will call.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// Runs it; always an envelope that validates against v2.2.
+    pub async fn run(mut self, on_text: Option<OnText>, cancel: Option<CancellationToken>) -> Value {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _guard = InFlight(Arc::clone(&self.in_flight));
+        self.options.on_text = on_text;
+        self.options.cancel = cancel;
+        noesis_runtime::run(&self.module, self.provider.as_ref(), self.input, &self.options).await.envelope
+    }
+}
+
+/// A failure envelope for a request refused before any model was chosen.
+pub fn refuse(failure: Failure, started: Instant) -> Value {
+    stamp(failure.into_envelope(), &uuid::Uuid::now_v7().to_string(), NO_MODEL, started)
+}
+
+/// The error code of an envelope (`None` for a success).
+pub fn error_code(envelope: &Value) -> Option<&str> {
+    envelope.pointer("/error/code").and_then(Value::as_str)
+}
+
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+}
+
+fn clip(s: &str) -> String {
+    noesis_modules::truncate_chars(s, 80)
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn location(found: &Found) -> String {
+    match found {
+        Found::Dir(p) => p.display().to_string(),
+        Found::Builtin(n) => format!("builtin:{n}"),
+    }
+}
+
+/// A schema section that stands on its own: `#/$defs/…` references point at
+/// the document root, so the document's `$defs` come along.
+fn standalone(section: &Value, document: &Value) -> Value {
+    let mut out = section.clone();
+    if let (Some(defs), Some(obj)) = (document.get("$defs"), out.as_object_mut())
+        && !obj.contains_key("$defs")
+    {
+        obj.insert("$defs".into(), defs.clone());
+    }
+    out
+}
+
+/// What a module folder looked like when it was loaded: every file's name,
+/// size and modification time. Any edit, addition or removal changes it.
+type Fingerprint = Vec<(std::ffi::OsString, u64, Option<SystemTime>)>;
+
+fn fingerprint(dir: &Path) -> Option<Fingerprint> {
+    let mut files: Fingerprint = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            // Follows links, as loading does.
+            let md = std::fs::metadata(e.path()).ok()?;
+            md.is_file().then(|| (e.file_name(), md.len(), md.modified().ok()))
+        })
+        .collect();
+    files.sort();
+    Some(files)
+}
+
+struct Entry {
+    found: Found,
+    print: Option<Fingerprint>,
+    // A module that does not load is cached too, so a broken file is not
+    // parsed again on every request.
+    loaded: Result<Arc<Module>, String>,
+}
+
+/// Loaded modules by name. Loading parses YAML and compiles schemas, far
+/// too slow to do per request; checking a folder's fingerprint is a
+/// directory read.
+#[derive(Default)]
+struct ModuleCache {
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl ModuleCache {
+    fn get(&self, name: &str, found: &Found) -> Result<Arc<Module>, String> {
+        let print = match found {
+            Found::Dir(d) => fingerprint(d),
+            Found::Builtin(_) => None,
+        };
+        if let Ok(entries) = self.entries.lock()
+            && let Some(e) = entries.get(name)
+            && e.found == *found
+            && e.print == print
+        {
+            return e.loaded.clone();
+        }
+        // Loaded outside the lock: other modules stay servable meanwhile.
+        // Two requests racing on a change may both load; the last one stays.
+        let loaded = found.load().map(Arc::new).map_err(|e| e.to_string());
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.insert(name.to_owned(), Entry { found: found.clone(), print, loaded: loaded.clone() });
+        }
+        loaded
+    }
+}
+
+// Every connection shares one service and runs move between threads.
+const _: () = {
+    const fn is<T: Send + Sync>() {}
+    is::<Service>();
+    is::<PreparedRun>();
+};
