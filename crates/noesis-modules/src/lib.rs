@@ -22,6 +22,7 @@ mod code;
 mod envelope;
 mod loader;
 mod manifest;
+pub mod migrate;
 mod parse;
 mod prompt;
 mod repair;

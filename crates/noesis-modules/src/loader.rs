@@ -238,10 +238,6 @@ fn to_manifest(path: PathBuf, raw: Value) -> Result<Manifest, LoadError> {
 fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
     let path = source.path("module.yaml");
     let raw = parse_yaml(path.clone(), text)?;
-    let violations = validate_manifest(&raw);
-    if !violations.is_empty() {
-        return Err(LoadError::Manifest { path, violations });
-    }
     let has = |k: &str| raw.get(k).is_some();
     let format = if has("tier") || has("overflow") || has("enums") {
         Format::V22
@@ -250,6 +246,14 @@ fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
     } else {
         Format::V20
     };
+    let mut violations = validate_manifest(&raw);
+    if format != Format::V22 {
+        // v2.0 and v2.1 predate `tier`: its absence is what marks them.
+        violations.retain(|v| !(v.pointer == "/tier" && v.keyword == "required"));
+    }
+    if !violations.is_empty() {
+        return Err(LoadError::Manifest { path, violations });
+    }
     let manifest = to_manifest(path, raw)?;
     let prompt =
         source.read("prompt.md")?.ok_or_else(|| LoadError::MissingPrompt { path: source.path("prompt.md") })?;
@@ -260,7 +264,7 @@ fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
     finish(source, format, manifest, prompt, schema)
 }
 
-fn split_front_matter(text: &str) -> Option<(&str, &str)> {
+pub(crate) fn split_front_matter(text: &str) -> Option<(&str, &str)> {
     let t = text.trim_start_matches('\u{feff}');
     let rest = t.strip_prefix("---")?.trim_start_matches([' ', '\t']);
     let rest = rest.strip_prefix("\r\n").or_else(|| rest.strip_prefix('\n'))?;
@@ -465,6 +469,24 @@ mod tests {
         assert_eq!(split_front_matter("---\r\na: 1\r\n---\r\nbody"), Some(("a: 1\r\n", "body")));
         assert_eq!(split_front_matter("no front"), None);
         assert_eq!(split_front_matter("---\na: 1\n"), None);
+    }
+
+    #[test]
+    fn v20_and_v21_manifests_load_without_a_tier() {
+        let base = "name: m\nversion: 1.0.0\nresponsibility: r\n";
+        for (extra, format) in [("", Format::V20), ("policies:\n  network: deny\n", Format::V21)] {
+            let yaml: &'static str = Box::leak(format!("{base}{extra}").into_boxed_str());
+            let files: &'static [(&str, &str)] = Box::leak(Box::new([("module.yaml", yaml), ("prompt.md", "p")]));
+            let m = load(Source::Embedded { name: "m", files }).unwrap();
+            assert_eq!((m.format, m.policy.tier), (format, crate::Tier::Decision));
+        }
+        // v2.2 still needs one: `overflow` marks it as v2.2.
+        let files: &'static [(&str, &str)] = &[
+            ("module.yaml", "name: m\nversion: 1.0.0\nresponsibility: r\noverflow:\n  enabled: true\n"),
+            ("prompt.md", "p"),
+        ];
+        let err = load(Source::Embedded { name: "m", files }).unwrap_err();
+        assert!(err.to_string().contains("field /tier"), "{err}");
     }
 
     #[test]
