@@ -1,0 +1,517 @@
+//! The HTTP API over real sockets both ways: reqwest to the server bound on
+//! 127.0.0.1:0, the server's provider talking to a fake LLM server.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use noesis_llm::{EndpointConfig, OpenAiCompatible, Provider, RetryPolicy};
+use noesis_modules::Module;
+use noesis_modules::search::SearchPath;
+use noesis_serve::http::{ServeConfig, ServeError, Server};
+use noesis_serve::{ProviderSource, Service};
+use noesis_testkit::{FakeServer, Reply, sse};
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
+
+/// OpenAI-compatible providers at one base URL; `model` picks the model.
+struct Fake {
+    base_url: String,
+}
+
+impl ProviderSource for Fake {
+    fn provider(&self, name: Option<&str>, model: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, String> {
+        if let Some(n) = name.filter(|n| *n != "openai") {
+            return Err(format!("unknown provider `{n}`"));
+        }
+        let mut cfg = EndpointConfig::openai(model.unwrap_or("gpt-4o-mini"));
+        cfg.base_url.clone_from(&self.base_url);
+        cfg.api_key = Some("sk-test".into());
+        cfg.http.retry = RetryPolicy::none();
+        cfg.http.timeout = Duration::from_secs(30);
+        Ok(Arc::new(OpenAiCompatible::new(cfg).map_err(|e| e.to_string())?))
+    }
+}
+
+fn good_reply() -> String {
+    json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "removed + 0"},
+           "data": {"simplified_code": "x = 1", "changes": [{"type": "remove_redundancy", "description": "+ 0", "scope": "local", "risk": "none"}],
+                    "behavior_equivalence": true, "summary": "one change", "rationale": "adding zero does nothing"}})
+    .to_string()
+}
+
+/// A running server; stops (gracefully) when dropped.
+struct Running {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
+    service: Arc<Service>,
+}
+
+impl Running {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    async fn stop(mut self) -> Result<(), ServeError> {
+        let _ = self.stop.take().unwrap().send(());
+        self.done.take().unwrap().await.unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+async fn start_with(base_url: &str, search: SearchPath, tweak: impl FnOnce(&mut ServeConfig)) -> Running {
+    let service = Arc::new(Service::new(search, Arc::new(Fake { base_url: base_url.to_owned() })));
+    let mut config = ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), ..ServeConfig::default() };
+    tweak(&mut config);
+    let server = Server::bind(Arc::clone(&service), config).await.unwrap();
+    let addr = server.local_addr();
+    let (tx, rx) = oneshot::channel::<()>();
+    let done = tokio::spawn(server.run(async move {
+        let _ = rx.await;
+    }));
+    Running { addr, stop: Some(tx), done: Some(done), service }
+}
+
+async fn start(fake: &FakeServer) -> Running {
+    start_with(&fake.base_url(), SearchPath::default(), |_| {}).await
+}
+
+fn client() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+async fn body(resp: reqwest::Response) -> (u16, Value) {
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}")))
+}
+
+/// A v2.2 failure envelope with the runtime's meta and this code.
+fn assert_failure(envelope: &Value, code: &str) {
+    let v = noesis_modules::validate_envelope(envelope);
+    assert!(v.is_empty(), "breaks the v2.2 schema: {v:?}\n{envelope:#}");
+    assert_eq!(envelope["ok"], false, "{envelope}");
+    assert_eq!(envelope["error"]["code"], code, "{envelope}");
+    assert!(envelope["meta"]["trace_id"].is_string(), "{envelope}");
+    assert!(envelope["meta"]["model"].as_str().is_some_and(|m| m.contains('/')), "{envelope}");
+}
+
+async fn post(url: &str, json: &Value) -> (u16, Value) {
+    body(client().post(url).json(json).send().await.unwrap()).await
+}
+
+#[tokio::test]
+async fn health_modules_and_info() {
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let s = start(&fake).await;
+    let (status, health) = body(client().get(s.url("/health")).send().await.unwrap()).await;
+    assert_eq!((status, &health["status"], &health["in_flight"]), (200, &json!("ok"), &json!(0)));
+
+    let (status, list) = body(client().get(s.url("/modules")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    let names: Vec<&str> = list["modules"].as_array().unwrap().iter().filter_map(|m| m["name"].as_str()).collect();
+    assert!(names.contains(&"code-simplifier"), "{list}");
+    assert!(list["modules"].as_array().unwrap().iter().all(|m| m["valid"] == true), "{list}");
+
+    let (status, info) = body(client().get(s.url("/modules/code-simplifier")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert_eq!(info["name"], "code-simplifier");
+    assert!(info["tier"].is_string(), "{info}");
+    assert!(info["input_schema"]["properties"]["code"].is_object(), "{info}");
+    assert!(info["data_schema"]["required"].as_array().unwrap().contains(&json!("rationale")), "{info}");
+
+    let (status, env) = body(client().get(s.url("/modules/nope")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    assert_failure(&env, "E4006");
+    // A path is never resolved, even to a real module folder.
+    let (status, env) = body(client().get(s.url("/modules/..%2Fetc")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    assert_failure(&env, "E4006");
+    assert!(env["error"]["message"].as_str().unwrap().contains("never by path"), "{env}");
+}
+
+#[tokio::test]
+async fn run_answers_with_the_envelope_and_a_status_per_outcome() {
+    let fake = FakeServer::start(vec![
+        Reply::Chat(good_reply()),
+        Reply::Chat("no JSON at all".into()),
+        Reply::Chat("still no JSON".into()),
+        Reply::Status(503, "{}".into(), vec![]),
+    ])
+    .unwrap();
+    let s = start(&fake).await;
+    let url = s.url("/run");
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}})).await;
+    assert_eq!(status, 200, "{env}");
+    assert_eq!(env["ok"], true, "{env}");
+    assert_eq!(env["data"]["simplified_code"], "x = 1");
+    assert_eq!(env["meta"]["model"], "openai/gpt-4o-mini");
+    let sent = fake.received();
+    assert!(sent[0].body.contains("x = 1 + 0"), "the input reaches the prompt");
+
+    // The model's reply failed (after one re-ask): the module's answer, 200.
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "input": {"code": "y"}})).await;
+    assert_eq!(status, 200, "{env}");
+    assert_failure(&env, "E1000");
+
+    // The provider failed: 502.
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "input": {"code": "y"}, "model": "m2"})).await;
+    assert_eq!(status, 502, "{env}");
+    assert_failure(&env, "E4001");
+    assert_eq!(fake.received().last().unwrap().json()["model"], "m2", "the model asked for is used");
+
+    // Input that breaks the module's schema: 422, no provider call.
+    let calls = fake.received().len();
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "input": {"code": 5}})).await;
+    assert_eq!(status, 422, "{env}");
+    assert!(env["error"]["code"].as_str().unwrap().starts_with("E100"), "{env}");
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "input": [1]})).await;
+    assert_eq!(status, 422);
+    assert_failure(&env, "E1001");
+    // A provider the server does not have: 422 E1004.
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "provider": "nope"})).await;
+    assert_eq!(status, 422);
+    assert_failure(&env, "E1004");
+    let (status, env) = post(&url, &json!({"module": "missing-module"})).await;
+    assert_eq!(status, 404);
+    assert_failure(&env, "E4006");
+    assert_eq!(fake.received().len(), calls);
+}
+
+#[tokio::test]
+async fn bad_requests_are_failure_envelopes() {
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let s = start_with(&fake.base_url(), SearchPath::default(), |c| c.max_body = 1024).await;
+    let url = s.url("/run");
+    let raw = |text: &'static str| client().post(&url).header("content-type", "application/json").body(text);
+    for (text, code) in [
+        ("{not json", "E1001"),
+        ("[1, 2]", "E1001"),
+        ("{}", "E1002"),
+        ("{\"module\": 5}", "E1003"),
+        ("{\"module\": \"code-simplifier\", \"inptu\": {}}", "E1001"),
+    ] {
+        let (status, env) = body(raw(text).send().await.unwrap()).await;
+        assert_eq!(status, 400, "{text}: {env}");
+        assert_failure(&env, code);
+    }
+    let big = json!({"module": "code-simplifier", "input": {"code": "x".repeat(4096)}});
+    let (status, env) = post(&url, &big).await;
+    assert_eq!(status, 413, "{env}");
+    assert_failure(&env, "E1005");
+
+    let (status, env) = body(client().get(s.url("/no/such/route")).send().await.unwrap()).await;
+    assert_eq!(status, 404);
+    assert_failure(&env, "E1004");
+    let (status, env) = body(client().get(s.url("/run")).send().await.unwrap()).await;
+    assert_eq!(status, 405);
+    assert_failure(&env, "E1004");
+    assert!(fake.received().is_empty());
+}
+
+/// Reads an SSE body into (event, data) pairs, comments skipped.
+fn parse_sse(text: &str) -> Vec<(String, String)> {
+    text.split("\n\n")
+        .filter_map(|block| {
+            let mut event = String::new();
+            let mut data = Vec::new();
+            for line in block.lines() {
+                if let Some(e) = line.strip_prefix("event:") {
+                    event = e.trim().to_owned();
+                } else if let Some(d) = line.strip_prefix("data:") {
+                    data.push(d.strip_prefix(' ').unwrap_or(d).to_owned());
+                }
+            }
+            (!event.is_empty() || !data.is_empty()).then(|| (event, data.join("\n")))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn stream_sends_text_chunks_then_the_envelope() {
+    let reply = good_reply();
+    let (a, b) = reply.split_at(reply.len() / 2);
+    let chunks = sse(&[
+        ("", json!({"model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"content": a}}]})),
+        ("", json!({"choices": [{"index": 0, "delta": {"content": b}, "finish_reason": "stop"}]})),
+        ("", json!("[DONE]")),
+    ]);
+    let fake = FakeServer::start(vec![Reply::Stream(chunks, Duration::from_millis(100))]).unwrap();
+    let s = start(&fake).await;
+    let resp = client()
+        .post(s.url("/run/stream"))
+        .json(&json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    // Read it as it arrives: the first chunk must come before the run ends.
+    let mut resp = resp;
+    let mut text = String::new();
+    let mut first_text_at = None;
+    let started = Instant::now();
+    while let Some(bytes) = resp.chunk().await.unwrap() {
+        text.push_str(std::str::from_utf8(&bytes).unwrap());
+        if first_text_at.is_none() && text.contains("event: text") {
+            first_text_at = Some(started.elapsed());
+            assert!(!text.contains("event: envelope"), "text arrives before the envelope: {text}");
+        }
+    }
+    let events = parse_sse(&text);
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names, ["text", "text", "envelope"], "{text}");
+    let pieces: Vec<String> = events[..2].iter().map(|(_, d)| serde_json::from_str(d).unwrap()).collect();
+    assert_eq!(pieces, [a, b]);
+    let envelope: Value = serde_json::from_str(&events[2].1).unwrap();
+    assert_eq!(envelope["ok"], true, "{envelope}");
+
+    // Refused before the stream starts: a JSON answer with its status.
+    let (status, env) = post(&s.url("/run/stream"), &json!({"module": "nope"})).await;
+    assert_eq!(status, 404);
+    assert_failure(&env, "E4006");
+}
+
+#[tokio::test]
+async fn token_is_required_off_loopback_and_checked_when_set() {
+    let service =
+        Arc::new(Service::new(SearchPath::default(), Arc::new(Fake { base_url: "http://127.0.0.1:9".into() })));
+    let open = ServeConfig { addr: "0.0.0.0:0".parse().unwrap(), ..ServeConfig::default() };
+    let err = Server::bind(Arc::clone(&service), open).await.unwrap_err();
+    assert!(matches!(err, ServeError::TokenRequired { .. }), "{err}");
+    assert!(err.to_string().contains("--token"), "{err}");
+
+    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |c| c.token = Some("s3cret-token".into())).await;
+    let (status, _) = body(client().get(s.url("/health")).send().await.unwrap()).await;
+    assert_eq!(status, 200, "/health needs no token");
+    for auth in [None, Some("Bearer wrong"), Some("Bearer s3cret-toke"), Some("Basic s3cret-token")] {
+        let mut req = client().get(s.url("/modules"));
+        if let Some(a) = auth {
+            req = req.header("authorization", a);
+        }
+        let resp = req.send().await.unwrap();
+        assert_eq!(resp.headers()["www-authenticate"], "Bearer");
+        let (status, env) = body(resp).await;
+        assert_eq!(status, 401, "{auth:?}");
+        assert_failure(&env, "E4007");
+        assert!(!env.to_string().contains("s3cret"), "the token is never echoed");
+    }
+    let (status, env) = post(&s.url("/run"), &json!({"module": "code-simplifier"})).await;
+    assert_eq!(status, 401);
+    assert_failure(&env, "E4007");
+    let resp = client().get(s.url("/modules")).bearer_auth("s3cret-token").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn openapi_describes_every_route() {
+    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |_| {}).await;
+    let (status, doc) = body(client().get(s.url("/openapi.json")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+    let routes = [
+        ("get", "/health"),
+        ("get", "/modules"),
+        ("get", "/modules/{name}"),
+        ("post", "/run"),
+        ("post", "/run/stream"),
+        ("post", "/compose"),
+        ("get", "/openapi.json"),
+    ];
+    let paths = doc["paths"].as_object().unwrap();
+    for (method, path) in routes {
+        assert!(paths.get(path).and_then(|p| p.get(method)).is_some(), "{method} {path} missing from the document");
+    }
+    // …and nothing in the document that the server does not route.
+    let mut documented = 0;
+    for (path, ops) in paths {
+        for method in ops.as_object().unwrap().keys() {
+            documented += 1;
+            assert!(routes.contains(&(method.as_str(), path.as_str())), "{method} {path} is documented but not listed");
+            let url = s.url(&path.replace("{name}", "code-simplifier"));
+            let req = match method.as_str() {
+                "get" => client().get(&url),
+                "post" => client().post(&url).body("{}"),
+                other => panic!("unexpected method {other}"),
+            };
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap();
+            assert!(status != 405 && !text.contains("no route"), "{method} {path} is not routed: {status} {text}");
+        }
+    }
+    assert_eq!(documented, routes.len());
+    // Every component reference resolves.
+    let text = doc.to_string();
+    for r in text.split("\"$ref\":\"#/").skip(1) {
+        let pointer = format!("/{}", &r[..r.find('"').unwrap()]);
+        assert!(doc.pointer(&pointer).is_some(), "dangling $ref {pointer}");
+    }
+}
+
+/// An upstream that accepts one request and never answers; reports when
+/// the caller closes the connection.
+fn silent_upstream() -> (String, mpsc::Receiver<Instant>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { continue };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn);
+                let mut line = String::new();
+                // Headers, then whatever body; EOF means the caller hung up.
+                while reader.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+                    line.clear();
+                }
+                let mut rest = Vec::new();
+                let _ = reader.read_to_end(&mut rest);
+                let _ = tx.send(Instant::now());
+            });
+        }
+    });
+    (format!("http://{addr}/v1"), rx)
+}
+
+async fn assert_disconnect_cancels(route: &str) {
+    let (upstream, closed) = silent_upstream();
+    let s = start_with(&upstream, SearchPath::default(), |_| {}).await;
+    let resp = client()
+        .post(s.url(route))
+        .timeout(Duration::from_millis(400))
+        .json(&json!({"module": "code-simplifier", "input": {"code": "x"}}))
+        .send()
+        .await;
+    let gave_up = Instant::now();
+    match resp {
+        // The stream's headers come first; the body is cut when dropped.
+        Ok(r) => {
+            assert_eq!(r.status().as_u16(), 200, "{route}");
+            assert!(tokio::time::timeout(Duration::from_millis(300), r.bytes()).await.map_or(true, |b| b.is_err()));
+        }
+        Err(e) => assert!(e.is_timeout(), "{e}"),
+    }
+    let closed_at = tokio::task::spawn_blocking(move || closed.recv_timeout(Duration::from_secs(5))).await.unwrap();
+    let closed_at = closed_at.unwrap_or_else(|_| panic!("{route}: the upstream call was not dropped"));
+    assert!(closed_at.duration_since(gave_up) < Duration::from_secs(3), "{route}");
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while s.service.in_flight() > 0 {
+        assert!(Instant::now() < deadline, "{route}: the run is still in flight");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_cancels_the_upstream_call() {
+    assert_disconnect_cancels("/run").await;
+}
+
+#[tokio::test]
+async fn a_stream_client_that_disconnects_cancels_the_upstream_call() {
+    assert_disconnect_cancels("/run/stream").await;
+}
+
+fn write_module(dir: &Path, version: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("module.yaml"),
+        format!("name: echo\nversion: {version}\nresponsibility: Echo the input\ntier: decision\n"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("prompt.md"), "Echo $INPUT").unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        json!({"input": {"type": "object"}, "data": {"type": "object", "required": ["rationale"], "properties": {"rationale": {"type": "string"}}}})
+            .to_string(),
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn modules_are_cached_and_reloaded_when_their_files_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let module_dir = tmp.path().join("echo");
+    write_module(&module_dir, "1.0.0");
+    let search = SearchPath { dirs: vec![tmp.path().to_path_buf()] };
+    let s = start_with("http://127.0.0.1:9", search, |_| {}).await;
+
+    let first = s.service.module("echo").unwrap();
+    let again = s.service.module("echo").unwrap();
+    assert!(Arc::ptr_eq(&first, &again), "an unchanged module is not loaded again");
+    let (_, info) = body(client().get(s.url("/modules/echo")).send().await.unwrap()).await;
+    assert_eq!(info["version"], "1.0.0");
+
+    write_module(&module_dir, "1.0.10");
+    let (_, info) = body(client().get(s.url("/modules/echo")).send().await.unwrap()).await;
+    assert_eq!(info["version"], "1.0.10", "a changed module.yaml is reloaded");
+    assert!(!Arc::ptr_eq(&first, &s.service.module("echo").unwrap()));
+
+    // Broken on disk: E4000, a 500; fixed: served again.
+    std::fs::write(module_dir.join("module.yaml"), "name: [unclosed\n").unwrap();
+    let (status, env) = body(client().get(s.url("/modules/echo")).send().await.unwrap()).await;
+    assert_eq!(status, 500, "{env}");
+    assert_failure(&env, "E4000");
+    write_module(&module_dir, "2.0.0");
+    let (status, info) = body(client().get(s.url("/modules/echo")).send().await.unwrap()).await;
+    assert_eq!((status, &info["version"]), (200, &json!("2.0.0")));
+
+    std::fs::remove_dir_all(&module_dir).unwrap();
+    let (status, env) = body(client().get(s.url("/modules/echo")).send().await.unwrap()).await;
+    assert_eq!(status, 404, "{env}");
+}
+
+#[tokio::test]
+async fn compose_is_refused_until_the_runtime_has_it() {
+    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |_| {}).await;
+    let (status, env) = post(&s.url("/compose"), &json!({"module": "code-simplifier"})).await;
+    assert_eq!(status, 501, "{env}");
+    assert_failure(&env, "E4000");
+    let (status, env) = post(&s.url("/compose"), &json!({"module": "nope"})).await;
+    assert_eq!(status, 404);
+    assert_failure(&env, "E4006");
+}
+
+#[tokio::test]
+async fn shutdown_lets_runs_finish_within_the_grace_then_cancels_them() {
+    let slow = Reply::Delay(Duration::from_millis(300), Box::new(Reply::Chat(good_reply())));
+    let fake = FakeServer::start(vec![
+        slow.clone(),
+        Reply::Delay(Duration::from_secs(10), Box::new(Reply::Chat(good_reply()))),
+    ])
+    .unwrap();
+    let s = start_with(&fake.base_url(), SearchPath::default(), |c| c.grace = Duration::from_millis(800)).await;
+    let url = s.url("/run");
+    let quick = tokio::spawn({
+        let url = url.clone();
+        async move { post(&url, &json!({"module": "code-simplifier", "input": {"code": "a"}})).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let stuck = tokio::spawn({
+        let url = url.clone();
+        async move { post(&url, &json!({"module": "code-simplifier", "input": {"code": "b"}})).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    let addr = s.addr;
+    s.stop().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let (status, env) = quick.await.unwrap();
+    assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+    let (status, env) = stuck.await.unwrap();
+    assert_eq!(status, 504, "{env}");
+    assert_failure(&env, "E2002");
+    assert!(std::net::TcpStream::connect(addr).is_err(), "no longer accepting");
+}
