@@ -17,9 +17,13 @@
 #![deny(missing_docs)]
 
 mod builtin;
+pub mod calls;
 mod check;
 mod code;
+pub mod composition;
+pub mod condition;
 mod envelope;
+pub mod jsonpath;
 mod loader;
 mod manifest;
 pub mod migrate;
@@ -29,6 +33,7 @@ mod repair;
 mod risk;
 mod schema;
 pub mod search;
+pub mod version;
 
 pub use builtin::BUILTIN;
 pub use check::{Checked, check_input, check_reply};

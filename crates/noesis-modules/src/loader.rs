@@ -42,7 +42,7 @@ impl fmt::Display for Format {
 }
 
 /// One compiled section of a module's schema document.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Section {
     /// The section as written (its `$ref`s still point into the document).
     pub schema: Value,
@@ -52,7 +52,9 @@ pub struct Section {
 
 /// A loaded module, with every schema compiled once. Immutable and
 /// `Send + Sync`: one `Module` serves any number of concurrent runs.
-#[derive(Debug)]
+/// Cloning is cheap next to loading (compiled schemas share their parts); a
+/// clone with another prompt is how `@call` results reach the model.
+#[derive(Debug, Clone)]
 pub struct Module {
     /// The module's name.
     pub name: String,

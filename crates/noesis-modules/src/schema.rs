@@ -20,7 +20,7 @@ pub struct Violation {
 ///
 /// Compiled once per module and shared: validation is `&self` and the type is
 /// `Send + Sync`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CompiledSchema {
     validator: Validator,
 }
