@@ -49,6 +49,8 @@ enum Command {
     Frames(cmd::frames::Args),
     /// Show configured providers, which one a run would use and whether each answers (never a key).
     Doctor(cmd::doctor::Args),
+    /// Serve the modules over HTTP (run, stream, list, info); runs are not recorded as frames.
+    Serve(cmd::serve::Args),
     /// Install the local model, list models, show the model file a local run uses.
     #[cfg(feature = "local")]
     Model(cmd::model::Args),
@@ -88,6 +90,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Session(a) => cmd::session::run(a),
         Command::Frames(a) => cmd::frames::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Serve(a) => cmd::serve::run(&search, a),
         #[cfg(feature = "local")]
         Command::Model(a) => cmd::model::run(a),
     }

@@ -8,5 +8,6 @@ mod frames;
 mod local;
 mod providers;
 mod run;
+mod serve;
 mod snapshots;
 mod support;

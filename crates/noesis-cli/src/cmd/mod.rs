@@ -7,6 +7,7 @@ pub(crate) mod list;
 #[cfg(feature = "local")]
 pub(crate) mod model;
 pub(crate) mod run;
+pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod validate;
 

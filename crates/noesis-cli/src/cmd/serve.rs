@@ -1,0 +1,150 @@
+//! `noesis serve`: the HTTP API of `noesis-serve`, with providers chosen
+//! the way `noesis run` chooses them.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use noesis_llm::Provider;
+use noesis_modules::Module;
+use noesis_modules::search::SearchPath;
+use noesis_serve::http::{AccessLog, ServeConfig, Server};
+use noesis_serve::{ProviderSource, RunSettings, Service};
+
+use crate::config::Config;
+use crate::out;
+use crate::provider::{ProviderArgs, budget, choose, prices, select};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Address to listen on. Anything but a loopback address needs --token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1")]
+    bind: IpAddr,
+    /// Port; 0 picks a free one (the address is printed on stderr).
+    #[arg(long, value_name = "N", default_value_t = 8787)]
+    port: u16,
+    /// Bearer token every route but /health requires. Prefer the variable:
+    /// a flag is visible to other users in the process list.
+    #[arg(long, value_name = "T", env = "NOESIS_SERVE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Largest request body accepted, in bytes (a larger one is 413).
+    #[arg(long, value_name = "BYTES", default_value_t = noesis_serve::http::DEFAULT_MAX_BODY)]
+    max_body: usize,
+    /// Seconds runs may go on after Ctrl-C/SIGTERM before they are cancelled.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    grace: u64,
+    /// Log each request (method, path, status, time) on stderr.
+    #[arg(long)]
+    access_log: bool,
+    #[command(flatten)]
+    provider: ProviderArgs,
+    /// Cap on output tokens for every run.
+    #[arg(long, value_name = "N")]
+    max_tokens: Option<u32>,
+    /// Times an invalid reply is sent back with its violations for another try.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    reask: u32,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// Providers as `noesis run` picks them, with the request's provider and
+/// model layered over the flags. One provider per (provider, model) for the
+/// server's life, so runs share its HTTP connections and concurrency cap.
+struct Providers {
+    flags: ProviderArgs,
+    config: Config,
+    made: Mutex<HashMap<(String, Option<String>), Arc<dyn Provider>>>,
+}
+
+impl Providers {
+    fn get(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>) -> anyhow::Result<Arc<dyn Provider>> {
+        let (name, model, _) = choose(args, &self.config, module, &env);
+        let key = (name.clone(), model.clone());
+        // Held while a provider is made: a miss is rare, and two requests
+        // must not load the local model twice.
+        let mut made = self.made.lock().map_err(|_| anyhow::anyhow!("provider cache poisoned"))?;
+        if let Some(p) = made.get(&key) {
+            return Ok(Arc::clone(p));
+        }
+        let pinned = ProviderArgs { provider: Some(name), model, ..args.clone() };
+        let provider = select(&pinned, &self.config, None)?;
+        made.insert(key, Arc::clone(&provider));
+        Ok(provider)
+    }
+}
+
+impl ProviderSource for Providers {
+    fn provider(&self, name: Option<&str>, model: Option<&str>, module: &Module) -> Result<Arc<dyn Provider>, String> {
+        let mut args = self.flags.clone();
+        if let Some(n) = name {
+            args.provider = Some(n.to_owned());
+        }
+        if let Some(m) = model {
+            args.model = Some(m.to_owned());
+        }
+        self.get(&args, Some((&module.name, Some(module.policy.tier.as_str())))).map_err(|e| format!("{e:#}"))
+    }
+}
+
+pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
+    let settings = RunSettings {
+        reask: a.reask,
+        max_tokens: a.max_tokens,
+        budget: budget(&a.provider, &config)?.map(|m| m.budget()),
+        prices: Some(prices(&config)),
+    };
+    let providers = Providers { flags: a.provider.clone(), config, made: Mutex::new(HashMap::new()) };
+    // A provider that cannot be set up is a configuration error: say so now
+    // (exit 2), not on the first request.
+    let default = providers.get(&a.provider, None)?;
+    let service = Arc::new(Service::new(search.clone(), Arc::new(providers)).with_settings(settings));
+    let config = ServeConfig {
+        addr: SocketAddr::new(a.bind, a.port),
+        token: a.token,
+        max_body: a.max_body,
+        grace: Duration::from_secs(a.grace),
+        access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async {
+        let server = Server::bind(service, config).await?;
+        out::note(&format!(
+            "noesis serve: listening on http://{} (provider {}/{}; Ctrl-C stops)",
+            server.local_addr(),
+            default.name(),
+            default.model()
+        ));
+        server.run(shutdown_signal()).await?;
+        out::note("noesis serve: stopped");
+        anyhow::Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+    out::note("noesis serve: shutting down (finishing runs in flight)");
+}

@@ -1,0 +1,171 @@
+//! `noesis serve` as a real process: found through the address it prints,
+//! spoken to over HTTP, its provider a fake server.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use noesis_testkit::{FakeServer, Reply};
+use serde_json::{Value, json};
+
+use crate::support::{Work, assert_valid_envelope, output};
+
+/// A running `noesis serve --port 0`; killed when dropped.
+struct Serving {
+    child: Child,
+    addr: String,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(work: &Work, args: &[&str], envs: &[(&str, &str)]) -> Serving {
+    // The workspace's hygiene (HOME, no leaked provider variables), as a
+    // std command so it can run in the background.
+    let base = work.noesis();
+    let mut cmd = Command::new(base.get_program());
+    cmd.args(base.get_args());
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.current_dir(base.get_current_dir().unwrap());
+    cmd.args(["serve", "--port", "0"]).args(args).envs(envs.iter().copied());
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let addr = loop {
+        let mut line = String::new();
+        if lines.read_line(&mut line).unwrap() == 0 {
+            panic!("noesis serve ended before listening: {seen}");
+        }
+        seen.push_str(&line);
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let stderr = Arc::new(Mutex::new(seen));
+    let sink = Arc::clone(&stderr);
+    std::thread::spawn(move || {
+        for line in lines.lines() {
+            let Ok(line) = line else { break };
+            let mut all = sink.lock().unwrap();
+            all.push_str(&line);
+            all.push('\n');
+        }
+    });
+    Serving { child, addr, stderr }
+}
+
+/// One HTTP/1.1 request on its own connection: (status, body as JSON).
+fn http(addr: &str, method: &str, path: &str, body: Option<&Value>, token: Option<&str>) -> (u16, Value) {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let auth = token.map(|t| format!("authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{auth}\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    let status = raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let text = raw.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {raw}")))
+}
+
+fn good_reply() -> String {
+    json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "removed + 0"},
+           "data": {"simplified_code": "x = 1", "changes": [{"type": "remove_redundancy", "description": "+ 0", "scope": "local", "risk": "none"}],
+                    "behavior_equivalence": true, "summary": "one change", "rationale": "adding zero does nothing"}})
+    .to_string()
+}
+
+#[test]
+fn serve_runs_a_module_over_http_and_stops_on_sigterm() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let base_url = fake.base_url();
+    let mut s = serve(
+        &work,
+        &["--provider", "openai", "--model", "gpt-4o-mini", "--access-log"],
+        &[("OPENAI_BASE_URL", &base_url), ("OPENAI_API_KEY", "sk-secret-key")],
+    );
+    let (status, health) = http(&s.addr, "GET", "/health", None, None);
+    assert_eq!((status, &health["status"]), (200, &json!("ok")));
+
+    let run = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), None);
+    assert_eq!(status, 200, "{env}");
+    assert_valid_envelope(&env);
+    assert_eq!(env["ok"], true, "{env}");
+    assert_eq!(env["meta"]["model"], "openai/gpt-4o-mini");
+    assert_eq!(fake.received()[0].header("authorization"), Some("Bearer sk-secret-key"));
+
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&json!({"module": "nope"})), None);
+    assert_eq!(status, 404);
+    assert_valid_envelope(&env);
+    assert_eq!(env["error"]["code"], "E4006");
+
+    let (status, list) = http(&s.addr, "GET", "/modules", None, None);
+    assert_eq!(status, 200);
+    assert!(list["modules"].as_array().unwrap().iter().any(|m| m["name"] == "code-simplifier"));
+
+    let killed = Command::new("kill").args(["-TERM", &s.child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let code = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(Instant::now() < deadline, "noesis serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(code, Some(0));
+    std::thread::sleep(Duration::from_millis(100));
+    let stderr = s.stderr.lock().unwrap().clone();
+    assert!(stderr.contains("POST /run 200"), "access log: {stderr}");
+    assert!(stderr.contains("stopped"), "{stderr}");
+    assert!(!stderr.contains("sk-secret-key"), "no secrets in logs: {stderr}");
+}
+
+#[test]
+fn serve_refuses_a_public_address_without_a_token() {
+    let work = Work::new();
+    let o = output(work.noesis().args(["serve", "--bind", "0.0.0.0", "--port", "0"]));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("without a token") && o.stderr.contains("--token"), "{}", o.stderr);
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn serve_checks_the_token_from_the_environment() {
+    let work = Work::new();
+    let s = serve(&work, &["--provider", "test"], &[("NOESIS_SERVE_TOKEN", "tok-123")]);
+    let (status, env) = http(&s.addr, "GET", "/modules", None, None);
+    assert_eq!(status, 401);
+    assert_valid_envelope(&env);
+    assert_eq!(env["error"]["code"], "E4007");
+    let (status, _) = http(&s.addr, "GET", "/modules", None, Some("tok-123"));
+    assert_eq!(status, 200);
+    let (status, env) = http(
+        &s.addr,
+        "POST",
+        "/run",
+        Some(&json!({"module": "code-simplifier", "input": {"code": "x"}})),
+        Some("tok-123"),
+    );
+    assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+    assert_eq!(env["meta"]["model"], "test/schema");
+    assert!(!s.stderr.lock().unwrap().contains("tok-123"));
+}
