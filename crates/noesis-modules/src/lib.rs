@@ -20,6 +20,8 @@ mod builtin;
 pub mod calls;
 mod check;
 mod code;
+pub mod context;
+pub mod enforce;
 pub mod composition;
 pub mod condition;
 mod envelope;
