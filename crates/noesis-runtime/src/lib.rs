@@ -21,6 +21,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod compose;
 pub use std::time::Instant;
 pub use tokio_util::sync::CancellationToken;
 
