@@ -30,6 +30,7 @@
 //! (the algebra does) beyond running the cascade it is asked to.
 #![deny(missing_docs)]
 
+mod context;
 mod error;
 mod filter;
 mod migrate;
@@ -39,6 +40,7 @@ mod sql;
 use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, Timestamp};
 
+pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
 pub use sql::SqlStore;
@@ -55,8 +57,8 @@ pub enum Backend {
 /// The latest schema version this build writes.
 pub const SCHEMA_VERSION: i64 = migrate::LATEST;
 
-/// Frames and sessions, stored. Object-safe, so front ends hold a
-/// `Box<dyn Store>`.
+/// Frames, sessions and emitted context, stored. Object-safe, so front ends
+/// hold a `Box<dyn Store>`.
 #[async_trait]
 pub trait Store: Send + Sync {
     /// The database kind.
@@ -134,6 +136,16 @@ pub trait Store: Send + Sync {
     /// wrong depths, live frames under invalidated parents, and on SQLite the
     /// integrity and foreign-key checks.
     async fn check(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Stores emitted context, replacing the row with the same namespace,
+    /// key and type; the namespace's expired rows go in the same
+    /// transaction.
+    async fn put_context(&self, row: &ContextRow) -> Result<(), StoreError>;
+
+    /// The newest row of the type that is unexpired at `now`, stored at or
+    /// after `not_before`, and whose user and session (when set) are the
+    /// query's.
+    async fn latest_context(&self, query: &ContextQuery<'_>) -> Result<Option<ContextRow>, StoreError>;
 }
 
 /// Opens a store from a URL or path (see [`SqlStore::open`]).

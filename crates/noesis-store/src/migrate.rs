@@ -16,14 +16,17 @@ pub(crate) struct Migration {
 
 /// Every migration, oldest first. Never edit one that has shipped: add the
 /// next.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "frames, status history, edges, sessions",
-    sql: include_str!("../migrations/0001_frames.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "frames, status history, edges, sessions",
+        sql: include_str!("../migrations/0001_frames.sql"),
+    },
+    Migration { version: 2, name: "emitted context", sql: include_str!("../migrations/0002_context.sql") },
+];
 
 /// The latest schema version this build knows.
-pub(crate) const LATEST: i64 = 1;
+pub(crate) const LATEST: i64 = 2;
 
 /// The statements of a migration for a back end: comments dropped, split on
 /// `;`, `{serial}`, `{frame_key}` and `{state_key}` replaced.

@@ -1093,6 +1093,16 @@ impl Store for SqlStore {
         Ok(all.into_iter().map(|(inv, _)| inv).collect())
     }
 
+    async fn put_context(&self, row: &crate::ContextRow) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        crate::context::put(&mut tx, row).await?;
+        tx.commit().await.ctx(|| format!("commit context `{}`", row.key))
+    }
+
+    async fn latest_context(&self, query: &crate::ContextQuery<'_>) -> Result<Option<crate::ContextRow>, StoreError> {
+        crate::context::latest(&self.pool, query).await
+    }
+
     async fn check(&self) -> Result<Vec<String>, StoreError> {
         let mut problems = Vec::new();
         let checks: [(&str, &str); 10] = [

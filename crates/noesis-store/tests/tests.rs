@@ -7,5 +7,6 @@
 #[macro_use]
 mod support;
 mod behaviour;
+mod context;
 mod processes;
 mod scenario;
