@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 
 pub mod http;
+pub mod mcp;
 pub mod service;
 
 pub use noesis_runtime::{CancellationToken, OnText};
