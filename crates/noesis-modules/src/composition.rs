@@ -264,7 +264,10 @@ impl Composition {
                 Some("conditional") => Pattern::Conditional,
                 Some("iterative") => Pattern::Iterative,
                 _ => {
-                    errs.push("composition.pattern", format!("{v} is not sequential, parallel, conditional or iterative"));
+                    errs.push(
+                        "composition.pattern",
+                        format!("{v} is not sequential, parallel, conditional or iterative"),
+                    );
                     Pattern::Sequential
                 }
             };
@@ -327,7 +330,8 @@ impl Composition {
                     {
                         match u32::try_from(n) {
                             Ok(n) if n >= 1 => c.iteration.max_iterations = n,
-                            _ => errs.push("composition.iteration.max_iterations", format!("must be at least 1, not {n}")),
+                            _ => errs
+                                .push("composition.iteration.max_iterations", format!("must be at least 1, not {n}")),
                         }
                     }
                     for key in ["continue_condition", "stop_condition"] {
@@ -544,7 +548,9 @@ fn flow(errs: &mut Errors, at: &str, v: &Value) -> Option<Flow> {
                 match path.as_str().map(JsonPath::parse) {
                     Some(Ok(p)) => mapping.push((field.clone(), p)),
                     Some(Err(e)) => errs.push(at, format!("`{}`: {e}", path.as_str().unwrap_or_default())),
-                    None => errs.push(at, format!("must be a JSONPath string such as \"$.data.x\", not {}", describe(path))),
+                    None => {
+                        errs.push(at, format!("must be a JSONPath string such as \"$.data.x\", not {}", describe(path)))
+                    }
                 }
             }
         }
@@ -558,7 +564,10 @@ fn flow(errs: &mut Errors, at: &str, v: &Value) -> Option<Flow> {
             Some("array") => Aggregate::Array,
             Some("first") => Aggregate::First,
             Some("custom") => {
-                errs.push(format!("{at}.aggregate"), "`custom` aggregation is not supported: use merge, array or first");
+                errs.push(
+                    format!("{at}.aggregate"),
+                    "`custom` aggregation is not supported: use merge, array or first",
+                );
                 Aggregate::Merge
             }
             _ => {
@@ -778,7 +787,8 @@ mod tests {
             assert!(fields.contains(&want), "{want} missing from {got:#?}");
         }
         assert!(!fields.contains(&"composition.requires[0].name"), "{got:#?}");
-        let e = &Composition::parse(&json!({"requires": [{"name": "a"}, {"name": "b", "version": "^one"}]})).unwrap_err()[0];
+        let e = &Composition::parse(&json!({"requires": [{"name": "a"}, {"name": "b", "version": "^one"}]}))
+            .unwrap_err()[0];
         assert_eq!(e.pointer(), "/composition/requires/1/version");
         assert!(errors(json!({"pattern": "conditional"}))[0].starts_with("composition.routing"));
         assert!(errors(json!([1]))[0].starts_with("composition: must be an object"));
@@ -806,10 +816,13 @@ mod tests {
         assert_eq!(payload(&v)[1], Value::Null);
         assert_eq!(payload(&v)[2]["y"], 2);
 
-        let first = flow(json!({"from": ["gone.output", "b.output", "a.output"], "to": "output", "aggregate": "first"}));
+        let first =
+            flow(json!({"from": ["gone.output", "b.output", "a.output"], "to": "output", "aggregate": "first"}));
         assert_eq!(first.value(lookup)["data"]["y"], 2);
 
-        let mapped = flow(json!({"from": "a.output", "to": "b", "mapping": {"value": "$.data.x", "conf": "$.meta.confidence", "no": "$.data.none"}}));
+        let mapped = flow(
+            json!({"from": "a.output", "to": "b", "mapping": {"value": "$.data.x", "conf": "$.meta.confidence", "no": "$.data.none"}}),
+        );
         assert_eq!(mapped.map(&mapped.value(lookup)), json!({"value": 1, "conf": 0.9}));
         assert!(mapped.targets("b") && !mapped.to_output());
 

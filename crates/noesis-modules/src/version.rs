@@ -61,7 +61,9 @@ impl Version {
             if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
                 return bad(text, format!("`{p}` is not a number"));
             }
-            *n = p.parse().map_err(|_| VersionError { text: text.to_owned(), message: format!("`{p}` is too large") })?;
+            *n = p
+                .parse()
+                .map_err(|_| VersionError { text: text.to_owned(), message: format!("`{p}` is too large") })?;
         }
         Ok(Version { major: nums[0], minor: nums[1], patch: nums[2], pre })
     }
@@ -165,7 +167,9 @@ fn partial(text: &str, whole: &str) -> Result<(Vec<u64>, Vec<String>), VersionEr
         if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
             return bad(whole, format!("`{p}` is not a number"));
         }
-        nums.push(p.parse().map_err(|_| VersionError { text: whole.to_owned(), message: format!("`{p}` is too large") })?);
+        nums.push(
+            p.parse().map_err(|_| VersionError { text: whole.to_owned(), message: format!("`{p}` is too large") })?,
+        );
     }
     if !pre.is_empty() && nums.len() < 3 {
         return bad(whole, format!("`{text}`: a pre-release needs a full version"));

@@ -298,11 +298,10 @@ pub async fn execute(
     let trace_id = options.run.trace_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let model_id = format!("{}/{}", provider.name(), provider.model());
     let config = composition.as_ref().ok().and_then(Option::as_ref);
-    let total_ms = options
-        .timeout
-        .map_or_else(|| config.map_or(composition::DEFAULT_TIMEOUT_MS, |c| c.timeout_ms), |d| {
-            u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-        });
+    let total_ms = options.timeout.map_or_else(
+        || config.map_or(composition::DEFAULT_TIMEOUT_MS, |c| c.timeout_ms),
+        |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+    );
     let root_token = options.run.cancel.as_ref().map_or_else(CancellationToken::new, CancellationToken::child_token);
     let exec = Exec {
         resolver,
@@ -388,14 +387,13 @@ struct Timer {
 impl Timer {
     fn start(after: Duration, token: CancellationToken, fired: Arc<AtomicBool>) -> Option<Timer> {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let spawned = std::thread::Builder::new().name("noesis-timeout".into()).stack_size(64 * 1024).spawn(
-            move || {
+        let spawned =
+            std::thread::Builder::new().name("noesis-timeout".into()).stack_size(64 * 1024).spawn(move || {
                 if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(after) {
                     fired.store(true, Ordering::SeqCst);
                     token.cancel();
                 }
-            },
-        );
+            });
         spawned.ok().map(|_| Timer { _stop: tx })
     }
 }
@@ -520,7 +518,15 @@ impl Exec<'_> {
         ms(self.started.elapsed())
     }
 
-    fn begin(&self, module: &str, depth: u32, parent: Option<usize>, via: Via, round: Option<u32>, input: Value) -> usize {
+    fn begin(
+        &self,
+        module: &str,
+        depth: u32,
+        parent: Option<usize>,
+        via: Via,
+        round: Option<u32>,
+        input: Value,
+    ) -> usize {
         let mut steps = self.steps.lock().unwrap_or_else(PoisonError::into_inner);
         let id = steps.len();
         steps.push(StepTrace {
@@ -560,7 +566,11 @@ impl Exec<'_> {
 
     fn envelopes_ok(&self) -> Vec<(String, Value)> {
         let steps = self.steps.lock().unwrap_or_else(PoisonError::into_inner);
-        steps.iter().filter(|s| s.outcome == Outcome::Ok && s.depth > 0).map(|s| (s.module.clone(), s.envelope.clone())).collect()
+        steps
+            .iter()
+            .filter(|s| s.outcome == Outcome::Ok && s.depth > 0)
+            .map(|s| (s.module.clone(), s.envelope.clone()))
+            .collect()
     }
 
     /// The E2002 envelope for a cancelled run, saying which timeout it was.
@@ -569,9 +579,12 @@ impl Exec<'_> {
             && fired.load(Ordering::SeqCst)
         {
             return Some(
-                Failure::new(ErrorCode::E2002, format!("`{module}` did not finish within its timeout_ms of {limit} ms"))
-                    .details(json!({"module": module, "timeout_ms": limit}))
-                    .into_envelope(),
+                Failure::new(
+                    ErrorCode::E2002,
+                    format!("`{module}` did not finish within its timeout_ms of {limit} ms"),
+                )
+                .details(json!({"module": module, "timeout_ms": limit}))
+                .into_envelope(),
             );
         }
         self.total_fired.load(Ordering::SeqCst).then(|| {
@@ -588,11 +601,15 @@ impl Exec<'_> {
     fn invoke<'s>(&'s self, node: Node) -> BoxFuture<'s, Done> {
         Box::pin(async move {
             let depth = u32::try_from(node.chain.len()).unwrap_or(u32::MAX);
-            let step = self.begin(&node.module.name, depth, node.parent, node.via.clone(), node.round, node.input.clone());
+            let step =
+                self.begin(&node.module.name, depth, node.parent, node.via.clone(), node.round, node.input.clone());
             if node.cancel.is_cancelled() {
                 let envelope = self.timeout_envelope(None, &node.module.name).unwrap_or_else(|| {
-                    Failure::new(ErrorCode::E2002, format!("`{}` was not started: the run was cancelled", node.module.name))
-                        .into_envelope()
+                    Failure::new(
+                        ErrorCode::E2002,
+                        format!("`{}` was not started: the run was cancelled", node.module.name),
+                    )
+                    .into_envelope()
                 });
                 self.finish(step, &envelope, Outcome::TimedOut);
                 return Done { envelope, emitted: Map::new(), step };
@@ -616,7 +633,8 @@ impl Exec<'_> {
                 Some(Value::Object(m)) => m.clone(),
                 _ => Map::new(),
             };
-            let mut frame = Frame { node: &node, step, config: config.as_ref(), context, emitted: Map::new(), round: None };
+            let mut frame =
+                Frame { node: &node, step, config: config.as_ref(), context, emitted: Map::new(), round: None };
             let result = match frame.config {
                 Some(c) if c.pattern == Pattern::Iterative => self.iterate(&mut frame, c).await,
                 _ => self.pass(&mut frame, node.input.clone(), false).await,
@@ -759,9 +777,9 @@ impl Exec<'_> {
         };
         let input = frame.with_context(input, None);
         if node.cancel.is_cancelled() {
-            let envelope = self.timeout_envelope(None, &module.name).unwrap_or_else(|| {
-                Failure::new(ErrorCode::E2002, "the run was cancelled").into_envelope()
-            });
+            let envelope = self
+                .timeout_envelope(None, &module.name)
+                .unwrap_or_else(|| Failure::new(ErrorCode::E2002, "the run was cancelled").into_envelope());
             if traced {
                 self.finish(step, &envelope, Outcome::TimedOut);
             }
@@ -785,7 +803,8 @@ impl Exec<'_> {
             s.cost_usd = record.cost_usd;
         });
         if traced {
-            let outcome = if node.cancel.is_cancelled() && !is_ok(&envelope) { Outcome::TimedOut } else { outcome_of(&envelope) };
+            let outcome =
+                if node.cancel.is_cancelled() && !is_ok(&envelope) { Outcome::TimedOut } else { outcome_of(&envelope) };
             self.finish(step, &envelope, outcome);
         }
         if is_root {
@@ -813,7 +832,8 @@ impl Exec<'_> {
         {
             let code = attempt.envelope.pointer("/error/code").and_then(Value::as_str).unwrap_or("E4000").to_owned();
             self.update(attempt.step, |s| s.outcome = Outcome::FellBack { code, to: fallback.to_owned() });
-            attempt = self.attempt(frame, fallback, &input, arguments, parent, Via::Fallback { of: name.to_owned() }).await;
+            attempt =
+                self.attempt(frame, fallback, &input, arguments, parent, Via::Fallback { of: name.to_owned() }).await;
         }
         let Attempt { envelope, emitted, module, mode, .. } = attempt;
         if is_ok(&envelope) {
@@ -856,7 +876,8 @@ impl Exec<'_> {
             Err(f) => return refuse(f, true),
         };
         if let Some(range) = req.and_then(|r| r.version.as_ref()) {
-            let fits = noesis_modules::version::Version::parse(&module.manifest.version).is_ok_and(|v| range.matches(&v));
+            let fits =
+                noesis_modules::version::Version::parse(&module.manifest.version).is_ok_and(|v| range.matches(&v));
             if !fits {
                 let f = Failure::new(
                     ErrorCode::E4006,
@@ -952,7 +973,8 @@ impl Exec<'_> {
                         return Err(with_partial(envelope, &state.scope));
                     }
                     for (target, child_input) in runs {
-                        let result = self.child(frame, &target, child_input, None, frame.step, Via::Dataflow { index }).await;
+                        let result =
+                            self.child(frame, &target, child_input, None, frame.step, Via::Dataflow { index }).await;
                         self.settle(frame, &mut state, &target, result)?;
                     }
                 }
@@ -1036,7 +1058,14 @@ impl Exec<'_> {
                     Ok(v) => runs.push((m.clone(), frame.with_context(v, None))),
                     Err(f) => {
                         let depth = u32::try_from(frame.node.chain.len() + 1).unwrap_or(u32::MAX);
-                        let s = self.begin(m, depth, Some(frame.step), Via::Dataflow { index }, frame.round, mapped.clone());
+                        let s = self.begin(
+                            m,
+                            depth,
+                            Some(frame.step),
+                            Via::Dataflow { index },
+                            frame.round,
+                            mapped.clone(),
+                        );
                         let envelope = f.into_envelope();
                         self.finish(s, &envelope, outcome_of(&envelope));
                         let optional = frame.config.and_then(|c| c.requirement(m)).is_some_and(|r| r.optional);

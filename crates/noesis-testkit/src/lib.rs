@@ -81,6 +81,8 @@ struct State {
     received: Mutex<Vec<Received>>,
     stop: AtomicBool,
     latency: Duration,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
 /// A running fake server; stops accepting when dropped.
@@ -107,6 +109,8 @@ impl FakeServer {
             received: Mutex::new(Vec::new()),
             stop: AtomicBool::new(false),
             latency,
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
         });
         let st = Arc::clone(&state);
         thread::spawn(move || {
@@ -135,6 +139,13 @@ impl FakeServer {
     /// Every request received so far.
     pub fn received(&self) -> Vec<Received> {
         self.state.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// The most requests that were ever being answered at the same time:
+    /// received, and their answer not yet written (or abandoned). Shows by
+    /// behaviour whether a client's calls overlapped.
+    pub fn max_in_flight(&self) -> usize {
+        self.state.max_in_flight.load(Ordering::SeqCst)
     }
 }
 
@@ -176,6 +187,8 @@ fn serve(stream: TcpStream, st: &State) {
         if let Ok(mut r) = st.received.lock() {
             r.push(req);
         }
+        let now = st.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        st.max_in_flight.fetch_max(now, Ordering::SeqCst);
         if !st.latency.is_zero() {
             thread::sleep(st.latency);
         }
@@ -192,7 +205,9 @@ fn serve(stream: TcpStream, st: &State) {
         } else {
             Reply::Status(404, json!({"error": {"message": "not found"}}).to_string(), vec![])
         };
-        if !answer(&mut out, reply) || !keep_alive {
+        let answered = answer(&mut out, reply);
+        st.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if !answered || !keep_alive {
             let _ = out.shutdown(Shutdown::Both);
             return;
         }
