@@ -204,7 +204,7 @@ pub fn prepare(spec: &ContextSpec, context: Map<String, Value>) -> Result<Prepar
         out.redacted += redact(&mut value);
         out.context.insert(kind, value);
     }
-    for a in spec.accepts.iter().filter(|a| a.required && !out.context.contains_key(&a.kind)) {
+    if let Some(a) = spec.accepts.iter().find(|a| a.required && !out.context.contains_key(&a.kind)) {
         let pointer = pointer_of(&[CONTEXT_KEY, &a.kind]);
         let from = a.from_module.as_ref().map(|m| format!(" from module {m}")).unwrap_or_default();
         return Err(Box::new(

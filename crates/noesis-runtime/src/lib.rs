@@ -22,6 +22,12 @@
 #![deny(missing_docs)]
 
 pub mod compose;
+mod context;
+
+pub use context::{
+    Clock, ContextEntry, ContextLookup, ContextOptions, ContextStore, ContextStoreError, ManualClock,
+    MemoryContextStore, SystemClock,
+};
 pub use std::time::Instant;
 pub use tokio_util::sync::CancellationToken;
 
@@ -31,11 +37,13 @@ use noesis_llm::{
     BudgetMeter, ChatRequest, ChatResponse, ErrorKind, FinishReason, Message, PriceTable, Provider, ProviderError,
     ResponseFormat, StructuredMode, Usage, estimate_tokens,
 };
+use noesis_modules::context::{self as ctx, ContextSpec, KeyVars};
+use noesis_modules::enforce;
 use noesis_modules::{
     ErrorCode, Failure, Found, Module, PromptParts, Violation, build_prompt, check_input, check_reply,
     validate_envelope,
 };
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// Receives the reply's text as it streams in.
 #[derive(Clone)]
@@ -69,6 +77,18 @@ pub struct RunOptions {
     pub budget: Option<Arc<BudgetMeter>>,
     /// Prices for `meta.usage.cost_usd`; the built-in table when `None`.
     pub prices: Option<Arc<PriceTable>>,
+    /// Where emitted context is stored and served from; without it a run
+    /// sees only the `_context` its input carries.
+    pub context: Option<ContextOptions>,
+    /// Capabilities the host grants (`network`, `filesystem_write`,
+    /// `side_effects`, `code_execution`, or a module's own policy name). A
+    /// module whose `policies` allow something not granted is refused
+    /// (E4007). Empty by default: safe unless told otherwise.
+    pub allow: Vec<String>,
+    /// Tools the caller offers the module, by name. Each must be one the
+    /// module's `tools` permits (E4007 otherwise), and a reply may call only
+    /// these.
+    pub tools: Vec<String>,
 }
 
 impl Default for RunOptions {
@@ -83,6 +103,9 @@ impl Default for RunOptions {
             cancel: None,
             budget: None,
             prices: None,
+            context: None,
+            allow: Vec::new(),
+            tools: Vec::new(),
         }
     }
 }
@@ -204,9 +227,16 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
         }
     }
 
-    let envelope = match check_input(module, &input).and_then(|()| check_requirements(module, provider, &input)) {
+    // `_context` leaves the input before anything else sees it: the input
+    // schema never meets it and no placeholder can reach it.
+    let caller_context = ctx::take_context(&mut input);
+    let identity = Identity::of(options, caller_context.as_ref().ok());
+    let spec = ContextSpec::of(&module.manifest);
+    let mut emitted = None;
+
+    let envelope = match admit(module, provider, &spec, &input, caller_context, options, &identity).await {
         Err(failure) => (*failure).into_envelope(),
-        Ok(()) => {
+        Ok(context) => {
             let caps = provider.capabilities();
             let prompt = build_prompt(PromptParts {
                 template: &module.prompt,
@@ -215,8 +245,12 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                 data_schema: module.data.as_ref().map(|s| &s.schema),
                 include_schema: !caps.json_schema,
             });
+            let prompt = ctx::insert_section(&prompt, &ctx::context_section(&context, &spec));
             let response_format = if caps.json_schema {
-                ResponseFormat::JsonSchema { name: module.name.clone(), schema: module.reply_schema() }
+                ResponseFormat::JsonSchema {
+                    name: module.name.clone(),
+                    schema: with_emitted(module.reply_schema(), &spec),
+                }
             } else if caps.json_mode {
                 ResponseFormat::JsonObject
             } else {
@@ -253,8 +287,15 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                 if let Some(meter) = &options.budget {
                     meter.charge(usage, cost);
                 }
-                let checked = check_reply(module, &resp.text);
-                record.found = checked.found;
+                let called: Vec<&str> = resp.tool_calls.iter().map(|c| c.name.as_str()).collect();
+                if let Err(failure) = enforce::check_tool_calls(&module.manifest, &options.tools, &called) {
+                    record.reply = Some(resp.text);
+                    break failure.into_envelope();
+                }
+                let (text, found, taken) = ctx::take_emitted(&resp.text);
+                emitted = taken;
+                let checked = check_reply(module, &text);
+                record.found = found.or(checked.found);
                 record.repairs = checked.repairs;
                 record.violations = checked.violations;
                 let code = checked.envelope.pointer("/error/code").and_then(Value::as_str).map(str::to_owned);
@@ -278,6 +319,16 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
             }
         }
     };
+    // Only a successful run hands context on: a failed one's is not trusted.
+    if envelope["ok"] == json!(true) {
+        let kept = ctx::keep_emitted(&spec, emitted);
+        if !kept.is_empty() {
+            if let Some(c) = &options.context {
+                store_emitted(module, &spec, &kept, &input, c, &identity).await;
+            }
+            record.emitted_context = Some(Value::Object(kept));
+        }
+    }
     let mut envelope = envelope;
     if let (Some(u), Some(meta)) = (record.usage, envelope.get_mut("meta").and_then(Value::as_object_mut)) {
         // `meta` allows extra keys; the totals cover every call of the run.
@@ -290,6 +341,136 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
     }
     record.envelope = stamp(envelope, &trace_id, &model_id, started);
     record
+}
+
+/// The user and session a run belongs to, for key patterns and for which
+/// stored context it may be served: the options' own, else what its
+/// `_context` names, else `anonymous` / `none`.
+struct Identity {
+    user: String,
+    session: String,
+}
+
+impl Identity {
+    fn of(options: &RunOptions, context: Option<&Map<String, Value>>) -> Identity {
+        let (user, session) = context.map(ctx::identity).unwrap_or_default();
+        let set = options.context.as_ref();
+        Identity {
+            user: set.and_then(|c| c.user_id.clone()).or(user).unwrap_or_else(|| "anonymous".to_owned()),
+            session: set.and_then(|c| c.session_id.clone()).or(session).unwrap_or_else(|| "none".to_owned()),
+        }
+    }
+}
+
+/// Everything decided before the provider is called: permissions (E4007),
+/// the context (stored entries served, checked, filtered, redacted), the
+/// input (E1001–E1003) and runtime requirements. Returns the context that
+/// reaches the prompt.
+async fn admit(
+    module: &Module,
+    provider: &dyn Provider,
+    spec: &ContextSpec,
+    input: &Value,
+    caller_context: Result<Map<String, Value>, Box<Failure>>,
+    options: &RunOptions,
+    identity: &Identity,
+) -> Result<Map<String, Value>, Box<Failure>> {
+    enforce::check_policies(&module.manifest, &options.allow)?;
+    enforce::check_offered_tools(&module.manifest, &options.tools)?;
+    let mut context = caller_context?;
+    if let Some(c) = &options.context {
+        serve_stored(spec, &mut context, c, identity).await;
+    }
+    let prepared = ctx::prepare(spec, context)?;
+    check_input(module, input)?;
+    check_requirements(module, provider, input)?;
+    Ok(prepared.context)
+}
+
+/// Fills each accepted type the caller did not send with the newest live
+/// stored entry of it. A store that fails is a warning, never a failed run.
+async fn serve_stored(spec: &ContextSpec, context: &mut Map<String, Value>, c: &ContextOptions, id: &Identity) {
+    let now = c.clock.now_ms();
+    let wanted: Vec<ctx::Accept> = ctx::missing(spec, context).into_iter().cloned().collect();
+    for accept in wanted {
+        let not_before = accept.ttl.filter(|t| *t >= 0).map(|t| now.saturating_sub(t.saturating_mul(1000)));
+        let lookup = ContextLookup {
+            kind: &accept.kind,
+            user_id: &id.user,
+            session_id: &id.session,
+            now_ms: now,
+            not_before_ms: not_before,
+        };
+        match c.store.latest(&lookup).await {
+            Ok(Some(entry)) if ctx::check_type(&accept.kind, &entry.value).is_ok() => {
+                context.insert(accept.kind, entry.value);
+            }
+            Ok(Some(entry)) => {
+                c.warn(&format!("stored context `{}` under `{}` is malformed; not served", accept.kind, entry.key));
+            }
+            Ok(None) => {}
+            Err(e) => c.warn(&format!("stored context `{}` could not be read: {e}", accept.kind)),
+        }
+    }
+}
+
+/// Stores each kept entry under its expanded key pattern with its TTL.
+async fn store_emitted(
+    module: &Module,
+    spec: &ContextSpec,
+    kept: &Map<String, Value>,
+    input: &Value,
+    c: &ContextOptions,
+    id: &Identity,
+) {
+    let now = c.clock.now_ms();
+    let digest = blake3::hash(ctx::canonical_json(input).as_bytes()).to_hex();
+    let input_hash = &digest.as_str()[..16];
+    for (kind, value) in kept {
+        let Some(emit) = spec.emit(kind) else { continue };
+        let ttl = emit.ttl_secs();
+        if ttl == 0 {
+            // Expired the moment it is stored: nothing to keep.
+            continue;
+        }
+        let pattern = emit.pattern();
+        let vars =
+            KeyVars { module: &module.name, input_hash, user_id: Some(&id.user), session_id: Some(&id.session), kind };
+        let (by_user, by_session) = ctx::scoped_by(pattern);
+        let entry = ContextEntry {
+            key: ctx::expand_key(pattern, &vars),
+            kind: kind.clone(),
+            value: value.clone(),
+            module: module.name.clone(),
+            user_id: by_user.then(|| id.user.clone()),
+            session_id: by_session.then(|| id.session.clone()),
+            created_at_ms: now,
+            // The schema's minimum is -1; anything negative is persistent.
+            expires_at_ms: (ttl > 0).then(|| now.saturating_add(ttl.saturating_mul(1000))),
+        };
+        if let Err(e) = c.store.put(&entry).await {
+            c.warn(&format!("emitted context `{kind}` was not stored: {e}"));
+        }
+    }
+}
+
+/// For a module that emits context, the reply schema's success `meta` names
+/// `_emitted_context` and the declared types, so a model held to the schema
+/// can still emit.
+fn with_emitted(mut schema: Value, spec: &ContextSpec) -> Value {
+    if spec.emits.is_empty() {
+        return schema;
+    }
+    let kinds: Map<String, Value> = spec.emits.iter().map(|e| (e.kind.clone(), json!({}))).collect();
+    for branch in schema.get_mut("oneOf").and_then(Value::as_array_mut).into_iter().flatten() {
+        if branch.pointer("/properties/ok/const") != Some(&json!(true)) {
+            continue;
+        }
+        if let Some(meta) = branch.pointer_mut("/properties/meta/properties").and_then(Value::as_object_mut) {
+            meta.insert(ctx::EMITTED_KEY.to_owned(), json!({"type": "object", "properties": kinds.clone()}));
+        }
+    }
+    schema
 }
 
 /// `runtime_requirements`: an input over `max_input_tokens` is E1005 (by
