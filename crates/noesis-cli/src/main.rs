@@ -47,6 +47,8 @@ enum Command {
     Session(cmd::session::Args),
     /// List, show, invalidate, verify and resume the project's frames.
     Frames(cmd::frames::Args),
+    /// Serve the modules to MCP clients (editors, agents) over stdio: tools run, list, info; a resource per module.
+    Mcp(cmd::mcp::Args),
     /// Show configured providers, which one a run would use and whether each answers (never a key).
     Doctor(cmd::doctor::Args),
     /// Serve the modules over HTTP (run, stream, list, info); runs are not recorded as frames.
@@ -89,6 +91,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init(a) => cmd::init::run(a),
         Command::Session(a) => cmd::session::run(a),
         Command::Frames(a) => cmd::frames::run(a),
+        Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),
         #[cfg(feature = "local")]

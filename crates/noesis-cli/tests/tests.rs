@@ -6,6 +6,7 @@ mod conformance;
 mod frames;
 #[cfg(feature = "local")]
 mod local;
+mod mcp;
 mod providers;
 mod run;
 mod serve;

@@ -4,6 +4,7 @@ pub(crate) mod frames;
 pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod list;
+pub(crate) mod mcp;
 #[cfg(feature = "local")]
 pub(crate) mod model;
 pub(crate) mod run;

@@ -52,17 +52,28 @@ fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// Providers made so far, by (provider, model).
+type Made = HashMap<(String, Option<String>), Arc<dyn Provider>>;
+
 /// Providers as `noesis run` picks them, with the request's provider and
 /// model layered over the flags. One provider per (provider, model) for the
 /// server's life, so runs share its HTTP connections and concurrency cap.
-struct Providers {
+pub(crate) struct Providers {
     flags: ProviderArgs,
     config: Config,
-    made: Mutex<HashMap<(String, Option<String>), Arc<dyn Provider>>>,
+    made: Mutex<Made>,
 }
 
 impl Providers {
-    fn get(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>) -> anyhow::Result<Arc<dyn Provider>> {
+    pub(crate) fn new(flags: ProviderArgs, config: Config) -> Providers {
+        Providers { flags, config, made: Mutex::new(HashMap::new()) }
+    }
+
+    pub(crate) fn get(
+        &self,
+        args: &ProviderArgs,
+        module: Option<(&str, Option<&str>)>,
+    ) -> anyhow::Result<Arc<dyn Provider>> {
         let (name, model, _) = choose(args, &self.config, module, &env);
         let key = (name.clone(), model.clone());
         // Held while a provider is made: a miss is rare, and two requests

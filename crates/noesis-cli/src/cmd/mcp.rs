@@ -1,0 +1,89 @@
+//! `noesis mcp`: the modules as a Model Context Protocol server on stdin and
+//! stdout. stdout carries only protocol messages; notes go to stderr.
+
+use std::io::BufRead;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use noesis_modules::search::SearchPath;
+use noesis_serve::mcp::{Mcp, PROTOCOL_VERSIONS};
+use noesis_serve::{RunSettings, Service};
+use tokio::sync::mpsc;
+
+use super::serve::Providers;
+use crate::out;
+use crate::provider::{ProviderArgs, budget, prices};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    provider: ProviderArgs,
+    /// Cap on output tokens for every run.
+    #[arg(long, value_name = "N")]
+    max_tokens: Option<u32>,
+    /// Times an invalid reply is sent back with its violations for another try.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    reask: u32,
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
+    let settings = RunSettings {
+        reask: a.reask,
+        max_tokens: a.max_tokens,
+        budget: budget(&a.provider, &config)?.map(|m| m.budget()),
+        prices: Some(prices(&config)),
+    };
+    // Providers are chosen as `noesis serve` chooses them: the client's
+    // provider and model over the flags, one provider per choice.
+    let providers = Providers::new(a.provider.clone(), config);
+    // A provider that cannot be set up is a configuration error: exit 2
+    // now, before a client has connected, not on its first run.
+    let default = providers.get(&a.provider, None)?;
+    let service = Service::new(search.clone(), Arc::new(providers)).with_settings(settings);
+    let mcp = Mcp::new(Arc::new(service));
+
+    let (lines_in, lines) = mpsc::channel::<Vec<u8>>(64);
+    let (answers, mut answers_out) = mpsc::unbounded_channel::<String>();
+    // Blocking stdio on threads of their own; the server sees channels.
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        loop {
+            let mut line = Vec::new();
+            match stdin.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    if lines_in.blocking_send(line).is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    });
+    let writer = std::thread::spawn(move || {
+        while let Some(line) = answers_out.blocking_recv() {
+            // A closed stdout means the client has gone; the end of stdin follows.
+            if out::data(&line).is_err() {
+                break;
+            }
+        }
+    });
+    out::note(&format!(
+        "noesis mcp: serving modules on stdio (MCP {}; provider {}/{})",
+        PROTOCOL_VERSIONS.join(", "),
+        default.name(),
+        default.model()
+    ));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(mcp.serve(lines, answers));
+    // Blocking module loads may still be finishing; the answers are sent.
+    rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    if writer.join().is_err() {
+        anyhow::bail!("noesis mcp: the stdout writer failed");
+    }
+    Ok(ExitCode::SUCCESS)
+}

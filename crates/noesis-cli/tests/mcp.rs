@@ -1,0 +1,98 @@
+//! `noesis mcp` driven by a real MCP client: the official Python SDK
+//! (`tests/mcp/client.py`), which scripts/test.sh installs and names in
+//! `NOESIS_MCP_PYTHON`. Without it the test is skipped, loudly, except
+//! under CI, where it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+use crate::support::{Work, assert_valid_envelope};
+
+/// The Python that has the SDK, or `None` (after saying so) outside CI.
+fn client_python() -> Option<PathBuf> {
+    let named = std::env::var_os("NOESIS_MCP_PYTHON").map(PathBuf::from);
+    // scripts/python-deps.sh's default, for a run of cargo test after test.sh.
+    let cached = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/noesis/mcp-client/bin/python"));
+    let found = named
+        .or(cached)
+        .filter(|p| Command::new(p).args(["-c", "import mcp"]).output().is_ok_and(|o| o.status.success()));
+    if found.is_none() {
+        let why = "the MCP Python SDK is not installed (scripts/test.sh installs it: . scripts/python-deps.sh; install_mcp_client)";
+        assert!(std::env::var_os("CI").is_none(), "{why}");
+        // Past the harness's capture, so a plain `cargo test` shows it.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED mcp_python_sdk_client: {why}");
+    }
+    found
+}
+
+fn envelope(result: &Value) -> Value {
+    let structured = result["structuredContent"].clone();
+    let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(text, structured, "the text content is the envelope");
+    assert_valid_envelope(&structured);
+    structured
+}
+
+#[test]
+fn mcp_python_sdk_client() {
+    let Some(python) = client_python() else { return };
+    let w = Work::new();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    let o = Command::new(python)
+        .arg(script)
+        .arg(assert_cmd::cargo::cargo_bin("noesis"))
+        .arg(w.path())
+        .current_dir(w.path())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "the client failed:\n{stderr}");
+    let r: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+
+    // The SDK offers its newest handshake revision, which noesis speaks.
+    let init = &r["initialize"];
+    assert_eq!(init["protocolVersion"], "2025-11-25");
+    assert_eq!(init["serverInfo"]["name"], "noesis");
+    assert_eq!(init["serverInfo"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(init["capabilities"]["tools"].is_object() && init["capabilities"]["resources"].is_object(), "{init}");
+
+    let names: Vec<&str> =
+        r["tools"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["run", "list", "info"]);
+
+    let ok = &r["run_ok"];
+    assert_eq!(ok["isError"], false, "{ok}");
+    let env = envelope(ok);
+    assert_eq!(env["ok"], true);
+    assert_eq!(env["meta"]["model"], "test/schema");
+
+    let missing = &r["run_missing"];
+    assert_eq!(missing["isError"], true, "{missing}");
+    assert_eq!(envelope(missing)["error"]["code"], "E4006");
+
+    // 2025-11-25: a bad argument is a tool error naming the field.
+    let no_module = &r["run_no_module"];
+    assert_eq!(no_module["isError"], true, "{no_module}");
+    let env = envelope(no_module);
+    assert_eq!(env["error"]["code"], "E1002");
+    assert!(env["error"]["message"].as_str().unwrap().contains("`module`"), "{env}");
+
+    let modules = r["list"]["structuredContent"]["modules"].as_array().unwrap();
+    assert!(modules.iter().any(|m| m["name"] == "code-simplifier" && m["valid"] == true), "{modules:?}");
+    assert_eq!(r["unknown_tool"]["code"], -32602, "{}", r["unknown_tool"]);
+
+    let resources = r["resources"]["resources"].as_array().unwrap();
+    let cs = resources.iter().find(|x| x["uri"] == "module://code-simplifier").expect("a resource per module");
+    assert_eq!((&cs["name"], &cs["mimeType"]), (&json!("code-simplifier"), &json!("application/json")));
+    assert!(cs["description"].as_str().is_some_and(|d| !d.is_empty()), "{cs}");
+
+    let content = &r["read"]["contents"][0];
+    assert_eq!(content["uri"], "module://code-simplifier");
+    let body: Value = serde_json::from_str(content["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["manifest"]["name"], "code-simplifier");
+    assert!(body["prompt"].as_str().is_some_and(|p| !p.is_empty()) && body["schema"].is_object(), "{body}");
+    assert_eq!(r["read_missing"]["code"], -32002, "{}", r["read_missing"]);
+}
