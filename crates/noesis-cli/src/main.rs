@@ -43,6 +43,10 @@ enum Command {
     Info(cmd::info::Args),
     /// Create a new v2.2 module that validates.
     Init(cmd::init::Args),
+    /// Run a module's test cases (or every module's under a folder); ends with "N passed, N failed".
+    Test(cmd::test::Args),
+    /// Rewrite a v0/v1/v2.0/v2.1 module as v2.2, keeping a backup; --dry-run shows the changes.
+    Migrate(cmd::migrate::Args),
     /// Start a session (hash the files in scope, invalidate stale frames) or diff it with the last.
     Session(cmd::session::Args),
     /// List, show, invalidate, verify and resume the project's frames.
@@ -89,6 +93,8 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::List(a) => cmd::list::run(&search, a),
         Command::Info(a) => cmd::info::run(&search, a),
         Command::Init(a) => cmd::init::run(a),
+        Command::Test(a) => cmd::test::run(&search, a),
+        Command::Migrate(a) => cmd::migrate::run(&search, a),
         Command::Session(a) => cmd::session::run(a),
         Command::Frames(a) => cmd::frames::run(a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),

@@ -7,6 +7,8 @@ mod frames;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;
+mod migrate;
+mod module_test;
 mod providers;
 mod run;
 mod serve;

@@ -303,6 +303,10 @@ fn name_of<T: serde::Serialize>(v: T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
+fn text_of<T: serde::Serialize>(v: T) -> String {
+    name_of(v).as_str().unwrap_or_default().to_owned()
+}
+
 /// The tier and the defaults the loader applied, written out, so the
 /// module behaves the same once the defaults stop being implicit.
 fn fill_policy(module: &Module, m: &mut Map<String, Value>, changes: &mut Vec<String>) {
@@ -313,7 +317,7 @@ fn fill_policy(module: &Module, m: &mut Map<String, Value>, changes: &mut Vec<St
     }
     if !m.contains_key("schema_strictness") {
         m.insert("schema_strictness".into(), name_of(p.strictness));
-        changes.push(format!("schema_strictness: {} (the tier default, now explicit)", name_of(p.strictness)));
+        changes.push(format!("schema_strictness: {} (the tier default, now explicit)", text_of(p.strictness)));
     }
     let overflow = json!({
         "enabled": p.overflow_enabled,
@@ -328,7 +332,7 @@ fn fill_policy(module: &Module, m: &mut Map<String, Value>, changes: &mut Vec<St
         ));
     }
     if fill_object(m, "enums", &json!({ "strategy": name_of(p.enums) })) {
-        changes.push(format!("enums: strategy {} (the tier default, now explicit)", name_of(p.enums)));
+        changes.push(format!("enums: strategy {} (the tier default, now explicit)", text_of(p.enums)));
     }
     // Every legacy module had its flat v2.1 payloads wrapped, whatever its
     // compat said; a v2.2 module only when it asks.

@@ -5,11 +5,13 @@ pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod list;
 pub(crate) mod mcp;
+pub(crate) mod migrate;
 #[cfg(feature = "local")]
 pub(crate) mod model;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod session;
+pub(crate) mod test;
 pub(crate) mod validate;
 
 use anyhow::Context;
