@@ -41,6 +41,41 @@ pub(crate) struct Config {
     /// Spending limits per run.
     #[serde(default)]
     pub budget: BudgetEntry,
+    /// What the host grants modules.
+    #[serde(default)]
+    pub policies: PoliciesEntry,
+}
+
+/// `[policies]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PoliciesEntry {
+    /// Capabilities granted to every run (`network`, `filesystem_write`,
+    /// `side_effects`, `code_execution`, or a module's own policy name).
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// What the host grants a run: `--allow` on top of `[policies] allow`.
+pub(crate) fn granted(config: &Config, flags: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut all = config.policies.allow.clone();
+    for f in flags.iter().map(|f| f.trim()).filter(|f| !f.is_empty()) {
+        if !is_policy_name(f) {
+            anyhow::bail!(
+                "--allow {f}: not a policy name (network, filesystem_write, side_effects, code_execution, or a module's own)"
+            );
+        }
+        if !all.iter().any(|a| a == f) {
+            all.push(f.to_owned());
+        }
+    }
+    Ok(all)
+}
+
+/// Whether `name` can be a policy: lower-case words joined by `_`.
+pub(crate) fn is_policy_name(name: &str) -> bool {
+    name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 /// `[providers.NAME]`.
@@ -108,6 +143,9 @@ impl Config {
         self.prices.extend(over.prices);
         self.budget.max_tokens = over.budget.max_tokens.or(self.budget.max_tokens);
         self.budget.max_cost_usd = over.budget.max_cost_usd.or(self.budget.max_cost_usd);
+        if !over.policies.allow.is_empty() {
+            self.policies.allow = over.policies.allow;
+        }
         self
     }
 
@@ -123,6 +161,13 @@ impl Config {
             && !(c.is_finite() && c >= 0.0)
         {
             return Err(bad("budget.max_cost_usd: must be a non-negative number".into()));
+        }
+        for (i, p) in self.policies.allow.iter().enumerate() {
+            if !is_policy_name(p) {
+                return Err(bad(format!(
+                    "policies.allow[{i}]: `{p}` is not a policy name (network, filesystem_write, side_effects, code_execution, …)"
+                )));
+            }
         }
         for (i, r) in self.routes.iter().enumerate() {
             if let Some(t) = &r.tier
@@ -230,6 +275,20 @@ mod tests {
         assert_eq!(c.routes[0].provider, "deepseek");
         assert_eq!(c.prices["gpt-4o-mini"], Price { input: 0.1, output: 0.2 });
         assert_eq!(c.budget.max_tokens, Some(50000));
+        let c = p("[policies]\nallow = [\"network\", \"side_effects\"]").unwrap();
+        assert_eq!(c.policies.allow, ["network", "side_effects"]);
+    }
+
+    #[test]
+    fn policy_grants_are_checked_and_the_project_list_wins() {
+        let e = p("[policies]\nallow = [\"Network!\"]").unwrap_err().to_string();
+        assert!(e.contains("policies.allow[0]") && e.contains("Network!"), "{e}");
+        let e = p("[policies]\ndeny = [\"network\"]").unwrap_err().to_string();
+        assert!(e.contains("deny"), "{e}");
+        let user = p("[policies]\nallow = [\"network\"]").unwrap();
+        assert_eq!(user.clone().overlay(p("").unwrap()).policies.allow, ["network"]);
+        let project = p("[policies]\nallow = [\"side_effects\"]").unwrap();
+        assert_eq!(user.overlay(project).policies.allow, ["side_effects"]);
     }
 
     #[test]

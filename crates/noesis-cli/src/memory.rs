@@ -1,7 +1,8 @@
 //! The CLI's link to causal memory: which store (`--store` /
 //! `NOESIS_STORE`, else `$NOESIS_HOME/noesis.db` with `NOESIS_HOME`
-//! defaulting to `~/.noesis`), which project (the current directory's), and
-//! the frame every module run records.
+//! defaulting to `~/.noesis`), which project (the current directory's), the
+//! frame every module run records, and the emitted context runs hand on
+//! (kept in the same store, per project).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -114,6 +115,10 @@ pub(crate) struct Pending {
 impl Pending {
     pub(crate) fn new(module: &str, input: &Value, files: Vec<FileRead>) -> Pending {
         let mut shown = input.clone();
+        // The frame keeps the input; the caller's context keeps no secrets.
+        if let Some(context) = shown.get_mut(noesis_modules::context::CONTEXT_KEY) {
+            noesis_modules::context::redact(context);
+        }
         // A file's text is evidence, not context: name it instead.
         if let Some(fields) = shown.as_object_mut() {
             for f in &files {
@@ -178,4 +183,89 @@ impl Pending {
 /// The stored name of a path a person typed, in the current project.
 pub(crate) fn stored_name(project: &Project, typed: &Path) -> anyhow::Result<String> {
     Ok(name_for(&project.root, &std::env::current_dir()?, typed))
+}
+
+/// Emitted context kept in the store in force, namespaced by the current
+/// project. The store is opened on first use, inside the run's own runtime,
+/// so a module that neither accepts nor emits context never touches it.
+pub(crate) struct ProjectContext {
+    opened: tokio::sync::OnceCell<Result<(String, Box<dyn Store>), String>>,
+}
+
+impl ProjectContext {
+    /// The run options' context: this store, and warnings on stderr (each
+    /// said once), like a frame that could not be recorded.
+    pub(crate) fn options() -> noesis_runtime::ContextOptions {
+        let said = std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let warn = move |w: &str| {
+            if said.lock().map(|mut s| s.insert(w.to_owned())).unwrap_or(true) {
+                out::note(&format!("warning: {w}"));
+            }
+        };
+        noesis_runtime::ContextOptions {
+            on_warning: Some(noesis_runtime::OnText(std::sync::Arc::new(warn))),
+            ..noesis_runtime::ContextOptions::new(std::sync::Arc::new(ProjectContext {
+                opened: tokio::sync::OnceCell::new(),
+            }))
+        }
+    }
+
+    async fn store(&self) -> Result<&(String, Box<dyn Store>), noesis_runtime::ContextStoreError> {
+        let opened = self
+            .opened
+            .get_or_init(|| async {
+                context().await.map(|(p, s)| (p.project_id, s)).map_err(|e| format!("the context store: {e:#}"))
+            })
+            .await;
+        opened.as_ref().map_err(|e| noesis_runtime::ContextStoreError(e.clone()))
+    }
+}
+
+fn store_failed(e: &noesis_store::StoreError) -> noesis_runtime::ContextStoreError {
+    noesis_runtime::ContextStoreError(e.to_string())
+}
+
+#[async_trait::async_trait]
+impl noesis_runtime::ContextStore for ProjectContext {
+    async fn put(&self, e: &noesis_runtime::ContextEntry) -> Result<(), noesis_runtime::ContextStoreError> {
+        let (namespace, store) = self.store().await?;
+        let row = noesis_store::ContextRow {
+            namespace: namespace.clone(),
+            key: e.key.clone(),
+            kind: e.kind.clone(),
+            value: e.value.clone(),
+            module: e.module.clone(),
+            user_id: e.user_id.clone(),
+            session_id: e.session_id.clone(),
+            created_at: Timestamp::from_millis(e.created_at_ms),
+            expires_at: e.expires_at_ms.map(Timestamp::from_millis),
+        };
+        store.put_context(&row).await.map_err(|e| store_failed(&e))
+    }
+
+    async fn latest(
+        &self,
+        q: &noesis_runtime::ContextLookup<'_>,
+    ) -> Result<Option<noesis_runtime::ContextEntry>, noesis_runtime::ContextStoreError> {
+        let (namespace, store) = self.store().await?;
+        let query = noesis_store::ContextQuery {
+            namespace,
+            kind: q.kind,
+            user_id: q.user_id,
+            session_id: q.session_id,
+            now: Timestamp::from_millis(q.now_ms),
+            not_before: q.not_before_ms.map(Timestamp::from_millis),
+        };
+        let row = store.latest_context(&query).await.map_err(|e| store_failed(&e))?;
+        Ok(row.map(|r| noesis_runtime::ContextEntry {
+            key: r.key,
+            kind: r.kind,
+            value: r.value,
+            module: r.module,
+            user_id: r.user_id,
+            session_id: r.session_id,
+            created_at_ms: r.created_at.millis(),
+            expires_at_ms: r.expires_at.map(Timestamp::millis),
+        }))
+    }
 }

@@ -3,6 +3,7 @@
 mod bad_input;
 mod cli;
 mod conformance;
+mod context;
 mod frames;
 #[cfg(feature = "local")]
 mod local;

@@ -24,6 +24,15 @@ pub(crate) struct Args {
     /// Put a file's text into an input field: FIELD=PATH (repeatable).
     #[arg(long = "file", value_name = "FIELD=PATH")]
     files: Vec<String>,
+    /// Grant what a module's policies may ask for: network,
+    /// filesystem_write, side_effects, code_execution (comma-separated or
+    /// repeated; added to `[policies] allow` in noesis.toml).
+    #[arg(long = "allow", value_name = "POLICY[,POLICY…]", value_delimiter = ',')]
+    allow: Vec<String>,
+    /// Offer the module a tool by name (repeatable); its `tools` section
+    /// must permit it, and the model may call only tools offered.
+    #[arg(long = "tool", value_name = "NAME")]
+    tools: Vec<String>,
     #[command(flatten)]
     provider: ProviderArgs,
     /// Cap on output tokens.
@@ -113,6 +122,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         cancel: Some(cancel.clone()),
         budget: budget(&a.provider, &config)?,
         prices: Some(prices(&config)),
+        allow: crate::config::granted(&config, &a.allow)?,
+        tools: a.tools.clone(),
+        context: Some(crate::memory::ProjectContext::options()),
         ..RunOptions::default()
     };
     // Every run is recorded as a frame (after the run; never failing it).
