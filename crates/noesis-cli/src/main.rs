@@ -33,6 +33,8 @@ struct Cli {
 enum Command {
     /// Run a module and print its envelope (exit 0 ok, 1 failure envelope, 2 usage error).
     Run(cmd::run::Args),
+    /// Run a composed module (@call, composition:) and print its envelope; --trace shows every step on stderr.
+    Compose(cmd::compose::Args),
     /// Validate a module, or envelope files with --envelope.
     Validate(cmd::validate::Args),
     /// Run conformance test vectors from a folder; ends with "N passed, N failed".
@@ -88,6 +90,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     memory::configure(cli.store.clone());
     match cli.command {
         Command::Run(a) => cmd::run::run(&search, a),
+        Command::Compose(a) => cmd::compose::run(&search, a),
         Command::Validate(a) => cmd::validate::run(&search, a),
         Command::Conformance(a) => cmd::conformance::run(a),
         Command::List(a) => cmd::list::run(&search, a),

@@ -2,6 +2,7 @@
 
 mod bad_input;
 mod cli;
+mod compose;
 mod conformance;
 mod context;
 mod frames;

@@ -1,3 +1,4 @@
+pub(crate) mod compose;
 pub(crate) mod conformance;
 pub(crate) mod doctor;
 pub(crate) mod frames;

@@ -1,10 +1,13 @@
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use noesis_modules::search::SearchPath;
 use noesis_modules::{ErrorCode, Failure};
-use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, run as run_module, stamp};
+use noesis_runtime::compose::{ComposeOptions, ComposeRecord, SearchResolver, execute};
+use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, stamp};
 use serde_json::{Value, json};
 
 use super::{Loaded, load};
@@ -72,7 +75,23 @@ fn read_input(spec: Option<&str>) -> Result<Value, String> {
     Ok(value)
 }
 
+/// What `noesis compose` adds to a run.
+#[derive(Debug, Default)]
+pub(crate) struct Composing {
+    /// Print every step on stderr.
+    pub(crate) trace: Option<super::compose::TraceFormat>,
+    /// Total time allowed, instead of the module's `composition.timeout_ms`.
+    pub(crate) timeout: Option<Duration>,
+}
+
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    execute_module(search, a, &Composing::default())
+}
+
+/// A run goes through composition, so `@call` and `composition:` work from
+/// `noesis run` too; children resolve on the same search path and use the
+/// provider chosen for the module named on the command line.
+pub(crate) fn execute_module(search: &SearchPath, a: Args, composing: &Composing) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let config =
         crate::config::load(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()), &std::env::current_dir()?)?.config;
@@ -82,8 +101,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         out::json(&stamp(env, &trace_id, model_id, started), a.pretty)?;
         Ok(ExitCode::from(1))
     };
-    let module = match load(search, &a.module)? {
-        Loaded::Module(m) => m,
+    let module: Arc<noesis_modules::Module> = match load(search, &a.module)? {
+        Loaded::Module(m) => Arc::from(m),
         Loaded::NotFound(env) => {
             let provider = select(&a.provider, &config, None)?;
             return refuse(env, &format!("{}/{}", provider.name(), provider.model()));
@@ -114,7 +133,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         }
     }
     let cancel = CancellationToken::new();
-    let options = RunOptions {
+    let run_options = RunOptions {
         arguments: a.args,
         max_tokens: a.max_tokens,
         reask: a.reask,
@@ -127,11 +146,13 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         context: Some(crate::memory::ProjectContext::options()),
         ..RunOptions::default()
     };
+    let options = ComposeOptions { run: run_options, timeout: composing.timeout };
+    let resolver = SearchResolver::new(search.clone());
     // Every run is recorded as a frame (after the run; never failing it).
     let pending = crate::memory::Pending::new(&module.name, &input, files_read);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let (record, interrupted) = rt.block_on(async {
-        let run = run_module(&module, provider.as_ref(), input, &options);
+    let (composed, interrupted): (ComposeRecord, bool) = rt.block_on(async {
+        let run = execute(Arc::clone(&module), &resolver, provider.as_ref(), input, &options);
         tokio::pin!(run);
         tokio::select! {
             record = &mut run => (record, false),
@@ -146,7 +167,12 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     if a.stream {
         out::stream("\n");
     }
-    if a.verbose {
+    if let Some(format) = composing.trace {
+        super::compose::print_trace(&composed.steps, format);
+    }
+    if a.verbose
+        && let Some(record) = &composed.root
+    {
         if let Some(p) = &record.prompt {
             out::note(&format!("--- prompt ({} chars)\n{p}", p.chars().count()));
         }
@@ -160,10 +186,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             out::note(&format!("--- repaired: {r}"));
         }
     }
-    pending.record(&record.envelope);
-    out::json(&record.envelope, a.pretty)?;
+    pending.record(&composed.envelope);
+    out::json(&composed.envelope, a.pretty)?;
     if interrupted {
         return Ok(ExitCode::from(130));
     }
-    Ok(if record.envelope["ok"] == json!(true) { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if composed.envelope["ok"] == json!(true) { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

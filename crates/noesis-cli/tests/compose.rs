@@ -1,0 +1,121 @@
+//! `noesis compose` and `@call` through `noesis run`.
+
+use noesis_testkit::{FakeServer, Reply};
+use serde_json::{Value, json};
+
+use crate::support::{Work, assert_valid_envelope, output, regex_escape};
+
+const SCHEMA: &str = r#"{"input": {"type": "object"}, "data": {"type": "object", "required": ["rationale"], "properties": {"rationale": {"type": "string"}, "note": {"type": "string"}}}}"#;
+
+fn module(w: &Work, name: &str, yaml: &str, prompt: &str) {
+    let dir = format!("cognitive/modules/{name}");
+    w.write(
+        &format!("{dir}/module.yaml"),
+        &format!("name: {name}\nversion: 1.0.0\nresponsibility: fixture {name}\ntier: exploration\n{yaml}\n"),
+    );
+    w.write(&format!("{dir}/prompt.md"), prompt);
+    w.write(&format!("{dir}/schema.json"), SCHEMA);
+}
+
+fn review_modules(w: &Work) {
+    module(
+        w,
+        "review",
+        "composition:\n  dataflow:\n    - from: input\n      to: lint\n    - from: lint.output\n      to: deep\n      condition: \"$.meta.risk == 'high'\"\n    - from: lint.output\n      to: output",
+        "Review.",
+    );
+    module(w, "lint", "", "Lint, with the house style: @call:style");
+    module(w, "style", "", "The house style.");
+    module(w, "deep", "", "Look deeper.");
+}
+
+#[test]
+fn compose_trace_table() {
+    let w = Work::new();
+    review_modules(&w);
+    let o = output(w.noesis().args(["compose", "review", "--provider", "test", "--trace"]));
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let env = o.json();
+    assert_valid_envelope(&env);
+    assert_eq!(env["ok"], true);
+    assert!(env["meta"]["explain"].as_str().unwrap().contains("sequential composition of lint"), "{env}");
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&regex_escape(&w.path().display().to_string()), "[TMP]");
+    settings.add_filter(r"[0-9]+\.[0-9]ms \+[0-9]+\.[0-9]ms *", "[TIME]  ");
+    settings.add_filter(r"start \+took *", "start +took  ");
+    settings.bind(|| insta::assert_snapshot!("compose_trace_table", o.stderr));
+}
+
+#[test]
+fn compose_trace_json_lines() {
+    let w = Work::new();
+    review_modules(&w);
+    let o = output(w.noesis().args(["compose", "review", "--provider", "test", "--trace", "json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let steps: Vec<Value> =
+        o.stderr.lines().filter(|l| l.starts_with('{')).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let brief: Vec<(String, u64, String)> = steps
+        .iter()
+        .map(|s| {
+            (
+                s["module"].as_str().unwrap().to_owned(),
+                s["depth"].as_u64().unwrap(),
+                s["outcome"]["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        brief,
+        vec![
+            ("review".into(), 0, "ok".into()),
+            ("lint".into(), 1, "ok".into()),
+            ("style".into(), 2, "ok".into()),
+            ("deep".into(), 1, "skipped".into()),
+        ]
+    );
+    assert_eq!(steps[2]["via"], "@call");
+    assert_eq!(steps[2]["parent"], 1);
+    // stdout is only the envelope.
+    assert!(o.json().is_object());
+}
+
+#[test]
+fn compose_reports_a_cycle_as_an_envelope() {
+    let w = Work::new();
+    module(&w, "ping", "", "@call:pong");
+    module(&w, "pong", "", "@call:ping");
+    let o = output(w.noesis().args(["compose", "ping", "--provider", "test"]));
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let env = o.json();
+    assert_valid_envelope(&env);
+    assert_eq!(env["error"]["code"], "E4004");
+    assert!(env["error"]["message"].as_str().unwrap().contains("ping → pong → ping"));
+}
+
+#[test]
+fn run_resolves_a_call_and_injects_the_childs_envelope() {
+    let w = Work::new();
+    module(&w, "brief", "", "Write a brief. Background: @call:background({\"topic\": \"tides\"}) End.");
+    module(&w, "background", "", "Background on ${topic}.");
+    let child = json!({"ok": true, "meta": {"confidence": 0.8, "risk": "none", "explain": "bg"}, "data": {"note": "MOON-PULL", "rationale": "physics"}});
+    let parent = json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "brief"}, "data": {"note": "brief done", "rationale": "used the background"}});
+    let server = FakeServer::start(vec![Reply::Chat(child.to_string()), Reply::Chat(parent.to_string())]).unwrap();
+    let o = output(
+        w.noesis()
+            .env("LLM_PROVIDER", "openai")
+            .env("OPENAI_BASE_URL", server.base_url())
+            .env("OPENAI_API_KEY", "sk-test-key")
+            .args(["run", "brief", "--model", "gpt-test"]),
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let env = o.json();
+    assert_valid_envelope(&env);
+    assert_eq!(env["data"]["note"], "brief done");
+    assert_eq!(env["meta"]["usage"]["calls"], 2, "both runs are counted");
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    let prompt_of = |i: usize| received[i].json()["messages"][1]["content"].as_str().unwrap_or_default().to_owned();
+    assert!(prompt_of(0).contains("Background on tides."), "the child ran first: {}", prompt_of(0));
+    let parent_prompt = prompt_of(1);
+    assert!(parent_prompt.contains("MOON-PULL") && !parent_prompt.contains("@call:"), "{parent_prompt}");
+}
