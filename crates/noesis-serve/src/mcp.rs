@@ -23,11 +23,14 @@
 //!
 //! Requests are answered concurrently (a long run does not hold up `ping`);
 //! `notifications/cancelled` cancels a request in flight and suppresses its
-//! answer. When the input ends, runs in flight are cancelled and
-//! [`Mcp::serve`] returns once they have stopped.
+//! answer. When the input ends, requests in flight are still answered (a
+//! client may close its end of the pipe and go on reading); what has not
+//! finished within the grace period is cancelled and answered with an E2002
+//! envelope, and [`Mcp::serve`] returns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use noesis_modules::{ErrorCode, Failure};
@@ -37,6 +40,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::service::{RunRequest, Service, refuse};
+
+/// How long requests in flight may go on after the input ends, by default.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// The protocol revisions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: &[&str] = &["2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"];
@@ -68,6 +74,10 @@ pub struct Mcp {
     /// Requests being answered, by their id as JSON text (so `1` and `"1"`
     /// stay apart), with the token that cancels each.
     running: Mutex<HashMap<String, CancellationToken>>,
+    /// Parent of every request's token; cancelled when the grace after the
+    /// end of input is over.
+    shutdown: CancellationToken,
+    grace: Duration,
 }
 
 impl std::fmt::Debug for Mcp {
@@ -119,9 +129,21 @@ struct BadArgument {
 }
 
 impl Mcp {
-    /// A server over `service`.
+    /// A server over `service`, with [`DEFAULT_GRACE`].
     pub fn new(service: Arc<Service>) -> Arc<Mcp> {
-        Arc::new(Mcp { service, version: Mutex::new(PROTOCOL_VERSIONS[0]), running: Mutex::new(HashMap::new()) })
+        Mcp::with_grace(service, DEFAULT_GRACE)
+    }
+
+    /// A server over `service` whose requests may go on for `grace` after
+    /// the input ends.
+    pub fn with_grace(service: Arc<Service>, grace: Duration) -> Arc<Mcp> {
+        Arc::new(Mcp {
+            service,
+            version: Mutex::new(PROTOCOL_VERSIONS[0]),
+            running: Mutex::new(HashMap::new()),
+            shutdown: CancellationToken::new(),
+            grace,
+        })
     }
 
     /// The protocol revision in use.
@@ -130,9 +152,9 @@ impl Mcp {
     }
 
     /// Answers lines from `input` on `output` (one JSON text per item, no
-    /// newline) until `input` closes; then cancels what is still running
-    /// and returns when it has stopped. Answers to cancelled requests are
-    /// not sent.
+    /// newline) until `input` closes; then lets what is still running
+    /// finish for the grace period, cancels the rest, and returns when
+    /// every answer has been handed to `output`.
     pub async fn serve(self: Arc<Self>, mut input: mpsc::Receiver<Vec<u8>>, output: mpsc::UnboundedSender<String>) {
         let mut tasks = JoinSet::new();
         while let Some(line) = input.recv().await {
@@ -157,11 +179,12 @@ impl Mcp {
             }
             while tasks.try_join_next().is_some() {}
         }
-        // The client has gone: nobody will read what runs produce.
-        for token in self.running.lock().unwrap_or_else(PoisonError::into_inner).values() {
-            token.cancel();
+        let drained = tokio::time::timeout(self.grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if drained.is_err() {
+            // Runs end promptly once cancelled (the provider call is dropped).
+            self.shutdown.cancel();
+            while tasks.join_next().await.is_some() {}
         }
-        while tasks.join_next().await.is_some() {}
     }
 
     /// Answers one line (a message or a batch), waiting for everything it
@@ -246,7 +269,7 @@ impl Mcp {
             _ => {}
         }
         let key = id.to_string();
-        let cancel = CancellationToken::new();
+        let cancel = self.shutdown.child_token();
         {
             let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
             if running.contains_key(&key) {
@@ -288,8 +311,9 @@ impl Mcp {
             other => Err(RpcError::new(METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
         };
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&request.key);
-        // The client said it no longer wants this answer.
-        if request.cancel.is_cancelled() {
+        // The client said it no longer wants this answer (a shutdown also
+        // cancels, but the answer may still be read).
+        if request.cancel.is_cancelled() && !self.shutdown.is_cancelled() {
             return None;
         }
         Some(respond(&request.id, result))
@@ -695,9 +719,9 @@ mod tests {
         Mcp::new(Arc::new(Service::new(SearchPath::default(), Arc::new(Source(None)))))
     }
 
-    fn slow_server(fake: &FakeServer) -> Arc<Mcp> {
+    fn slow_server(fake: &FakeServer, grace: Duration) -> Arc<Mcp> {
         let source = Source(Some(fake.base_url()));
-        Mcp::new(Arc::new(Service::new(SearchPath::default(), Arc::new(source))))
+        Mcp::with_grace(Arc::new(Service::new(SearchPath::default(), Arc::new(source))), grace)
     }
 
     fn slow_fake() -> FakeServer {
@@ -943,7 +967,7 @@ mod tests {
 
     /// Feeds `serve` lines and collects what it writes.
     struct Wire {
-        input: mpsc::Sender<Vec<u8>>,
+        input: Option<mpsc::Sender<Vec<u8>>>,
         output: mpsc::UnboundedReceiver<String>,
         done: tokio::task::JoinHandle<()>,
     }
@@ -953,11 +977,20 @@ mod tests {
             let (input, lines) = mpsc::channel(16);
             let (out, output) = mpsc::unbounded_channel();
             let done = tokio::spawn(mcp.serve(lines, out));
-            Wire { input, output, done }
+            Wire { input: Some(input), output, done }
         }
 
         async fn send(&self, message: Value) {
-            self.input.send(message.to_string().into_bytes()).await.unwrap();
+            self.send_bytes(message.to_string().into_bytes()).await;
+        }
+
+        async fn send_bytes(&self, line: Vec<u8>) {
+            self.input.as_ref().expect("input still open").send(line).await.unwrap();
+        }
+
+        /// Ends the input, as a client closing stdin does.
+        fn close(&mut self) {
+            self.input = None;
         }
 
         async fn next(&mut self) -> Value {
@@ -976,7 +1009,7 @@ mod tests {
     fn mcp_a_long_run_does_not_hold_up_ping_and_cancel_stops_it() {
         let fake = slow_fake();
         rt().block_on(async {
-            let mut wire = Wire::start(slow_server(&fake));
+            let mut wire = Wire::start(slow_server(&fake, Duration::from_secs(30)));
             wire.send(slow_run(1)).await;
             wire.send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"})).await;
             assert_eq!(wire.next().await["id"], 2);
@@ -985,28 +1018,37 @@ mod tests {
             wire.send(json!({"jsonrpc": "2.0", "id": 3, "method": "ping"})).await;
             assert_eq!(wire.next().await["id"], 3);
             // Garbage does not stop the server.
-            wire.input.send(b"\xff\xfe not json".to_vec()).await.unwrap();
+            wire.send_bytes(b"\xff\xfe not json".to_vec()).await;
             assert_eq!(wire.next().await["error"]["code"], -32700);
             wire.send(json!({"jsonrpc": "2.0", "id": 4, "method": "ping"})).await;
             assert_eq!(wire.next().await["id"], 4);
-            drop(wire.input);
+            wire.close();
             tokio::time::timeout(Duration::from_secs(10), wire.done).await.unwrap().unwrap();
         });
     }
 
     #[test]
-    fn mcp_end_of_input_cancels_runs_and_returns() {
+    fn mcp_end_of_input_answers_what_finishes_within_the_grace_and_cancels_the_rest() {
         let fake = slow_fake();
         rt().block_on(async {
-            let mut wire = Wire::start(slow_server(&fake));
+            let mut wire = Wire::start(slow_server(&fake, Duration::from_millis(300)));
             wire.send(slow_run(1)).await;
             // A duplicate id while the first is running is refused.
             wire.send(slow_run(1)).await;
             let r = wire.next().await;
             assert_eq!((&r["id"], &r["error"]["code"]), (&json!(1), &json!(-32600)), "{r}");
-            drop(wire.input);
+            // A quick run sent just before the end of input is still answered.
+            let quick = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+                "name": "run", "arguments": {"module": "code-simplifier", "input": {"code": "x"}}}});
+            wire.send(quick).await;
+            wire.close();
+            let r = wire.next().await;
+            assert_eq!((&r["id"], &r["result"]["isError"]), (&json!(2), &json!(false)), "{r}");
+            // The slow one is cancelled after the grace, and says so.
+            let r = wire.next().await;
+            assert_eq!(r["id"], 1);
+            assert_eq!(r["result"]["structuredContent"]["error"]["code"], "E2002", "{r}");
             tokio::time::timeout(Duration::from_secs(10), wire.done).await.unwrap().unwrap();
-            // Nothing was written for the cancelled run.
             assert!(wire.output.recv().await.is_none());
         });
     }

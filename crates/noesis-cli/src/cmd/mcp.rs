@@ -24,6 +24,10 @@ pub(crate) struct Args {
     /// Times an invalid reply is sent back with its violations for another try.
     #[arg(long, value_name = "N", default_value_t = 1)]
     reask: u32,
+    /// Seconds requests in flight may go on after stdin closes before they
+    /// are cancelled (and answered with E2002).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    grace: u64,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -45,7 +49,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     // now, before a client has connected, not on its first run.
     let default = providers.get(&a.provider, None)?;
     let service = Service::new(search.clone(), Arc::new(providers)).with_settings(settings);
-    let mcp = Mcp::new(Arc::new(service));
+    let mcp = Mcp::with_grace(Arc::new(service), std::time::Duration::from_secs(a.grace));
 
     let (lines_in, lines) = mpsc::channel::<Vec<u8>>(64);
     let (answers, mut answers_out) = mpsc::unbounded_channel::<String>();
