@@ -189,8 +189,11 @@ pub(crate) fn stored_name(project: &Project, typed: &Path) -> anyhow::Result<Str
 /// project. The store is opened on first use, inside the run's own runtime,
 /// so a module that neither accepts nor emits context never touches it.
 pub(crate) struct ProjectContext {
-    opened: tokio::sync::OnceCell<Result<(String, Box<dyn Store>), String>>,
+    opened: tokio::sync::OnceCell<Opened>,
 }
+
+/// The project id (the namespace) and its store, or why it could not open.
+type Opened = Result<(String, Box<dyn Store>), String>;
 
 impl ProjectContext {
     /// The run options' context: this store, and warnings on stderr (each
