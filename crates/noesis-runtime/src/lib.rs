@@ -383,7 +383,13 @@ async fn admit(
     }
     let prepared = ctx::prepare(spec, context)?;
     check_input(module, input)?;
-    check_requirements(module, provider, input)?;
+    // The context reaches the prompt too, so it counts toward
+    // `max_input_tokens`.
+    let mut sized = input.clone();
+    if let Some(obj) = sized.as_object_mut().filter(|_| !prepared.context.is_empty()) {
+        obj.insert(ctx::CONTEXT_KEY.to_owned(), Value::Object(prepared.context.clone()));
+    }
+    check_requirements(module, provider, &sized)?;
     Ok(prepared.context)
 }
 

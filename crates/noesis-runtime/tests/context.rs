@@ -320,3 +320,18 @@ fn a_reply_calling_a_tool_out_of_bounds_is_e4007() {
     let (r, _) = run_once(&m, vec![tool_call_reply("grep")], json!({"question": "q"}), &options);
     assert_eq!(r.envelope["ok"], true, "{}", r.envelope);
 }
+
+#[test]
+fn accepted_context_counts_toward_max_input_tokens() {
+    let ctx = json!({"accepts": [{"type": "session_state"}]});
+    let (_d, m) = module(&ctx, "runtime_requirements:\n  max_input_tokens: 200\n");
+    let big =
+        json!({"question": "q", "_context": {"session_state": {"notes": "lorem ipsum dolor sit amet ".repeat(100)}}});
+    let (r, prompt) = run_once(&m, vec![Reply::Chat(reply(None))], big.clone(), &RunOptions::default());
+    assert_eq!(code(&r), "E1005", "{}", r.envelope);
+    assert!(prompt.is_none());
+    // Context the module does not accept is dropped, so it does not count.
+    let (_d, plain) = module(&json!("main"), "runtime_requirements:\n  max_input_tokens: 200\n");
+    let (r, _) = run_once(&plain, vec![Reply::Chat(reply(None))], big, &RunOptions::default());
+    assert_eq!(r.envelope["ok"], true, "{}", r.envelope);
+}
