@@ -38,7 +38,14 @@ fn broken_modules_name_file_field_and_rule() {
             None,
             vec!["module.yaml", "field /version", "rule: type", "field /tier", "rule: enum"],
         ),
-        (Some("name: m\nversion: 1.0.0\nresponsibility: r\n"), Some("p"), None, vec!["field /tier", "rule: required"]),
+        // Without `tier`, `overflow` or `enums` a manifest is v2.0/v2.1, which
+        // loads (with the decision tier); `overflow` makes it v2.2, which needs one.
+        (
+            Some("name: m\nversion: 1.0.0\nresponsibility: r\noverflow:\n  enabled: true\n"),
+            Some("p"),
+            None,
+            vec!["field /tier", "rule: required"],
+        ),
         (
             Some("name: Bad_Name\nversion: \"1.0\"\nresponsibility: r\ntier: exec\n"),
             Some("p"),
