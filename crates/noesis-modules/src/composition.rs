@@ -683,31 +683,6 @@ pub fn payload(v: &Value) -> Value {
     }
 }
 
-/// A policy a child allows that its caller does not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Escalation {
-    /// The policy (`network`, `filesystem_write`, …).
-    pub policy: String,
-    /// Whether the caller denies it in its manifest (else by the spec's
-    /// default, `deny`).
-    pub explicit: bool,
-}
-
-/// The standard policies, each `deny` unless a module says `allow`.
-pub const STANDARD_POLICIES: [&str; 4] = ["network", "filesystem_write", "side_effects", "code_execution"];
-
-/// The first policy `child` allows that `parent` does not (explicitly or
-/// by the default `deny`), in a stable order: the standard policies, then
-/// the others alphabetically.
-pub fn escalation(parent: &Manifest, child: &Manifest) -> Option<Escalation> {
-    let extra = child.policies.keys().filter(|k| !STANDARD_POLICIES.contains(&k.as_str()));
-    STANDARD_POLICIES.iter().map(|s| (*s).to_owned()).chain(extra.cloned()).find_map(|policy| {
-        let allows = |m: &Manifest| m.policies.get(&policy).is_some_and(|v| v == "allow");
-        (allows(child) && !allows(parent))
-            .then(|| Escalation { explicit: parent.policies.contains_key(&policy), policy: policy.clone() })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -837,22 +812,5 @@ mod tests {
         assert_eq!(deep_merge(json!({"a": [1]}), json!({"a": [2]})), json!({"a": [2]}));
         assert_eq!(deep_merge(json!({"a": 1}), Value::Null), json!({"a": 1}));
         assert_eq!(Aggregate::Merge.apply(vec![]), Value::Null);
-    }
-
-    fn manifest(policies: Value) -> Manifest {
-        serde_json::from_value(json!({"name": "m", "policies": policies})).unwrap()
-    }
-
-    #[test]
-    fn policy_escalation() {
-        let strict = manifest(json!({}));
-        let net = manifest(json!({"network": "allow"}));
-        let denies = manifest(json!({"network": "deny"}));
-        assert_eq!(escalation(&strict, &net), Some(Escalation { policy: "network".into(), explicit: false }));
-        assert_eq!(escalation(&denies, &net), Some(Escalation { policy: "network".into(), explicit: true }));
-        assert_eq!(escalation(&net, &net), None);
-        assert_eq!(escalation(&net, &strict), None);
-        let custom = manifest(json!({"gpu": "allow"}));
-        assert_eq!(escalation(&strict, &custom).unwrap().policy, "gpu");
     }
 }

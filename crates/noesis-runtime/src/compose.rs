@@ -54,7 +54,8 @@
 //! in its own ancestor chain, by `@call`, composition or both, is E4004
 //! naming the chain (`a → b → a`); nesting deeper than the root's
 //! `composition.max_depth` (5) is E4005; a child whose `policies` allow what
-//! its caller's do not (explicitly or by the default `deny`) is E4007. A
+//! its caller's do not (explicitly or by the default `deny`), or that
+//! permits a tool its caller does not, is E4007 (`enforce::child_within`). A
 //! step past its `requires[].timeout_ms`, or any step still running when
 //! the root's `composition.timeout_ms` (60 s) is up, is cancelled in flight
 //! (the provider call is dropped) and is E2002; a step not yet started by
@@ -86,6 +87,9 @@ use crate::{CancellationToken, Instant, RunOptions, RunRecord, run, stamp};
 /// Finds modules by name for `@call` and composition steps.
 pub trait Resolver: Send + Sync {
     /// The module called `name`; a missing one is an E4006 failure.
+    // A failure is rare and becomes an envelope at once: kept unboxed so
+    // implementations stay one line.
+    #[allow(clippy::result_large_err)]
     fn resolve(&self, name: &str) -> Result<Arc<Module>, Failure>;
 }
 
@@ -104,6 +108,7 @@ impl SearchResolver {
 }
 
 impl Resolver for SearchResolver {
+    #[allow(clippy::result_large_err)]
     fn resolve(&self, name: &str) -> Result<Arc<Module>, Failure> {
         if let Some(m) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
             return Ok(Arc::clone(m));
@@ -792,10 +797,11 @@ impl Exec<'_> {
             }
         }
         let mut envelope = record.envelope.clone();
-        if !is_ok(&envelope) && node.cancel.is_cancelled() {
-            if let Some(e) = self.timeout_envelope(None, &module.name) {
-                envelope = e;
-            }
+        if !is_ok(&envelope)
+            && node.cancel.is_cancelled()
+            && let Some(e) = self.timeout_envelope(None, &module.name)
+        {
+            envelope = e;
         }
         self.update(step, |s| {
             s.usage = record.usage;
@@ -907,15 +913,8 @@ impl Exec<'_> {
             .details(json!({"max_depth": self.max_depth, "chain": path}));
             return refuse(f, false);
         }
-        let caller = &frame.node.module;
-        if let Some(esc) = composition::escalation(&caller.manifest, &module.manifest) {
-            let how = if esc.explicit { "denies" } else { "denies by default" };
-            let f = Failure::new(
-                ErrorCode::E4007,
-                format!("`{}` allows {}, which its caller `{}` {how}", module.name, esc.policy, caller.name),
-            )
-            .details(json!({"module": module.name, "caller": caller.name, "policy": esc.policy}))
-            .suggest("Give the caller the policy too, or call a module that needs less.");
+        // A child may not be allowed what its caller is denied (policies, tools).
+        if let Err(f) = noesis_modules::enforce::child_within(&frame.node.module.manifest, &module.manifest) {
             return refuse(f, false);
         }
         let cancel = frame.node.cancel.child_token();
@@ -1007,7 +1006,7 @@ impl Exec<'_> {
                         let v = frame.with_context(v, None);
                         self.child(frame, next, v, None, frame.step, Via::Route { index }).await
                     }
-                    Err(f) => self.refused_step(frame, next, f, Via::Route { index }),
+                    Err(f) => self.refused_step(frame, next, *f, Via::Route { index }),
                 };
                 self.settle(frame, &mut state, next, result)?;
             }
@@ -1066,7 +1065,7 @@ impl Exec<'_> {
                             frame.round,
                             mapped.clone(),
                         );
-                        let envelope = f.into_envelope();
+                        let envelope = (*f).into_envelope();
                         self.finish(s, &envelope, outcome_of(&envelope));
                         let optional = frame.config.and_then(|c| c.requirement(m)).is_some_and(|r| r.optional);
                         state.scope.insert(m.clone(), Value::Null);
@@ -1200,13 +1199,13 @@ fn lookup(scope: &Map<String, Value>, source: &Source) -> Value {
 
 /// The input a dataflow value gives a module: its payload, which must be an
 /// object.
-fn module_input(value: &Value) -> Result<Value, Failure> {
+fn module_input(value: &Value) -> Result<Value, Box<Failure>> {
     match payload(value) {
         v @ Value::Object(_) => Ok(v),
-        other => Err(Failure::new(
+        other => Err(Box::new(Failure::new(
             ErrorCode::E1001,
             format!("the dataflow gives this module {} as its input; a module's input is a JSON object", kind(&other)),
-        )),
+        ))),
     }
 }
 
@@ -1285,7 +1284,7 @@ fn output_envelope(root: &str, pattern: Pattern, value: &Value, contributors: &[
         }
     };
     let names: Vec<&str> = contributors.iter().map(|(m, _)| m.as_str()).collect();
-    if !data.get("rationale").and_then(Value::as_str).is_some_and(|r| !r.trim().is_empty()) {
+    if data.get("rationale").and_then(Value::as_str).is_none_or(|r| r.trim().is_empty()) {
         let parts: Vec<String> = contributors
             .iter()
             .filter_map(|(m, e)| e.pointer("/data/rationale").and_then(Value::as_str).map(|r| format!("{m}: {r}")))
