@@ -287,6 +287,18 @@ pub fn validate_manifest(raw: &Value) -> Vec<Violation> {
         }
     }
     let mut violations = manifest_schema().violations(&doc);
+    // What the schema cannot say about `composition` (ranges, paths,
+    // conditions, names): each problem once, at its own field.
+    if let Some(c) = raw.get("composition")
+        && let Err(errors) = crate::composition::Composition::parse(c)
+    {
+        for e in errors {
+            let pointer = e.pointer();
+            if !violations.iter().any(|v| v.pointer == pointer) {
+                violations.push(Violation { pointer, keyword: "composition".to_owned(), message: e.message });
+            }
+        }
+    }
     if let Some(m) = raw.get("min_confidence")
         && !m.as_f64().is_some_and(|f| (0.0..=1.0).contains(&f))
     {
@@ -347,6 +359,19 @@ mod tests {
         assert!(got.contains(&("/tier", "enum")), "{got:?}");
         let v = validate_manifest(&json!({"name": "ok"}));
         assert!(v.iter().any(|v| v.pointer == "/tier" && v.keyword == "required"));
+    }
+
+    #[test]
+    fn composition_problems_are_manifest_violations() {
+        let v = validate_manifest(&json!({
+            "name": "m", "version": "1.0.0", "responsibility": "r", "tier": "exec",
+            "composition": {"requires": [{"name": "a", "version": "^two"}], "pattern": "loop",
+                            "dataflow": [{"from": "input", "to": "a", "condition": "$.x = 1"}]}
+        }));
+        let got: Vec<_> = v.iter().map(|v| v.pointer.as_str()).collect();
+        assert!(got.contains(&"/composition/requires/0/version"), "{v:?}");
+        assert!(got.contains(&"/composition/dataflow/0/condition"), "{v:?}");
+        assert_eq!(got.iter().filter(|p| **p == "/composition/pattern").count(), 1, "{v:?}");
     }
 
     #[test]
