@@ -7,7 +7,7 @@
 //! | `GET /modules/{name}` | the module's manifest, rules and schemas ([`Service::info`]) |
 //! | `POST /run` | `{module, input?, args?, provider?, model?}` → the envelope |
 //! | `POST /run/stream` | the same body → `text/event-stream`: `text` events (a JSON string each) as the model writes, then one `envelope` event |
-//! | `POST /compose` | the same body → the envelope of the module's composition |
+//! | `POST /compose` | the same body → the envelope, with every step of the composition in `meta.steps` |
 //! | `GET /openapi.json` | the OpenAPI 3.1 description of these routes |
 //!
 //! Every error body is a v2.2 failure envelope. The HTTP status says whether
@@ -253,9 +253,6 @@ pub fn status_of(envelope: &Value) -> StatusCode {
         Some(ErrorCode::E4002) => StatusCode::TOO_MANY_REQUESTS,
         Some(ErrorCode::E2002) => StatusCode::GATEWAY_TIMEOUT,
         Some(ErrorCode::E4001) => StatusCode::BAD_GATEWAY,
-        Some(ErrorCode::E4000) if envelope.pointer("/error/details/unimplemented").is_some() => {
-            StatusCode::NOT_IMPLEMENTED
-        }
         Some(ErrorCode::E4000) => StatusCode::INTERNAL_SERVER_ERROR,
         // The module ran and this is its answer.
         _ => StatusCode::OK,
@@ -438,7 +435,8 @@ async fn run_stream(State(st): St, body: Result<Bytes, BytesRejection>) -> Respo
         let _ = tx.send(t.to_owned());
     }));
     let cancel = st.stop_runs.child_token();
-    let run: RunFuture = Box::pin(prepared.run(Some(on_text), Some(cancel)));
+    let service = Arc::clone(&st.service);
+    let run: RunFuture = Box::pin(async move { prepared.run(&*service, Some(on_text), Some(cancel)).await.envelope });
     // Pings make a vanished client show up as a failed write, which drops
     // the stream and the run with it.
     Sse::new(events(run, rx)).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()

@@ -12,6 +12,7 @@ use std::time::SystemTime;
 use noesis_llm::{Budget, BudgetMeter, PriceTable, Provider};
 use noesis_modules::search::{Found, SearchPath};
 use noesis_modules::{ErrorCode, Failure, Module};
+use noesis_runtime::compose::{ComposeOptions, ComposeRecord, Resolver, execute};
 use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, stamp};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -58,11 +59,20 @@ pub struct RunSettings {
     pub budget: Option<Budget>,
     /// Prices for `meta.usage.cost_usd`; the built-in table when `None`.
     pub prices: Option<Arc<PriceTable>>,
+    /// Capabilities granted to every module (see [`RunOptions::allow`]).
+    /// Only the operator grants them: a request cannot.
+    pub allow: Vec<String>,
 }
 
 impl Default for RunSettings {
     fn default() -> RunSettings {
-        RunSettings { reask: RunOptions::default().reask, max_tokens: None, budget: None, prices: None }
+        RunSettings {
+            reask: RunOptions::default().reask,
+            max_tokens: None,
+            budget: None,
+            prices: None,
+            allow: Vec::new(),
+        }
     }
 }
 
@@ -144,29 +154,30 @@ impl Service {
     /// not load (the server's problem, not the caller's).
     pub fn module(&self, name: &str) -> Result<Arc<Module>, Value> {
         let started = Instant::now();
+        self.load(name).map_err(|f| refuse(*f, started))
+    }
+
+    fn load(&self, name: &str) -> Result<Arc<Module>, Box<Failure>> {
         if !is_plain_name(name) {
-            return Err(refuse(
-                Failure::new(
-                    ErrorCode::E4006,
-                    format!("`{}` is not a module name; modules are served by name, never by path", clip(name)),
-                ),
-                started,
-            ));
+            return Err(Box::new(Failure::new(
+                ErrorCode::E4006,
+                format!("`{}` is not a module name; modules are served by name, never by path", clip(name)),
+            )));
         }
         let found = match self.search.resolve(name) {
             Ok(f) => f,
             // The folders searched are the server's business, not the caller's.
             Err(_) => {
-                let f = Failure::new(ErrorCode::E4006, format!("module `{name}` not found"))
-                    .suggest("list the modules this server has (GET /modules)");
-                return Err(refuse(f, started));
+                return Err(Box::new(
+                    Failure::new(ErrorCode::E4006, format!("module `{name}` not found"))
+                        .suggest("list the modules this server has (GET /modules)"),
+                ));
             }
         };
         self.cache.get(name, &found).map_err(|message| {
-            refuse(
+            Box::new(
                 Failure::new(ErrorCode::E4000, format!("module `{name}` cannot be loaded: {message}"))
                     .suggest("the server's module files need fixing; `noesis validate` names the problem"),
-                started,
             )
         })
     }
@@ -268,6 +279,7 @@ impl Service {
             reask: self.settings.reask,
             budget: self.settings.budget.map(|b| Arc::new(BudgetMeter::new(b))),
             prices: self.settings.prices.clone(),
+            allow: self.settings.allow.clone(),
             ..RunOptions::default()
         };
         Ok(PreparedRun { module, provider, input, options, in_flight: Arc::clone(&self.in_flight) })
@@ -276,36 +288,52 @@ impl Service {
     /// Runs a module: [`Service::prepare`], then [`PreparedRun::run`]. Text
     /// goes to `on_text` as it streams in; `cancel` stops the run with an
     /// E2002 envelope. Dropping the future drops the provider call too.
+    /// `@call`s and `composition:` run as `noesis run` runs them.
     pub async fn run(&self, request: RunRequest, on_text: Option<OnText>, cancel: Option<CancellationToken>) -> Value {
         match self.prepare(request) {
-            Ok(prepared) => prepared.run(on_text, cancel).await,
+            Ok(prepared) => prepared.run(self, on_text, cancel).await.envelope,
             Err(refusal) => refusal,
         }
     }
 
-    /// Runs a module's `composition:` (its dependencies and dataflow).
-    ///
-    /// Not available yet: the runtime has no composition engine in this
-    /// build, so every call is refused with an E4000 envelope whose details
-    /// say `"unimplemented": "compose"`.
+    /// Like [`Service::run`], with every step of the composition in
+    /// `meta.steps` (as `noesis compose --trace json` prints them: no step
+    /// inputs or envelopes).
     pub async fn compose(
         &self,
         request: RunRequest,
         on_text: Option<OnText>,
         cancel: Option<CancellationToken>,
     ) -> Value {
-        let started = Instant::now();
-        // Resolve first so an unknown module is still E4006.
-        if let Err(refusal) = self.module(&request.module) {
-            return refusal;
+        let record = match self.prepare(request) {
+            Ok(prepared) => prepared.run(self, on_text, cancel).await,
+            Err(refusal) => return refusal,
+        };
+        let mut envelope = record.envelope;
+        let steps: Vec<Value> = record
+            .steps
+            .iter()
+            .map(|s| {
+                json!({
+                    "step": s.id, "parent": s.parent, "depth": s.depth, "module": s.module,
+                    "via": s.via.to_string(), "round": s.round, "start_ms": s.start_ms,
+                    "elapsed_ms": s.elapsed_ms, "outcome": s.outcome, "calls": s.calls,
+                })
+            })
+            .collect();
+        // `meta` allows keys of its own; the envelope still validates.
+        if let Some(meta) = envelope.get_mut("meta").and_then(Value::as_object_mut) {
+            meta.insert("steps".into(), Value::Array(steps));
         }
-        drop((on_text, cancel));
-        refuse(
-            Failure::new(ErrorCode::E4000, "composition is not available in this build of noesis yet")
-                .details(json!({"unimplemented": "compose"}))
-                .suggest("run the modules one at a time with POST /run"),
-            started,
-        )
+        envelope
+    }
+}
+
+/// The service resolves the modules a composition calls through its cache,
+/// under the same rules as requests (plain names only).
+impl Resolver for Service {
+    fn resolve(&self, name: &str) -> Result<Arc<Module>, Failure> {
+        self.load(name).map_err(|f| *f)
     }
 }
 
@@ -347,13 +375,22 @@ impl PreparedRun {
         &self.provider
     }
 
-    /// Runs it; always an envelope that validates against v2.2.
-    pub async fn run(mut self, on_text: Option<OnText>, cancel: Option<CancellationToken>) -> Value {
+    /// Runs it with its `@call`s and `composition:`, the modules they name
+    /// resolved by `resolver` (the [`Service`]); the record's envelope
+    /// always validates against v2.2. `on_text` streams the root module's
+    /// text; `cancel` stops every step (E2002).
+    pub async fn run(
+        mut self,
+        resolver: &dyn Resolver,
+        on_text: Option<OnText>,
+        cancel: Option<CancellationToken>,
+    ) -> ComposeRecord {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _guard = InFlight(Arc::clone(&self.in_flight));
         self.options.on_text = on_text;
         self.options.cancel = cancel;
-        noesis_runtime::run(&self.module, self.provider.as_ref(), self.input, &self.options).await.envelope
+        let options = ComposeOptions { run: self.options, timeout: None };
+        execute(self.module, resolver, self.provider.as_ref(), self.input, &options).await
     }
 }
 

@@ -473,12 +473,59 @@ async fn modules_are_cached_and_reloaded_when_their_files_change() {
     assert_eq!(status, 404, "{env}");
 }
 
+fn write_caller(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join("module.yaml"),
+        "name: caller\nversion: 1.0.0\nresponsibility: Summarise what echo says\ntier: decision\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("prompt.md"), "Summarise this: @call:echo").unwrap();
+    std::fs::write(
+        dir.join("schema.json"),
+        json!({"input": {"type": "object"}, "data": {"type": "object", "required": ["rationale"], "properties": {"rationale": {"type": "string"}}}})
+            .to_string(),
+    )
+    .unwrap();
+}
+
 #[tokio::test]
-async fn compose_is_refused_until_the_runtime_has_it() {
-    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |_| {}).await;
-    let (status, env) = post(&s.url("/compose"), &json!({"module": "code-simplifier"})).await;
-    assert_eq!(status, 501, "{env}");
-    assert_failure(&env, "E4000");
+async fn compose_runs_calls_through_the_cache_and_lists_the_steps() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_module(&tmp.path().join("echo"), "1.0.0");
+    write_caller(&tmp.path().join("caller"));
+    let reply = |r: &str| {
+        json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": r}, "data": {"rationale": r}})
+            .to_string()
+    };
+    let fake = FakeServer::start(vec![
+        Reply::Chat(reply("echoed")),
+        Reply::Chat(reply("summarised")),
+        Reply::Chat(reply("echoed again")),
+        Reply::Chat(reply("summarised again")),
+    ])
+    .unwrap();
+    let search = SearchPath { dirs: vec![tmp.path().to_path_buf()] };
+    let s = start_with(&fake.base_url(), search, |_| {}).await;
+
+    let (status, env) = post(&s.url("/compose"), &json!({"module": "caller", "input": {}})).await;
+    assert_eq!(status, 200, "{env}");
+    assert_eq!(env["ok"], true, "{env}");
+    assert_eq!(env["data"]["rationale"], "summarised");
+    assert!(noesis_modules::validate_envelope(&env).is_empty(), "{env}");
+    let steps = env["meta"]["steps"].as_array().unwrap();
+    let modules: Vec<&str> = steps.iter().filter_map(|s| s["module"].as_str()).collect();
+    assert_eq!(modules, ["caller", "echo"], "{env}");
+    assert_eq!(steps[1]["parent"], 0);
+    let sent = fake.received();
+    assert_eq!(sent.len(), 2);
+    assert!(sent[1].body.contains("echoed"), "the child's envelope reaches the caller's prompt");
+
+    // /run runs the @call too (as `noesis run` does), without the steps.
+    let (status, env) = post(&s.url("/run"), &json!({"module": "caller"})).await;
+    assert_eq!((status, &env["data"]["rationale"]), (200, &json!("summarised again")), "{env}");
+    assert!(env["meta"].get("steps").is_none());
+
     let (status, env) = post(&s.url("/compose"), &json!({"module": "nope"})).await;
     assert_eq!(status, 404);
     assert_failure(&env, "E4006");

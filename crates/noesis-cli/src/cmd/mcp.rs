@@ -41,6 +41,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_tokens: a.max_tokens,
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
+        ..RunSettings::default()
     };
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.

@@ -46,6 +46,11 @@ pub(crate) struct Args {
     /// Times an invalid reply is sent back with its violations for another try.
     #[arg(long, value_name = "N", default_value_t = 1)]
     reask: u32,
+    /// Grant every served module these policies (network, filesystem_write,
+    /// side_effects, code_execution, or a module's own; added to `[policies]
+    /// allow` in noesis.toml). A request cannot grant any.
+    #[arg(long = "allow", value_name = "POLICY[,POLICY…]", value_delimiter = ',')]
+    allow: Vec<String>,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -109,6 +114,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_tokens: a.max_tokens,
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
+        allow: crate::config::granted(&config, &a.allow)?,
     };
     let providers = Providers { flags: a.provider.clone(), config, made: Mutex::new(HashMap::new()) };
     // A provider that cannot be set up is a configuration error: say so now
