@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 use anyhow::Context;
 use noesis_frames::project::{Project, identify, name_for};
 use noesis_frames::scan::{hash_bytes, json_digest};
-use noesis_frames::{Draft, Evidence, Status, Timestamp};
+use noesis_frames::{CausalFrame, Draft, Evidence, Status, Timestamp};
+use noesis_runtime::compose::{Outcome, StepTrace};
 use noesis_store::Store;
 use serde_json::{Value, json};
 
@@ -130,16 +131,18 @@ impl Pending {
         Pending { module: module.to_owned(), input_digest: json_digest(input), context, files }
     }
 
-    /// Records the run as a frame. Never fails the run: a problem is a
-    /// warning on stderr.
-    pub(crate) fn record(self, envelope: &Value) {
-        let recorded = runtime().and_then(|rt| rt.block_on(self.try_record(envelope)));
+    /// Records the run as a frame, and every composition step (`@call`,
+    /// dataflow, routing, fallback) as a child frame under the step that
+    /// invoked it, so the call tree survives the run. Never fails the run: a
+    /// problem is a warning on stderr.
+    pub(crate) fn record(self, envelope: &Value, steps: &[StepTrace]) {
+        let recorded = runtime().and_then(|rt| rt.block_on(self.try_record(envelope, steps)));
         if let Err(e) = recorded {
             out::note(&format!("warning: the run was not recorded as a frame: {e:#}"));
         }
     }
 
-    async fn try_record(self, envelope: &Value) -> anyhow::Result<()> {
+    async fn try_record(self, envelope: &Value, steps: &[StepTrace]) -> anyhow::Result<()> {
         let cwd = std::env::current_dir()?;
         let (project, store) = context().await?;
         let evidence: Vec<Evidence> = self
@@ -174,9 +177,59 @@ impl Pending {
             status: Some(Status::Completed),
             ..Draft::new(format!("{} input:{}", self.module, &self.input_digest[..16]))
         };
-        let frame = draft.into_frame(&project.project_id, None, parent.as_ref(), Timestamp::now())?;
-        store.insert_frames(std::slice::from_ref(&frame)).await?;
+        let now = Timestamp::now();
+        let frame = draft.into_frame(&project.project_id, None, parent.as_ref(), now)?;
+        // Step 0 is the root module: the run's own frame. Steps start after
+        // their parents, so each parent's frame exists before its children.
+        let mut frames: Vec<Option<CausalFrame>> = vec![None; steps.len()];
+        for step in steps.iter().filter(|s| s.id != 0) {
+            let parent = match step.parent {
+                Some(0) | None => &frame,
+                Some(p) => match frames.get(p).and_then(Option::as_ref) {
+                    Some(f) => f,
+                    None => &frame,
+                },
+            };
+            let child = step_draft(step).into_frame(&project.project_id, None, Some(parent), now)?;
+            if let Some(slot) = frames.get_mut(step.id) {
+                *slot = Some(child);
+            }
+        }
+        let mut all = vec![frame];
+        all.extend(frames.into_iter().flatten());
+        store.insert_frames(&all).await?;
         Ok(())
+    }
+}
+
+/// A composition step as a frame: what ran, how it came to run, and what
+/// it concluded (a skipped step concludes why it did not run).
+fn step_draft(step: &StepTrace) -> Draft {
+    let envelope = &step.envelope;
+    let explain = envelope["meta"]["explain"].as_str().unwrap_or_default();
+    let conclusion = match &step.outcome {
+        Outcome::Ok => format!("{explain} (data blake3:{})", &json_digest(&envelope["data"])[..16]),
+        other => {
+            let code = envelope["error"]["code"].as_str().map(|c| format!(" {c}")).unwrap_or_default();
+            format!("{other}{code}: {explain}").trim_end_matches(": ").to_owned()
+        }
+    };
+    let input_digest = json_digest(&step.input);
+    let context_slice = json!({
+        "module": step.module,
+        "via": step.via.to_string(),
+        "round": step.round,
+        "depth": step.depth,
+        "input_digest": input_digest,
+        "trace_id": envelope["meta"]["trace_id"],
+        "elapsed_ms": step.elapsed_ms,
+    });
+    Draft {
+        context_slice: context_slice.to_string(),
+        conclusion,
+        confidence: envelope["meta"]["confidence"].as_f64().unwrap_or(0.0).clamp(0.0, 1.0),
+        status: Some(Status::Completed),
+        ..Draft::new(format!("{} via {} input:{}", step.module, step.via, &input_digest[..16]))
     }
 }
 

@@ -119,3 +119,37 @@ fn run_resolves_a_call_and_injects_the_childs_envelope() {
     let parent_prompt = prompt_of(1);
     assert!(parent_prompt.contains("MOON-PULL") && !parent_prompt.contains("@call:"), "{parent_prompt}");
 }
+
+#[test]
+fn compose_steps_are_recorded_as_child_frames() {
+    let w = Work::new();
+    review_modules(&w);
+    let home = w.path().join("home");
+    let noesis = || {
+        let mut c = w.noesis();
+        c.env("NOESIS_HOME", &home).env_remove("NOESIS_STORE");
+        c
+    };
+    let o = output(noesis().args(["compose", "review", "--provider", "test"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("not recorded"), "{}", o.stderr);
+    let o = output(noesis().args(["frames", "list", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let frames = o.json().as_array().unwrap().clone();
+    let find = |prefix: &str| {
+        frames
+            .iter()
+            .find(|f| f["query"].as_str().unwrap_or_default().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no frame for {prefix}: {frames:#?}"))
+            .clone()
+    };
+    let root = find("review input:");
+    let lint = find("lint via dataflow[0]");
+    let style = find("style via @call");
+    let deep = find("deep via dataflow[1]");
+    assert_eq!(frames.len(), 4, "{frames:#?}");
+    assert_eq!(lint["parent_id"], root["frame_id"]);
+    assert_eq!(style["parent_id"], lint["frame_id"], "an @call hangs under its caller");
+    assert_eq!(deep["parent_id"], root["frame_id"]);
+    assert!(deep["conclusion"].as_str().unwrap().starts_with("skipped"), "{deep}");
+}

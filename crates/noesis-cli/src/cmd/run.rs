@@ -186,7 +186,7 @@ pub(crate) fn execute_module(search: &SearchPath, a: Args, composing: &Composing
             out::note(&format!("--- repaired: {r}"));
         }
     }
-    pending.record(&composed.envelope);
+    pending.record(&composed.envelope, &composed.steps);
     out::json(&composed.envelope, a.pretty)?;
     if interrupted {
         return Ok(ExitCode::from(130));
