@@ -61,7 +61,7 @@ fn mcp_python_sdk_client() {
 
     let names: Vec<&str> =
         r["tools"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["run", "list", "info"]);
+    assert_eq!(names, ["run", "compose", "list", "info"]);
 
     let ok = &r["run_ok"];
     assert_eq!(ok["isError"], false, "{ok}");

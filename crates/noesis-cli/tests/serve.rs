@@ -169,3 +169,49 @@ fn serve_checks_the_token_from_the_environment() {
     assert_eq!(env["meta"]["model"], "test/schema");
     assert!(!s.stderr.lock().unwrap().contains("tok-123"));
 }
+
+#[test]
+fn serve_keeps_emitted_context_only_when_asked() {
+    let work = Work::new();
+    work.write(
+        "cognitive/modules/stateful/module.yaml",
+        "name: stateful\nversion: 1.0.0\nresponsibility: answer\ntier: decision\ncontext:\n  accepts:\n    - type: session_state\n  emits:\n    - type: session_state\n      ttl: 3600\n",
+    );
+    work.write("cognitive/modules/stateful/prompt.md", "Answer: ${question}\n");
+    work.write(
+        "cognitive/modules/stateful/schema.json",
+        &json!({"input": {"type": "object", "properties": {"question": {"type": "string"}}},
+                "data": {"type": "object", "required": ["rationale"], "properties": {"rationale": {"type": "string"}}}})
+        .to_string(),
+    );
+    let emitting = json!({"ok": true,
+        "meta": {"confidence": 0.9, "risk": "low", "explain": "e",
+                 "_emitted_context": {"session_state": {"STATE-MARKER": 7}}},
+        "data": {"rationale": "r"}})
+    .to_string();
+    let plain =
+        json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "e"}, "data": {"rationale": "r"}})
+            .to_string();
+    let fake =
+        FakeServer::start(vec![Reply::Chat(emitting.clone()), Reply::Chat(plain.clone()), Reply::Chat(plain.clone())])
+            .unwrap();
+    let base_url = fake.base_url();
+    let envs = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let run = json!({"module": "stateful", "input": {"question": "q"}});
+    {
+        let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--keep-context"], &envs);
+        for _ in 0..2 {
+            let (status, env) = http(&s.addr, "POST", "/run", Some(&run), None);
+            assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+            assert!(!env.to_string().contains("STATE-MARKER"), "emitted context never reaches the caller: {env}");
+        }
+    }
+    let prompt = |i: usize| fake.received()[i].json()["messages"].to_string();
+    assert!(!prompt(0).contains("STATE-MARKER"));
+    assert!(prompt(1).contains("STATE-MARKER"), "the second run was served the first's context: {}", prompt(1));
+    // Without --keep-context the same store is neither read nor written.
+    let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini"], &envs);
+    let (status, _) = http(&s.addr, "POST", "/run", Some(&run), None);
+    assert_eq!(status, 200);
+    assert!(!prompt(2).contains("STATE-MARKER"), "{}", prompt(2));
+}

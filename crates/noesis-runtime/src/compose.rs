@@ -250,6 +250,18 @@ pub struct StepTrace {
     pub cost_usd: Option<f64>,
 }
 
+impl StepTrace {
+    /// The step without its input and envelope: what a trace shows
+    /// (`noesis compose --trace json`, `meta.steps` of `POST /compose`).
+    pub fn summary(&self) -> Value {
+        json!({
+            "step": self.id, "parent": self.parent, "depth": self.depth, "module": self.module,
+            "via": self.via.to_string(), "round": self.round, "start_ms": self.start_ms,
+            "elapsed_ms": self.elapsed_ms, "outcome": self.outcome, "calls": self.calls,
+        })
+    }
+}
+
 /// What [`execute`] did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ComposeRecord {

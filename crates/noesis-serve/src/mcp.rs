@@ -385,12 +385,18 @@ impl Mcp {
             }
         };
         match name {
-            "run" => {
+            "run" | "compose" => {
                 let request = match run_request(arguments) {
                     Ok(r) => r,
                     Err(b) => return bad(b),
                 };
-                let envelope = mcp_hints(self.service.run(request, None, Some(cancel)).await);
+                // `compose` is the same run with every step listed in `meta.steps`.
+                let envelope = if name == "compose" {
+                    self.service.compose(request, None, Some(cancel)).await
+                } else {
+                    self.service.run(request, None, Some(cancel)).await
+                };
+                let envelope = mcp_hints(envelope);
                 let failed = envelope.get("ok") != Some(&Value::Bool(true));
                 Ok(tool_result(envelope, failed, version))
             }
@@ -413,7 +419,7 @@ impl Mcp {
                     Err(envelope) => tool_result(mcp_hints(envelope), true, version),
                 })
             }
-            other => Err(RpcError::invalid_params(format!("unknown tool `{other}` (tools: run, list, info)"))),
+            other => Err(RpcError::invalid_params(format!("unknown tool `{other}` (tools: run, compose, list, info)"))),
         }
     }
 
@@ -611,24 +617,33 @@ fn tool_definitions() -> Vec<Value> {
         "required": ["ok", "meta"],
     });
     let text = |d: &str| json!({"type": "string", "description": d});
+    let run_input = json!({
+        "type": "object",
+        "properties": {
+            "module": text("A module name (the `list` tool names them)"),
+            "input": {"type": "object", "description": "The module's input, matching its input schema"},
+            "args": text("Argument text for $ARGUMENTS; also the input's `query` when the module declares one and it is absent"),
+            "provider": text("A provider name, instead of the server's default"),
+            "model": text("A model name, instead of the provider's default"),
+        },
+        "required": ["module"],
+        "additionalProperties": false,
+    });
     vec![
         json!({
             "name": "run",
             "title": "Run a module",
             "description": "Run a Cognitive Module on an input. Returns its v2.2 envelope: {ok: true, data, meta} with the module's checked result, or {ok: false, error: {code, message}, meta}. `info` gives a module's input schema.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "module": text("A module name (the `list` tool names them)"),
-                    "input": {"type": "object", "description": "The module's input, matching its input schema"},
-                    "args": text("Argument text for $ARGUMENTS; also the input's `query` when the module declares one and it is absent"),
-                    "provider": text("A provider name, instead of the server's default"),
-                    "model": text("A model name, instead of the provider's default"),
-                },
-                "required": ["module"],
-                "additionalProperties": false,
-            },
+            "inputSchema": run_input,
             "outputSchema": envelope,
+            "annotations": {"readOnlyHint": true, "openWorldHint": true},
+        }),
+        json!({
+            "name": "compose",
+            "title": "Run a module and trace its composition",
+            "description": "Like `run`, and the envelope's meta.steps lists every step the module's @call directives and composition ran: module, depth, parent step, how it came to run, timing and outcome (ok, failed, skipped with the reason, timed out, fell back).",
+            "inputSchema": run_input.clone(),
+            "outputSchema": envelope.clone(),
             "annotations": {"readOnlyHint": true, "openWorldHint": true},
         }),
         json!({
@@ -841,7 +856,7 @@ mod tests {
         let new = tools("2025-11-25");
         let names: Vec<&str> =
             new["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["run", "list", "info"]);
+        assert_eq!(names, ["run", "compose", "list", "info"]);
         for t in new["result"]["tools"].as_array().unwrap() {
             assert_eq!(t["inputSchema"]["type"], "object", "{t}");
             assert_eq!(t["outputSchema"]["type"], "object", "{t}");
@@ -873,6 +888,16 @@ mod tests {
         let text: Value = serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
         assert_eq!(text, result["structuredContent"]);
         assert!(noesis_modules::validate_envelope(&text).is_empty());
+
+        let r = call(
+            &mcp,
+            json!({"name": "compose", "arguments": {"module": "code-simplifier", "input": {"code": "x = 1 + 0"}}}),
+        );
+        let composed = &r["result"]["structuredContent"];
+        assert_eq!(r["result"]["isError"], false, "{r}");
+        assert_eq!(composed["meta"]["steps"][0]["module"], "code-simplifier", "{composed}");
+        assert_eq!(composed["meta"]["steps"][0]["outcome"]["status"], "ok", "{composed}");
+        assert!(noesis_modules::validate_envelope(composed).is_empty());
         // A failure envelope is a tool error, not a protocol error.
         let r = call(&mcp, json!({"name": "run", "arguments": {"module": "nope"}}));
         assert_eq!(r["result"]["isError"], true, "{r}");

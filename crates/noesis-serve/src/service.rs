@@ -12,8 +12,8 @@ use std::time::SystemTime;
 use noesis_llm::{Budget, BudgetMeter, PriceTable, Provider};
 use noesis_modules::search::{Found, SearchPath};
 use noesis_modules::{ErrorCode, Failure, Module};
-use noesis_runtime::compose::{ComposeOptions, ComposeRecord, Resolver, execute};
-use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, stamp};
+use noesis_runtime::compose::{ComposeOptions, ComposeRecord, Resolver, StepTrace, execute};
+use noesis_runtime::{CancellationToken, ContextOptions, Instant, OnText, RunOptions, stamp};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -62,6 +62,11 @@ pub struct RunSettings {
     /// Capabilities granted to every module (see [`RunOptions::allow`]).
     /// Only the operator grants them: a request cannot.
     pub allow: Vec<String>,
+    /// Where emitted context is kept and served from (see
+    /// [`RunOptions::context`]); `None` keeps none. One store serves every
+    /// client: entries are per user or session only when a module's
+    /// `key_pattern` says so.
+    pub context: Option<ContextOptions>,
 }
 
 impl Default for RunSettings {
@@ -72,6 +77,7 @@ impl Default for RunSettings {
             budget: None,
             prices: None,
             allow: Vec::new(),
+            context: None,
         }
     }
 }
@@ -280,6 +286,7 @@ impl Service {
             budget: self.settings.budget.map(|b| Arc::new(BudgetMeter::new(b))),
             prices: self.settings.prices.clone(),
             allow: self.settings.allow.clone(),
+            context: self.settings.context.clone(),
             ..RunOptions::default()
         };
         Ok(PreparedRun { module, provider, input, options, in_flight: Arc::clone(&self.in_flight) })
@@ -310,17 +317,7 @@ impl Service {
             Err(refusal) => return refusal,
         };
         let mut envelope = record.envelope;
-        let steps: Vec<Value> = record
-            .steps
-            .iter()
-            .map(|s| {
-                json!({
-                    "step": s.id, "parent": s.parent, "depth": s.depth, "module": s.module,
-                    "via": s.via.to_string(), "round": s.round, "start_ms": s.start_ms,
-                    "elapsed_ms": s.elapsed_ms, "outcome": s.outcome, "calls": s.calls,
-                })
-            })
-            .collect();
+        let steps: Vec<Value> = record.steps.iter().map(StepTrace::summary).collect();
         // `meta` allows keys of its own; the envelope still validates.
         if let Some(meta) = envelope.get_mut("meta").and_then(Value::as_object_mut) {
             meta.insert("steps".into(), Value::Array(steps));

@@ -44,12 +44,7 @@ pub(crate) fn print_trace(steps: &[StepTrace], format: TraceFormat) {
     match format {
         TraceFormat::Json => {
             for s in steps {
-                let line = serde_json::json!({
-                    "step": s.id, "parent": s.parent, "depth": s.depth, "module": s.module,
-                    "via": s.via.to_string(), "round": s.round, "start_ms": s.start_ms,
-                    "elapsed_ms": s.elapsed_ms, "outcome": s.outcome, "calls": s.calls,
-                });
-                out::note(&line.to_string());
+                out::note(&s.summary().to_string());
             }
         }
         TraceFormat::Table => out::note(&table(steps)),

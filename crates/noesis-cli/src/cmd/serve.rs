@@ -51,6 +51,12 @@ pub(crate) struct Args {
     /// allow` in noesis.toml). A request cannot grant any.
     #[arg(long = "allow", value_name = "POLICY[,POLICY…]", value_delimiter = ',')]
     allow: Vec<String>,
+    /// Keep the context modules emit (`context.emits`) in the store and
+    /// serve it to later runs, as `noesis run` does. Off by default: one
+    /// store serves every client, and an entry is per user or session only
+    /// when the module's `key_pattern` names `${user_id}` or `${session_id}`.
+    #[arg(long)]
+    keep_context: bool,
 }
 
 fn env(name: &str) -> Option<String> {
@@ -115,6 +121,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
         allow: crate::config::granted(&config, &a.allow)?,
+        context: a.keep_context.then(crate::memory::ProjectContext::options),
     };
     let providers = Providers { flags: a.provider.clone(), config, made: Mutex::new(HashMap::new()) };
     // A provider that cannot be set up is a configuration error: say so now
