@@ -25,6 +25,11 @@ use crate::jsonpath::{JsonPath, is_key_char, is_key_start};
 /// exhaust the stack.
 const MAX_NESTING: usize = 64;
 
+/// More `&&`/`||` than this is refused: a chain builds a tree as deep as it
+/// is long, and evaluating or dropping that tree recurses once per operator,
+/// so nesting alone does not bound the stack.
+const MAX_OPERATORS: usize = 256;
+
 /// A parsed condition.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Condition {
@@ -255,6 +260,7 @@ struct Parser {
     pos: usize,
     end: usize,
     depth: usize,
+    operators: usize,
 }
 
 impl Parser {
@@ -274,11 +280,20 @@ impl Parser {
         Ok(())
     }
 
+    fn operator(&mut self) -> Result<(), ConditionError> {
+        self.operators += 1;
+        if self.operators > MAX_OPERATORS {
+            return err(self.at(), format!("more than {MAX_OPERATORS} `&&`/`||` operators"));
+        }
+        self.pos += 1;
+        Ok(())
+    }
+
     fn expr(&mut self) -> Result<Expr, ConditionError> {
         self.enter()?;
         let mut left = self.and()?;
         while self.peek() == Some(&Tok::Or) {
-            self.pos += 1;
+            self.operator()?;
             left = Expr::Or(Box::new(left), Box::new(self.and()?));
         }
         self.depth -= 1;
@@ -288,7 +303,7 @@ impl Parser {
     fn and(&mut self) -> Result<Expr, ConditionError> {
         let mut left = self.unary()?;
         while self.peek() == Some(&Tok::And) {
-            self.pos += 1;
+            self.operator()?;
             left = Expr::And(Box::new(left), Box::new(self.unary()?));
         }
         Ok(left)
@@ -363,7 +378,7 @@ impl Condition {
         if toks.is_empty() {
             return err(0, "the condition is empty");
         }
-        let mut p = Parser { toks, pos: 0, end: chars.len(), depth: 0 };
+        let mut p = Parser { toks, pos: 0, end: chars.len(), depth: 0, operators: 0 };
         let expr = p.expr()?;
         if p.pos < p.toks.len() {
             let what = if p.peek() == Some(&Tok::Close) { "unexpected `)`" } else { "expected `&&`, `||` or the end" };
@@ -523,5 +538,18 @@ mod tests {
         assert!(Condition::parse(&nots).is_err());
         let ok = format!("{}true{}", "(".repeat(20), ")".repeat(20));
         assert!(Condition::parse(&ok).unwrap().eval(&Value::Null));
+    }
+
+    #[test]
+    fn hostile_chains_are_an_error_not_a_crash() {
+        // Flat chains nest nothing, yet each operator adds a level to the
+        // tree that eval and drop walk recursively.
+        for op in [" && ", " || "] {
+            let long = vec!["true"; 20_000].join(op);
+            let e = Condition::parse(&long).unwrap_err();
+            assert!(e.message.contains("operators"), "{e}");
+        }
+        let fine = vec!["$.a == 1"; 100].join(" || ");
+        assert!(Condition::parse(&fine).unwrap().eval(&serde_json::json!({"a": 1})));
     }
 }
