@@ -62,7 +62,8 @@ pub(crate) struct ProviderArgs {
     pub max_cost: Option<f64>,
 }
 
-fn env(name: &str) -> Option<String> {
+/// An environment variable that is set and not blank (a blank key is no key).
+pub(crate) fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 

@@ -225,7 +225,8 @@ fn is_module_name(s: &str) -> bool {
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-fn describe(v: &Value) -> &'static str {
+/// A JSON value's kind, for messages: "a list", "an object", …
+pub fn describe(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

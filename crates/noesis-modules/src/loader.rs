@@ -139,7 +139,8 @@ pub enum LoadError {
     },
 }
 
-fn list(violations: &[Violation]) -> String {
+/// Violations as the indented lines of an error message.
+pub(crate) fn list(violations: &[Violation]) -> String {
     violations
         .iter()
         .map(|v| {
@@ -425,6 +426,35 @@ fn split_ref(r: &str) -> (Option<String>, String) {
 }
 
 impl Module {
+    /// The schema sections the module has, in the spec's order.
+    pub fn schema_sections(&self) -> Vec<&'static str> {
+        [("input", &self.input), ("data", &self.data), ("meta", &self.meta), ("error", &self.error)]
+            .into_iter()
+            .filter(|(_, section)| section.is_some())
+            .map(|(name, _)| name)
+            .collect()
+    }
+
+    /// What `noesis info --json` and a server's module description share:
+    /// identity, rules, policies, schema sections and tests.
+    pub fn summary(&self) -> Value {
+        json!({
+            "name": self.name,
+            "version": self.manifest.version,
+            "format": self.format.to_string(),
+            "tier": self.policy.tier.as_str(),
+            "responsibility": self.manifest.responsibility,
+            "location": self.location.display().to_string(),
+            "policy": self.policy,
+            "context": self.manifest.context_mode(),
+            "excludes": self.manifest.excludes,
+            "policies": self.manifest.policies,
+            "schema_sections": self.schema_sections(),
+            "tests": self.manifest.tests,
+            "prompt_chars": self.prompt.chars().count(),
+        })
+    }
+
     /// The schema the model's whole reply should satisfy: the envelope with
     /// this module's data and error sections, `$ref`s still resolvable.
     /// Providers send it as a structured-output schema; the test model

@@ -70,7 +70,7 @@ pub enum MigrateError {
     },
     /// The manifest would still break the v2.2 manifest schema: something
     /// only a person can decide (a name with capitals, a malformed version).
-    #[error("{file}: cannot be migrated without a manual fix:{}", list(violations))]
+    #[error("{file}: cannot be migrated without a manual fix:{}", crate::loader::list(violations))]
     Manifest {
         /// The file the offending fields come from.
         file: String,
@@ -81,16 +81,6 @@ pub enum MigrateError {
     /// here, reported rather than written.
     #[error("module.yaml: the rewritten manifest does not read back as computed ({0}); please report this")]
     RoundTrip(String),
-}
-
-fn list(violations: &[Violation]) -> String {
-    violations
-        .iter()
-        .map(|v| {
-            let field = if v.pointer.is_empty() { "(root)" } else { v.pointer.as_str() };
-            format!("\n  field {field}: {} (rule: {})", v.message, v.keyword)
-        })
-        .collect()
 }
 
 /// The order keys take in a `module.yaml` written from scratch; other keys

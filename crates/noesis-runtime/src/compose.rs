@@ -1216,19 +1216,11 @@ fn module_input(value: &Value) -> Result<Value, Box<Failure>> {
         v @ Value::Object(_) => Ok(v),
         other => Err(Box::new(Failure::new(
             ErrorCode::E1001,
-            format!("the dataflow gives this module {} as its input; a module's input is a JSON object", kind(&other)),
+            format!(
+                "the dataflow gives this module {} as its input; a module's input is a JSON object",
+                noesis_modules::composition::describe(&other)
+            ),
         ))),
-    }
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
     }
 }
 

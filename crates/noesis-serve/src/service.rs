@@ -226,33 +226,10 @@ impl Service {
     /// `$defs` carried along so their `$ref`s resolve on their own).
     pub fn info(&self, name: &str) -> Result<Value, Value> {
         let m = self.module(name)?;
-        let sections: Vec<&str> = [
-            ("input", m.input.is_some()),
-            ("data", m.data.is_some()),
-            ("meta", m.meta.is_some()),
-            ("error", m.error.is_some()),
-        ]
-        .iter()
-        .filter(|(_, has)| *has)
-        .map(|(n, _)| *n)
-        .collect();
-        Ok(json!({
-            "name": m.name,
-            "version": m.manifest.version,
-            "format": m.format.to_string(),
-            "tier": m.policy.tier.as_str(),
-            "responsibility": m.manifest.responsibility,
-            "location": m.location.display().to_string(),
-            "policy": m.policy,
-            "context": m.manifest.context_mode(),
-            "excludes": m.manifest.excludes,
-            "policies": m.manifest.policies,
-            "schema_sections": sections,
-            "input_schema": m.input.as_ref().map(|s| standalone(&s.schema, &m.schema)),
-            "data_schema": m.data.as_ref().map(|s| standalone(&s.schema, &m.schema)),
-            "tests": m.manifest.tests,
-            "prompt_chars": m.prompt.chars().count(),
-        }))
+        let mut info = m.summary();
+        info["input_schema"] = json!(m.input.as_ref().map(|s| standalone(&s.schema, &m.schema)));
+        info["data_schema"] = json!(m.data.as_ref().map(|s| standalone(&s.schema, &m.schema)));
+        Ok(info)
     }
 
     /// Checks a request and picks its module and provider, without calling

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::config;
 use crate::out;
+use crate::provider::env;
 use crate::provider::{ProviderArgs, choose, endpoint};
 
 #[derive(Debug, clap::Args)]
@@ -25,10 +26,6 @@ pub(crate) struct Args {
     probe_timeout: u64,
     #[command(flatten)]
     provider: ProviderArgs,
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {

@@ -1,7 +1,6 @@
 use std::process::ExitCode;
 
 use noesis_modules::search::SearchPath;
-use serde_json::json;
 
 use super::{Loaded, load};
 use crate::out;
@@ -23,30 +22,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let sections: Vec<&str> = [
-        ("input", m.input.is_some()),
-        ("data", m.data.is_some()),
-        ("meta", m.meta.is_some()),
-        ("error", m.error.is_some()),
-    ]
-    .iter()
-    .filter(|(_, has)| *has)
-    .map(|(n, _)| *n)
-    .collect();
-    let info = json!({
-        "name": m.name,
-        "version": m.manifest.version,
-        "format": m.format.to_string(),
-        "responsibility": m.manifest.responsibility,
-        "location": m.location.display().to_string(),
-        "policy": m.policy,
-        "context": m.manifest.context_mode(),
-        "excludes": m.manifest.excludes,
-        "policies": m.manifest.policies,
-        "schema_sections": sections,
-        "tests": m.manifest.tests,
-        "prompt_chars": m.prompt.chars().count(),
-    });
+    let sections = m.schema_sections();
+    let info = m.summary();
     if a.json {
         out::json(&info, true)?;
         return Ok(ExitCode::SUCCESS);

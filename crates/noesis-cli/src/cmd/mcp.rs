@@ -10,8 +10,9 @@ use noesis_serve::mcp::{Mcp, PROTOCOL_VERSIONS};
 use noesis_serve::{RunSettings, Service};
 use tokio::sync::mpsc;
 
-use super::serve::Providers;
+use super::serve::{HostArgs, Providers};
 use crate::out;
+use crate::provider::env;
 use crate::provider::{ProviderArgs, budget, prices};
 
 #[derive(Debug, clap::Args)]
@@ -28,21 +29,8 @@ pub(crate) struct Args {
     /// are cancelled (and answered with E2002).
     #[arg(long, value_name = "SECS", default_value_t = 10)]
     grace: u64,
-    /// Grant every module a capability its `policies` may ask for: network,
-    /// filesystem_write, side_effects, code_execution (comma list or
-    /// repeated; added to `[policies] allow` in noesis.toml). A client cannot grant any.
-    #[arg(long = "allow", value_name = "POLICY[,POLICY…]", value_delimiter = ',')]
-    allow: Vec<String>,
-    /// Keep the context modules emit (`context.emits`) in the store and
-    /// serve it to later runs, as `noesis run` does. Off by default: one
-    /// store serves every client, and an entry is per user or session only
-    /// when the module's `key_pattern` names `${user_id}` or `${session_id}`.
-    #[arg(long)]
-    keep_context: bool,
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    #[command(flatten)]
+    host: HostArgs,
 }
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
@@ -52,8 +40,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_tokens: a.max_tokens,
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
-        allow: crate::config::granted(&config, &a.allow)?,
-        context: a.keep_context.then(crate::memory::ProjectContext::options),
+        allow: crate::config::granted(&config, &a.host.allow)?,
+        context: a.host.keep_context.then(crate::memory::ProjectContext::options),
     };
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.

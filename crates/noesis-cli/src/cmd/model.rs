@@ -7,6 +7,7 @@ use noesis_local::install;
 
 use crate::out;
 use crate::provider::ProviderArgs;
+use crate::provider::env;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -30,10 +31,6 @@ enum Sub {
         #[command(flatten)]
         provider: Box<ProviderArgs>,
     },
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
 pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {

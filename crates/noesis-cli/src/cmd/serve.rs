@@ -15,6 +15,7 @@ use noesis_serve::{ProviderSource, RunSettings, Service};
 
 use crate::config::Config;
 use crate::out;
+use crate::provider::env;
 use crate::provider::{ProviderArgs, budget, choose, prices, select};
 
 #[derive(Debug, clap::Args)]
@@ -46,21 +47,25 @@ pub(crate) struct Args {
     /// Times an invalid reply is sent back with its violations for another try.
     #[arg(long, value_name = "N", default_value_t = 1)]
     reask: u32,
-    /// Grant every served module these policies (network, filesystem_write,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+/// What the operator grants every run of a server (`serve`, `mcp`); a
+/// client cannot ask for more.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct HostArgs {
+    /// Grant every module a server runs these policies (network, filesystem_write,
     /// side_effects, code_execution, or a module's own; added to `[policies]
     /// allow` in noesis.toml). A request cannot grant any.
     #[arg(long = "allow", value_name = "POLICY[,POLICY…]", value_delimiter = ',')]
-    allow: Vec<String>,
+    pub(crate) allow: Vec<String>,
     /// Keep the context modules emit (`context.emits`) in the store and
     /// serve it to later runs, as `noesis run` does. Off by default: one
     /// store serves every client, and an entry is per user or session only
     /// when the module's `key_pattern` names `${user_id}` or `${session_id}`.
     #[arg(long)]
-    keep_context: bool,
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    pub(crate) keep_context: bool,
 }
 
 /// Providers made so far, by (provider, model).
@@ -120,8 +125,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_tokens: a.max_tokens,
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
-        allow: crate::config::granted(&config, &a.allow)?,
-        context: a.keep_context.then(crate::memory::ProjectContext::options),
+        allow: crate::config::granted(&config, &a.host.allow)?,
+        context: a.host.keep_context.then(crate::memory::ProjectContext::options),
     };
     let providers = Providers { flags: a.provider.clone(), config, made: Mutex::new(HashMap::new()) };
     // A provider that cannot be set up is a configuration error: say so now
