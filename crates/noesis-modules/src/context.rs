@@ -456,7 +456,9 @@ pub fn redact_text(text: &str) -> (String, usize) {
         }
         pending = if scheme && gap == " " {
             Some(8)
-        } else if is_secret_key(run) && matches!(gap, "=" | ":" | ": " | " = " | "=\"" | ": \"" | "=\'") {
+        } else if is_secret_key(run) && matches!(gap.trim_matches([' ', '"', '\'']), "=" | ":") {
+            // Quotes around the name or the value (`"password": "…"` in
+            // pasted JSON, `token = '…'`) still make it a name and its value.
             Some(1)
         } else if scheme {
             pending
@@ -875,6 +877,22 @@ mod tests {
         assert_eq!(redact_text("login with password: hunter2 today").0, "login with password: [REDACTED] today");
         assert_eq!(redact_text("export API_KEY=abc; max_tokens=5").0, "export API_KEY=[REDACTED]; max_tokens=5");
         assert_eq!(redact_text("token_count: 5").0, "token_count: 5");
+    }
+
+    #[test]
+    fn secrets_in_quoted_text_are_redacted() {
+        // Pasted JSON or code in a conversation turn: the name is quoted.
+        let cases = [
+            (r#"{"password": "hunter2"}"#, r#"{"password": "[REDACTED]"}"#),
+            (r#"{"api_key":"abc123","n":1}"#, r#"{"api_key":"[REDACTED]","n":1}"#),
+            ("password = 'hunter2'", "password = '[REDACTED]'"),
+            ("{'token': 'abc'}", "{'token': '[REDACTED]'}"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_text(text), (want.to_owned(), 1), "{text}");
+        }
+        let plain = r#"{"max_tokens": 5, "token", "x"}"#;
+        assert_eq!(redact_text(plain), (plain.to_owned(), 0));
     }
 
     #[test]
