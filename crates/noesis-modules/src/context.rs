@@ -428,6 +428,48 @@ fn secret_shaped(run: &str) -> bool {
 /// `API_KEY=…`), API-key shapes (`sk-…`, `ghp_…`, `AKIA…`, JWTs) and the
 /// password of a URL. Returns the text and how many secrets it held.
 pub fn redact_text(text: &str) -> (String, usize) {
+    let (quoted, q) = redact_quoted_values(text);
+    let (out, n) = redact_runs(&quoted);
+    (out, n + q)
+}
+
+/// `"password": "correct horse battery"`: a quoted value after a secret's
+/// name is redacted whole, up to its closing quote, so no word of a
+/// passphrase survives. An unclosed quote is left to the word-by-word pass.
+fn redact_quoted_values(text: &str) -> (String, usize) {
+    let mut out = String::with_capacity(text.len());
+    let mut n = 0;
+    let mut last = 0;
+    let mut i = 0;
+    while let Some(off) = text[i..].find(token_char) {
+        let start = i + off;
+        let end = text[start..].find(|c: char| !token_char(c)).map_or(text.len(), |e| start + e);
+        i = end;
+        if !is_secret_key(&text[start..end]) {
+            continue;
+        }
+        // Closing quote of the name, the separator, spaces, then the value's quote.
+        let rest = &text[end..];
+        let after_name = rest.trim_start_matches(['"', '\'']).trim_start();
+        let Some(after_sep) = after_name.strip_prefix([':', '=']) else { continue };
+        let value = after_sep.trim_start();
+        let Some(q) = value.chars().next().filter(|c| *c == '"' || *c == '\'') else { continue };
+        let open = text.len() - value.len() + 1;
+        let Some(len) = text[open..].find(q) else { continue };
+        if len == 0 || text[open..open + len] == *REDACTED {
+            continue;
+        }
+        out.push_str(&text[last..open]);
+        out.push_str(REDACTED);
+        n += 1;
+        last = open + len;
+        i = last;
+    }
+    out.push_str(&text[last..]);
+    (out, n)
+}
+
+fn redact_runs(text: &str) -> (String, usize) {
     let mut runs = Vec::new();
     let mut i = 0;
     while let Some(off) = text[i..].find(token_char) {
@@ -891,6 +933,11 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(redact_text(text), (want.to_owned(), 1), "{text}");
         }
+        // A passphrase is redacted whole, not its first word only.
+        let phrase = r#"{"password": "correct horse battery", "note": "keep"}"#;
+        assert_eq!(redact_text(phrase), (r#"{"password": "[REDACTED]", "note": "keep"}"#.to_owned(), 1));
+        let phrase = "secret = 'two words' and more";
+        assert_eq!(redact_text(phrase), ("secret = '[REDACTED]' and more".to_owned(), 1));
         let plain = r#"{"max_tokens": 5, "token", "x"}"#;
         assert_eq!(redact_text(plain), (plain.to_owned(), 0));
     }

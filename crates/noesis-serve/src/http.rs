@@ -17,8 +17,10 @@
 //! envelope is the module's answer. The other codes map to a status
 //! ([`status_of`]): E1001–E1006 and E4003 `422`, E4006 `404`, E4007 `403`,
 //! E4002 `429`, E2002 `504`, E4001 `502`, E4000 `500`. Before a run: a body
-//! that is not JSON, or a field missing or of the wrong type, is `400`
-//! (E1001, E1002, E1003); a body over the limit `413` (E1005); a missing or
+//! that is not JSON, or a request field (`module`, `args`, `provider`,
+//! `model`) missing or of the wrong type, is `400` (E1001, E1002, E1003);
+//! an `input` that is not an object is the module's input failing, `422`
+//! (E1001); a body over the limit `413` (E1005); a missing or
 //! wrong bearer token `401` (E4007); an unknown route `404` and a wrong
 //! method `405` (E1004).
 //!
