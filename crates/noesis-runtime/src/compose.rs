@@ -1148,12 +1148,61 @@ impl Exec<'_> {
             if let Some(envelope) = state.abort.take() {
                 return Err(with_partial(envelope, &state.scope));
             }
-            let frame_ref: &Frame<'_> = frame;
-            let results = futures_util::future::join_all(runs.iter().map(|(index, target, input)| {
-                self.child(frame_ref, target, input.clone(), None, frame_ref.step, Via::Dataflow { index: *index })
+            // The wave's steps share a token below the module's: when a
+            // required step fails, the composition is over, so its siblings'
+            // calls are dropped rather than paid for and thrown away.
+            let wave = frame.node.cancel.child_token();
+            let wave_node = Node {
+                module: Arc::clone(&frame.node.module),
+                input: frame.node.input.clone(),
+                arguments: frame.node.arguments.clone(),
+                chain: frame.node.chain.clone(),
+                parent: frame.node.parent,
+                via: frame.node.via.clone(),
+                round: frame.node.round,
+                cancel: wave.clone(),
+            };
+            let wave_frame = Frame {
+                node: &wave_node,
+                step: frame.step,
+                config: frame.config,
+                context: frame.context.clone(),
+                emitted: Map::new(),
+                round: frame.round,
+            };
+            let first_abort: Mutex<Option<usize>> = Mutex::new(None);
+            let results = futures_util::future::join_all(runs.iter().enumerate().map(|(k, (index, target, input))| {
+                let (wave, wave_frame, first_abort) = (&wave, &wave_frame, &first_abort);
+                async move {
+                    let step = wave_frame.step;
+                    let result = self
+                        .child(wave_frame, target, input.clone(), None, step, Via::Dataflow { index: *index })
+                        .await;
+                    if matches!(result, Child::Abort(_)) && !wave.is_cancelled() {
+                        if let Ok(mut first) = first_abort.lock() {
+                            first.get_or_insert(k);
+                        }
+                        wave.cancel();
+                    }
+                    result
+                }
             }))
             .await;
-            for ((_, target, _), result) in runs.iter().zip(results) {
+            let first_abort = first_abort.into_inner().ok().flatten();
+            let mut abort = None;
+            for (k, ((_, target, _), result)) in runs.iter().zip(results).enumerate() {
+                match (&result, first_abort) {
+                    // A sibling cancelled because of the first failure: that
+                    // failure, not the cancellation, is the composition's answer.
+                    (Child::Abort(_), Some(first)) => {
+                        if k == first {
+                            abort = Some((target, result));
+                        }
+                    }
+                    _ => self.settle(frame, state, target, result)?,
+                }
+            }
+            if let Some((target, result)) = abort {
                 self.settle(frame, state, target, result)?;
             }
             // A step whose targets never ran still counts its targets as settled.

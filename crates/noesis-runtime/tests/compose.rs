@@ -617,6 +617,24 @@ fn parallel_steps_really_overlap() {
 }
 
 #[test]
+fn a_failed_parallel_step_cancels_its_siblings_in_flight() {
+    let fx = Fixture::new();
+    fx.module("a", "", "a").module("b", "", "b").module("c", "", "c");
+    fx.module("fan", &aggregate("array"), "fan");
+    let failing = json!({"ok": false, "meta": {"confidence": 0.0, "risk": "high", "explain": "no"},
+                         "error": {"code": "E2004", "message": "nothing to do"}});
+    // Whichever call arrives first fails at once; the other two would take 5 s.
+    let slow = Reply::Delay(Duration::from_secs(5), Box::new(chat("any")));
+    let server = FakeServer::start(vec![Reply::Chat(failing.to_string()), slow]).unwrap();
+    let started = Instant::now();
+    let r = compose(&fx, "fan", &http(&server), json!({}));
+    let took = started.elapsed();
+    assert_eq!(code(&r), "E2004", "the first failure is the answer, not its siblings' cancellation: {:#}", r.envelope);
+    assert_eq!(server.received().len(), 3, "all three were started together");
+    assert!(took < Duration::from_secs(4), "the siblings' 5 s replies were not waited for ({took:?})");
+}
+
+#[test]
 fn a_step_timeout_cancels_the_call_in_flight() {
     let fx = Fixture::new();
     fx.module(
