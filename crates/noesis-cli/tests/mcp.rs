@@ -96,3 +96,24 @@ fn mcp_python_sdk_client() {
     assert!(body["prompt"].as_str().is_some_and(|p| !p.is_empty()) && body["schema"].is_object(), "{body}");
     assert_eq!(r["read_missing"]["code"], -32002, "{}", r["read_missing"]);
 }
+
+#[test]
+fn mcp_drops_an_oversized_line_and_keeps_serving() {
+    let w = Work::new();
+    let huge =
+        format!("{{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\": \"ping\", \"pad\": \"{}\"}}\n", "x".repeat(5000));
+    let ping = "{\"jsonrpc\": \"2.0\", \"id\": 2, \"method\": \"ping\"}\n";
+    let o = w
+        .noesis()
+        .args(["mcp", "--provider", "test", "--max-line", "1024"])
+        .write_stdin(format!("{huge}{ping}"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let answers: Vec<Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert_eq!(answers[0]["error"]["code"], -32600, "{answers:?}");
+    assert!(answers[0]["error"]["message"].as_str().unwrap().contains("1024 bytes"));
+    assert_eq!(answers[1], json!({"jsonrpc": "2.0", "id": 2, "result": {}}), "the next message is served");
+}

@@ -1,7 +1,7 @@
 //! `noesis mcp`: the modules as a Model Context Protocol server on stdin and
 //! stdout. stdout carries only protocol messages; notes go to stderr.
 
-use std::io::BufRead;
+use std::io::{BufRead, Read};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -31,6 +31,10 @@ pub(crate) struct Args {
     grace: u64,
     #[command(flatten)]
     host: HostArgs,
+    /// Longest message accepted, in bytes; a longer line is dropped unread
+    /// and answered with a JSON-RPC error, so one line cannot exhaust memory.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024 * 1024)]
+    max_line: usize,
 }
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
@@ -55,17 +59,30 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let (lines_in, lines) = mpsc::channel::<Vec<u8>>(64);
     let (answers, mut answers_out) = mpsc::unbounded_channel::<String>();
     // Blocking stdio on threads of their own; the server sees channels.
+    let max_line = a.max_line;
+    let refusals = answers.clone();
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
         loop {
             let mut line = Vec::new();
-            match stdin.read_until(b'\n', &mut line) {
+            match (&mut stdin).take(max_line as u64 + 1).read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    if lines_in.blocking_send(line).is_err() {
-                        break;
-                    }
+                Ok(_) => {}
+            }
+            if line.len() > max_line && !line.ends_with(b"\n") {
+                // Skip the rest of the message without keeping it.
+                let ended = skip_line(&mut stdin);
+                let refusal = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
+                    "code": -32600,
+                    "message": format!("a message longer than {max_line} bytes was dropped (noesis mcp --max-line)"),
+                }});
+                if refusals.send(refusal.to_string()).is_err() || !ended {
+                    break;
                 }
+                continue;
+            }
+            if lines_in.blocking_send(line).is_err() {
+                break;
             }
         }
     });
@@ -91,4 +108,22 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("noesis mcp: the stdout writer failed");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Reads up to the end of the current line, keeping nothing; false at the
+/// end of input.
+fn skip_line(input: &mut impl BufRead) -> bool {
+    loop {
+        let (used, ended) = match input.fill_buf() {
+            Ok([]) | Err(_) => return false,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            },
+        };
+        input.consume(used);
+        if ended {
+            return true;
+        }
+    }
 }
