@@ -153,3 +153,45 @@ fn compose_steps_are_recorded_as_child_frames() {
     assert_eq!(deep["parent_id"], root["frame_id"]);
     assert!(deep["conclusion"].as_str().unwrap().starts_with("skipped"), "{deep}");
 }
+
+#[test]
+fn a_called_module_follows_its_own_route() {
+    let w = Work::new();
+    module(&w, "brief", "", "Brief, with @call:quick({\"q\": 1}) inside.");
+    w.write("cognitive/modules/quick/module.yaml", "name: quick\nversion: 1.0.0\nresponsibility: r\ntier: exec\n");
+    w.write("cognitive/modules/quick/prompt.md", "Answer quickly.\n");
+    w.write("cognitive/modules/quick/schema.json", SCHEMA);
+    w.write("noesis.toml", "provider = \"openai\"\n\n[[routes]]\ntier = \"exec\"\nprovider = \"ollama\"\n");
+    let child = json!({"ok": true, "meta": {"confidence": 0.8, "risk": "none", "explain": "quick"}, "data": {"note": "FROM-OLLAMA", "rationale": "r"}});
+    let parent = json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "brief"}, "data": {"note": "done", "rationale": "r"}});
+    let ollama = FakeServer::start(vec![crate::providers::ollama_reply(&child)]).unwrap();
+    let openai = FakeServer::start(vec![Reply::Chat(parent.to_string())]).unwrap();
+    let noesis = || {
+        let mut c = w.noesis();
+        c.env("OPENAI_BASE_URL", openai.base_url())
+            .env("OPENAI_API_KEY", "sk-e2e")
+            .env("OLLAMA_HOST", format!("http://{}", ollama.addr()));
+        c
+    };
+    let o = output(noesis().args(["run", "brief", "--model", "gpt-4o-mini"]));
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(o.json()["meta"]["model"], "openai/gpt-4o-mini");
+    assert_eq!(ollama.received().len(), 1, "the exec child went to its route");
+    assert_eq!(openai.received().len(), 1, "the decision parent stayed on openai");
+    let parent_prompt = openai.received()[0].json()["messages"].to_string();
+    assert!(parent_prompt.contains("FROM-OLLAMA"), "{parent_prompt}");
+
+    // A provider flag beats the route for every module of the run.
+    let openai2 = FakeServer::start(vec![Reply::Chat(child.to_string()), Reply::Chat(parent.to_string())]).unwrap();
+    let o = output(noesis().env("OPENAI_BASE_URL", openai2.base_url()).args([
+        "run",
+        "brief",
+        "--provider",
+        "openai",
+        "--model",
+        "m",
+    ]));
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(openai2.received().len(), 2);
+    assert_eq!(ollama.received().len(), 1, "no new call went to ollama");
+}

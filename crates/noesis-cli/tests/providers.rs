@@ -258,7 +258,7 @@ fn config_mistakes_exit_2_naming_the_file_and_the_key() {
 
 // ---------------------------------------------------------------- routes, fallback
 
-fn ollama_reply(envelope: &Value) -> Reply {
+pub(crate) fn ollama_reply(envelope: &Value) -> Reply {
     ok_body(&json!({
         "model": "llama3.2", "message": {"role": "assistant", "content": envelope.to_string()},
         "done": true, "done_reason": "stop", "prompt_eval_count": 20, "eval_count": 10

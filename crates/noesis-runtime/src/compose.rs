@@ -132,6 +132,26 @@ pub struct ComposeOptions {
     pub run: RunOptions,
     /// Total time allowed, instead of the root's `composition.timeout_ms`.
     pub timeout: Option<Duration>,
+    /// Picks the provider of each module below the root (routing rules by
+    /// tier or module name); `None`: every module uses the root's.
+    pub providers: Option<ChildProviders>,
+}
+
+/// Chooses a provider for a module of a composition.
+pub trait ProviderFor: Send + Sync {
+    /// The provider for `module`; `Ok(None)` keeps the root's provider, an
+    /// error fails that step (E4001) with the reason.
+    fn provider_for(&self, module: &Module) -> Result<Option<Arc<dyn Provider>>, String>;
+}
+
+/// A shared [`ProviderFor`].
+#[derive(Clone)]
+pub struct ChildProviders(pub Arc<dyn ProviderFor>);
+
+impl std::fmt::Debug for ChildProviders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChildProviders(..)")
+    }
 }
 
 /// How a step came to run.
@@ -802,7 +822,23 @@ impl Exec<'_> {
             }
             return Err(envelope);
         }
-        let record = run(&module, self.provider, input, &options).await;
+        let routed = match (&self.options.providers, is_root) {
+            (Some(ChildProviders(p)), false) => match p.provider_for(&module) {
+                Ok(routed) => routed,
+                Err(reason) => {
+                    let envelope =
+                        Failure::new(ErrorCode::E4001, format!("no provider for `{}`: {reason}", module.name))
+                            .into_envelope();
+                    if traced {
+                        self.finish(step, &envelope, outcome_of(&envelope));
+                    }
+                    return Err(envelope);
+                }
+            },
+            _ => None,
+        };
+        let provider: &dyn Provider = routed.as_deref().unwrap_or(self.provider);
+        let record = run(&module, provider, input, &options).await;
         if let Some(Value::Object(emitted)) = &record.emitted_context {
             for (k, v) in emitted {
                 frame.emitted.insert(k.clone(), v.clone());

@@ -12,7 +12,9 @@ use std::time::SystemTime;
 use noesis_llm::{Budget, BudgetMeter, PriceTable, Provider};
 use noesis_modules::search::{Found, SearchPath};
 use noesis_modules::{ErrorCode, Failure, Module};
-use noesis_runtime::compose::{ComposeOptions, ComposeRecord, Resolver, StepTrace, execute};
+use noesis_runtime::compose::{
+    ChildProviders, ComposeOptions, ComposeRecord, ProviderFor, Resolver, StepTrace, execute,
+};
 use noesis_runtime::{CancellationToken, ContextOptions, Instant, OnText, RunOptions, stamp};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -266,7 +268,14 @@ impl Service {
             context: self.settings.context.clone(),
             ..RunOptions::default()
         };
-        Ok(PreparedRun { module, provider, input, options, in_flight: Arc::clone(&self.in_flight) })
+        // The modules it calls get their providers the same way: the
+        // request's provider and model first, else each one's route.
+        let children = ChildProviders(Arc::new(RequestProviders {
+            source: Arc::clone(&self.providers),
+            name: request.provider.clone(),
+            model: request.model.clone(),
+        }));
+        Ok(PreparedRun { module, provider, input, options, children, in_flight: Arc::clone(&self.in_flight) })
     }
 
     /// Runs a module: [`Service::prepare`], then [`PreparedRun::run`]. Text
@@ -317,6 +326,7 @@ pub struct PreparedRun {
     provider: Arc<dyn Provider>,
     input: Value,
     options: RunOptions,
+    children: ChildProviders,
     in_flight: Arc<AtomicUsize>,
 }
 
@@ -363,8 +373,22 @@ impl PreparedRun {
         let _guard = InFlight(Arc::clone(&self.in_flight));
         self.options.on_text = on_text;
         self.options.cancel = cancel;
-        let options = ComposeOptions { run: self.options, timeout: None };
+        let options = ComposeOptions { run: self.options, timeout: None, providers: Some(self.children) };
         execute(self.module, resolver, self.provider.as_ref(), self.input, &options).await
+    }
+}
+
+/// The providers of the modules a request's module calls: chosen like its
+/// own, with the request's provider and model over the server's flags.
+struct RequestProviders {
+    source: Arc<dyn ProviderSource>,
+    name: Option<String>,
+    model: Option<String>,
+}
+
+impl ProviderFor for RequestProviders {
+    fn provider_for(&self, module: &Module) -> Result<Option<Arc<dyn Provider>>, String> {
+        self.source.provider(self.name.as_deref(), self.model.as_deref(), module).map(Some)
     }
 }
 

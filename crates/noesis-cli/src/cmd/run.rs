@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use noesis_modules::search::SearchPath;
 use noesis_modules::{ErrorCode, Failure};
-use noesis_runtime::compose::{ComposeOptions, ComposeRecord, SearchResolver, execute};
+use noesis_runtime::compose::{ChildProviders, ComposeOptions, ComposeRecord, SearchResolver, execute};
 use noesis_runtime::{CancellationToken, Instant, OnText, RunOptions, stamp};
 use serde_json::{Value, json};
 
@@ -146,7 +146,13 @@ pub(crate) fn execute_module(search: &SearchPath, a: Args, composing: &Composing
         context: Some(crate::memory::ProjectContext::options()),
         ..RunOptions::default()
     };
-    let options = ComposeOptions { run: run_options, timeout: composing.timeout };
+    let children = super::serve::Providers::new(a.provider.clone(), config.clone());
+    children.seed(&a.provider, Some((&module.name, Some(module.policy.tier.as_str()))), Arc::clone(&provider));
+    let options = ComposeOptions {
+        run: run_options,
+        timeout: composing.timeout,
+        providers: Some(ChildProviders(Arc::new(children))),
+    };
     let resolver = SearchResolver::new(search.clone());
     // Every run is recorded as a frame (after the run; never failing it).
     let pending = crate::memory::Pending::new(&module.name, &input, files_read);

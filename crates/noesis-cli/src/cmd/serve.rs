@@ -10,6 +10,7 @@ use std::time::Duration;
 use noesis_llm::Provider;
 use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
+use noesis_runtime::compose::ProviderFor;
 use noesis_serve::http::{AccessLog, ServeConfig, Server};
 use noesis_serve::{ProviderSource, RunSettings, Service};
 
@@ -102,6 +103,28 @@ impl Providers {
         let provider = select(&pinned, &self.config, None)?;
         made.insert(key, Arc::clone(&provider));
         Ok(provider)
+    }
+}
+
+impl Providers {
+    /// Puts a provider already made for `module` in the cache, so the
+    /// modules a run calls share it (one connection pool, one cap) when
+    /// their route picks the same provider and model.
+    pub(crate) fn seed(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>, provider: Arc<dyn Provider>) {
+        let (name, model, _) = choose(args, &self.config, module, &env);
+        if let Ok(mut made) = self.made.lock() {
+            made.entry((name, model)).or_insert(provider);
+        }
+    }
+}
+
+/// The modules a `noesis run` calls get providers as the run's own module
+/// does: flags, then the environment, then routes by tier and name.
+impl ProviderFor for Providers {
+    fn provider_for(&self, module: &Module) -> Result<Option<Arc<dyn Provider>>, String> {
+        self.get(&self.flags, Some((&module.name, Some(module.policy.tier.as_str()))))
+            .map(Some)
+            .map_err(|e| format!("{e:#}"))
     }
 }
 

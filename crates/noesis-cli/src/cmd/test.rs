@@ -219,6 +219,8 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
             ..RunOptions::default()
         },
         timeout: None,
+        // A test run stays on the provider it was given, children included.
+        providers: None,
     };
     // `@call`s and composition steps find the modules of the search path,
     // then the siblings of the module under test.
