@@ -215,3 +215,39 @@ fn serve_keeps_emitted_context_only_when_asked() {
     assert_eq!(status, 200);
     assert!(!prompt(2).contains("STATE-MARKER"), "{}", prompt(2));
 }
+
+#[test]
+fn serve_records_frames_only_when_asked() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let base_url = fake.base_url();
+    let envs = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let run = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
+    let frames = || {
+        let o = output(work.noesis().args(["frames", "list", "--json"]));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json().as_array().unwrap().clone()
+    };
+    {
+        let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini"], &envs);
+        let (status, _) = http(&s.addr, "POST", "/run", Some(&run), None);
+        assert_eq!(status, 200);
+    }
+    assert!(frames().is_empty(), "no frames without --frames");
+    let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--frames"], &envs);
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), None);
+    assert_eq!(status, 200, "{env}");
+    // The frame is written off the request's thread: wait for it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let recorded = loop {
+        let f = frames();
+        if !f.is_empty() || Instant::now() > deadline {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(recorded.len(), 1, "{recorded:#?}");
+    assert!(recorded[0]["query"].as_str().unwrap().starts_with("code-simplifier input:"), "{recorded:#?}");
+    let slice: Value = serde_json::from_str(recorded[0]["context_slice"].as_str().unwrap()).unwrap();
+    assert_eq!(slice["trace_id"], env["meta"]["trace_id"], "{recorded:#?}");
+}

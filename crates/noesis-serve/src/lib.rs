@@ -41,4 +41,4 @@ pub mod mcp;
 pub mod service;
 
 pub use noesis_runtime::{CancellationToken, OnText};
-pub use service::{ModuleSummary, PreparedRun, ProviderSource, RunRequest, RunSettings, Service};
+pub use service::{ModuleSummary, OnFinished, PreparedRun, ProviderSource, RunRequest, RunSettings, Service};

@@ -69,6 +69,22 @@ pub struct RunSettings {
     /// client: entries are per user or session only when a module's
     /// `key_pattern` says so.
     pub context: Option<ContextOptions>,
+    /// Told of every run that finishes (not of one whose client went away).
+    pub on_finished: Option<OnFinished>,
+}
+
+/// Told of a finished run: its module, its input and what happened (the
+/// binary records frames with it).
+#[derive(Clone)]
+pub struct OnFinished(pub Arc<FinishedFn>);
+
+/// What [`OnFinished`] calls.
+pub type FinishedFn = dyn Fn(&Module, &Value, &ComposeRecord) + Send + Sync;
+
+impl std::fmt::Debug for OnFinished {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnFinished(..)")
+    }
 }
 
 impl Default for RunSettings {
@@ -80,6 +96,7 @@ impl Default for RunSettings {
             prices: None,
             allow: Vec::new(),
             context: None,
+            on_finished: None,
         }
     }
 }
@@ -275,7 +292,15 @@ impl Service {
             name: request.provider.clone(),
             model: request.model.clone(),
         }));
-        Ok(PreparedRun { module, provider, input, options, children, in_flight: Arc::clone(&self.in_flight) })
+        Ok(PreparedRun {
+            module,
+            provider,
+            input,
+            options,
+            children,
+            on_finished: self.settings.on_finished.clone(),
+            in_flight: Arc::clone(&self.in_flight),
+        })
     }
 
     /// Runs a module: [`Service::prepare`], then [`PreparedRun::run`]. Text
@@ -327,6 +352,7 @@ pub struct PreparedRun {
     input: Value,
     options: RunOptions,
     children: ChildProviders,
+    on_finished: Option<OnFinished>,
     in_flight: Arc<AtomicUsize>,
 }
 
@@ -374,7 +400,13 @@ impl PreparedRun {
         self.options.on_text = on_text;
         self.options.cancel = cancel;
         let options = ComposeOptions { run: self.options, timeout: None, providers: Some(self.children) };
-        execute(self.module, resolver, self.provider.as_ref(), self.input, &options).await
+        let Some(OnFinished(told)) = self.on_finished else {
+            return execute(self.module, resolver, self.provider.as_ref(), self.input, &options).await;
+        };
+        let (module, input) = (Arc::clone(&self.module), self.input.clone());
+        let record = execute(self.module, resolver, self.provider.as_ref(), self.input, &options).await;
+        told(&module, &input, &record);
+        record
     }
 }
 

@@ -44,9 +44,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_tokens: a.max_tokens,
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
-        allow: crate::config::granted(&config, &a.host.allow)?,
-        context: a.host.keep_context.then(crate::memory::ProjectContext::options),
+        ..RunSettings::default()
     };
+    let settings = a.host.apply(&config, settings)?;
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.
     let providers = Providers::new(a.provider.clone(), config);

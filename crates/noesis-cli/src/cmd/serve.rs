@@ -10,9 +10,9 @@ use std::time::Duration;
 use noesis_llm::Provider;
 use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
-use noesis_runtime::compose::ProviderFor;
+use noesis_runtime::compose::{ComposeRecord, ProviderFor};
 use noesis_serve::http::{AccessLog, ServeConfig, Server};
-use noesis_serve::{ProviderSource, RunSettings, Service};
+use noesis_serve::{OnFinished, ProviderSource, RunSettings, Service};
 
 use crate::config::Config;
 use crate::out;
@@ -67,6 +67,32 @@ pub(crate) struct HostArgs {
     /// when the module's `key_pattern` names `${user_id}` or `${session_id}`.
     #[arg(long)]
     pub(crate) keep_context: bool,
+    /// Record every finished run as a frame, its composition steps as child
+    /// frames, in the store in force (as `noesis run` does). Off by default:
+    /// a store write per request costs throughput.
+    #[arg(long)]
+    pub(crate) frames: bool,
+}
+
+impl HostArgs {
+    /// The run settings these grants make (`--allow`, `--keep-context`,
+    /// `--frames`).
+    pub(crate) fn apply(&self, config: &Config, settings: RunSettings) -> anyhow::Result<RunSettings> {
+        let on_finished = self.frames.then(|| {
+            OnFinished(Arc::new(|module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
+                let pending = crate::memory::Pending::new(&module.name, input, Vec::new());
+                let (envelope, steps) = (record.envelope.clone(), record.steps.clone());
+                // Off the request's thread: the store write never delays the answer.
+                std::thread::spawn(move || pending.record(&envelope, &steps));
+            }))
+        });
+        Ok(RunSettings {
+            allow: crate::config::granted(config, &self.allow)?,
+            context: self.keep_context.then(crate::memory::ProjectContext::options),
+            on_finished,
+            ..settings
+        })
+    }
 }
 
 /// Providers made so far, by (provider, model).
@@ -148,9 +174,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_tokens: a.max_tokens,
         budget: budget(&a.provider, &config)?.map(|m| m.budget()),
         prices: Some(prices(&config)),
-        allow: crate::config::granted(&config, &a.host.allow)?,
-        context: a.host.keep_context.then(crate::memory::ProjectContext::options),
+        ..RunSettings::default()
     };
+    let settings = a.host.apply(&config, settings)?;
     let providers = Providers { flags: a.provider.clone(), config, made: Mutex::new(HashMap::new()) };
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request.
