@@ -6,25 +6,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use noesis_modules::search::SearchPath;
+use noesis_serve::Service;
 use noesis_serve::mcp::{Mcp, PROTOCOL_VERSIONS};
-use noesis_serve::{RunSettings, Service};
 use tokio::sync::mpsc;
 
 use super::serve::{HostArgs, Providers};
 use crate::out;
 use crate::provider::env;
-use crate::provider::{ProviderArgs, budget, prices};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    #[command(flatten)]
-    provider: ProviderArgs,
-    /// Cap on output tokens for every run.
-    #[arg(long, value_name = "N")]
-    max_tokens: Option<u32>,
-    /// Times an invalid reply is sent back with its violations for another try.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    reask: u32,
     /// Seconds requests in flight may go on after stdin closes before they
     /// are cancelled (and answered with E2002).
     #[arg(long, value_name = "SECS", default_value_t = 10)]
@@ -39,20 +30,13 @@ pub(crate) struct Args {
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
-    let settings = RunSettings {
-        reask: a.reask,
-        max_tokens: a.max_tokens,
-        budget: budget(&a.provider, &config)?.map(|m| m.budget()),
-        prices: Some(prices(&config)),
-        ..RunSettings::default()
-    };
-    let settings = a.host.apply(&config, settings)?;
+    let settings = a.host.settings(&config)?;
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.
-    let providers = Providers::new(a.provider.clone(), config);
+    let providers = Providers::new(a.host.provider.clone(), config);
     // A provider that cannot be set up is a configuration error: exit 2
     // now, before a client has connected, not on its first run.
-    let default = providers.get(&a.provider, None)?;
+    let default = providers.get(&a.host.provider, None)?;
     let service = Service::new(search.clone(), Arc::new(providers)).with_settings(settings);
     let mcp = Mcp::with_grace(Arc::new(service), std::time::Duration::from_secs(a.grace));
 

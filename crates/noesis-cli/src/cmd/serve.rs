@@ -41,21 +41,21 @@ pub(crate) struct Args {
     #[arg(long)]
     access_log: bool,
     #[command(flatten)]
-    provider: ProviderArgs,
-    /// Cap on output tokens for every run.
-    #[arg(long, value_name = "N")]
-    max_tokens: Option<u32>,
-    /// Times an invalid reply is sent back with its violations for another try.
-    #[arg(long, value_name = "N", default_value_t = 1)]
-    reask: u32,
-    #[command(flatten)]
     host: HostArgs,
 }
 
-/// What the operator grants every run of a server (`serve`, `mcp`); a
-/// client cannot ask for more.
+/// What every run of a server (`serve`, `mcp`) gets from its operator: the
+/// default provider, limits and grants; a client cannot ask for more.
 #[derive(Debug, Clone, clap::Args)]
 pub(crate) struct HostArgs {
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
+    /// Cap on output tokens for every run.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_tokens: Option<u32>,
+    /// Times an invalid reply is sent back with its violations for another try.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) reask: u32,
     /// Grant every module a server runs these policies (network, filesystem_write,
     /// side_effects, code_execution, or a module's own; added to `[policies]
     /// allow` in noesis.toml). A request cannot grant any.
@@ -75,9 +75,8 @@ pub(crate) struct HostArgs {
 }
 
 impl HostArgs {
-    /// The run settings these grants make (`--allow`, `--keep-context`,
-    /// `--frames`).
-    pub(crate) fn apply(&self, config: &Config, settings: RunSettings) -> anyhow::Result<RunSettings> {
+    /// The settings every run of the server uses.
+    pub(crate) fn settings(&self, config: &Config) -> anyhow::Result<RunSettings> {
         let on_finished = self.frames.then(|| {
             OnFinished(Arc::new(|module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
                 let pending = crate::memory::Pending::new(&module.name, input, Vec::new());
@@ -90,7 +89,10 @@ impl HostArgs {
             allow: crate::config::granted(config, &self.allow)?,
             context: self.keep_context.then(crate::memory::ProjectContext::options),
             on_finished,
-            ..settings
+            reask: self.reask,
+            max_tokens: self.max_tokens,
+            budget: budget(&self.provider, config)?.map(|m| m.budget()),
+            prices: Some(prices(config)),
         })
     }
 }
@@ -169,18 +171,11 @@ impl ProviderSource for Providers {
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
-    let settings = RunSettings {
-        reask: a.reask,
-        max_tokens: a.max_tokens,
-        budget: budget(&a.provider, &config)?.map(|m| m.budget()),
-        prices: Some(prices(&config)),
-        ..RunSettings::default()
-    };
-    let settings = a.host.apply(&config, settings)?;
-    let providers = Providers { flags: a.provider.clone(), config, made: Mutex::new(HashMap::new()) };
+    let settings = a.host.settings(&config)?;
+    let providers = Providers::new(a.host.provider.clone(), config);
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request.
-    let default = providers.get(&a.provider, None)?;
+    let default = providers.get(&a.host.provider, None)?;
     let service = Arc::new(Service::new(search.clone(), Arc::new(providers)).with_settings(settings));
     let config = ServeConfig {
         addr: SocketAddr::new(a.bind, a.port),
