@@ -623,9 +623,11 @@ fn a_failed_parallel_step_cancels_its_siblings_in_flight() {
     fx.module("fan", &aggregate("array"), "fan");
     let failing = json!({"ok": false, "meta": {"confidence": 0.0, "risk": "high", "explain": "no"},
                          "error": {"code": "E2004", "message": "nothing to do"}});
-    // Whichever call arrives first fails at once; the other two would take 5 s.
+    // Whichever call arrives first fails after 300 ms (by then all three are
+    // in flight); the other two would take 5 s.
     let slow = Reply::Delay(Duration::from_secs(5), Box::new(chat("any")));
-    let server = FakeServer::start(vec![Reply::Chat(failing.to_string()), slow]).unwrap();
+    let fail = Reply::Delay(Duration::from_millis(300), Box::new(Reply::Chat(failing.to_string())));
+    let server = FakeServer::start(vec![fail, slow]).unwrap();
     let started = Instant::now();
     let r = compose(&fx, "fan", &http(&server), json!({}));
     let took = started.elapsed();
