@@ -149,10 +149,20 @@ struct TransportFailure {
     retryable: bool,
 }
 
-/// Statuses that say "not now" rather than "not this request"
-/// (529 is Anthropic's "overloaded").
+/// Statuses that say "not now" rather than "not this request": 408, 429 and
+/// the 5xx class (Cloudflare's 520–524, Anthropic's 529 "overloaded"), less
+/// the few 5xx that describe the request or the server's setup and so fail
+/// the same way every time.
 fn transient_status(status: u16) -> bool {
-    matches!(status, 408 | 429 | 500 | 502 | 503 | 504 | 529)
+    match status {
+        408 | 429 => true,
+        // Not Implemented, HTTP Version Not Supported, Variant Also
+        // Negotiates, Loop Detected, Not Extended, Network Authentication
+        // Required, and Cloudflare's SSL handshake / invalid certificate.
+        501 | 505 | 506 | 508 | 510 | 511 | 525 | 526 => false,
+        500..=599 => true,
+        _ => false,
+    }
 }
 
 impl HttpCore {

@@ -72,6 +72,28 @@ fn every_transient_status_is_retried() {
 }
 
 #[test]
+fn cloudflare_520_to_524_and_other_transient_5xx_are_retried() {
+    for code in [520, 521, 522, 523, 524, 529, 507, 599] {
+        let server =
+            FakeServer::start(vec![status(code, "<html>origin error</html>"), Reply::Chat("ok".into())]).unwrap();
+        let p = provider(server.base_url(), fast(1));
+        assert_eq!(chat(&p, &hello()).unwrap(), "ok", "HTTP {code}");
+        assert_eq!(server.received().len(), 2, "HTTP {code}");
+    }
+}
+
+#[test]
+fn permanent_5xx_are_not_retried() {
+    for code in [501, 505, 511, 526] {
+        let server = FakeServer::start(vec![status(code, "no"), Reply::Chat("never".into())]).unwrap();
+        let p = provider(server.base_url(), fast(2));
+        let e = chat(&p, &hello()).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable, "HTTP {code}");
+        assert_eq!(server.received().len(), 1, "HTTP {code} was retried");
+    }
+}
+
+#[test]
 fn persistent_server_error_gives_up_after_max_retries() {
     let server = FakeServer::start(vec![status(500, "boom")]).unwrap();
     let p = provider(server.base_url(), fast(2));
