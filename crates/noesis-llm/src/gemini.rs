@@ -81,8 +81,15 @@ impl Gemini {
         let url = self.url(on_text.is_some());
         let headers = self.headers();
         let (mut mode, mut output) = plan(&request.response_format);
+        // After a fallback the API is no longer given the schema, so the
+        // prompt carries it instead.
+        let schema_in_prompt = crate::types::with_schema_in_prompt(request);
         loop {
-            let body = body(request, &output, &self.memory());
+            let sent = match (&schema_in_prompt, &output) {
+                (Some(with_schema), Output::JsonMime | Output::Text) => with_schema,
+                _ => request,
+            };
+            let body = body(sent, &output, &self.memory());
             let result = match on_text {
                 None => match self.http.post(&url, &headers, &body).await {
                     Ok(text) => self.http.parse_json(&text).and_then(|v| {

@@ -56,11 +56,16 @@ impl OpenAiCompatible {
             "model": self.config.model,
             "messages": request.messages.iter().map(wire_message).collect::<Vec<_>>(),
         });
-        if let Some(t) = request.temperature {
+        let reasoning = reasoning_model(&self.config.model);
+        // Reasoning models refuse any temperature but their default.
+        if let Some(t) = request.temperature.filter(|_| !reasoning) {
             body["temperature"] = crate::types::temperature_json(t);
         }
         if let Some(m) = request.max_tokens {
-            body["max_tokens"] = json!(m);
+            // They also refuse `max_tokens`: their limit covers hidden
+            // reasoning tokens too, under a name of its own.
+            let key = if reasoning { "max_completion_tokens" } else { "max_tokens" };
+            body[key] = json!(m);
         }
         match (&request.response_format, mode) {
             (ResponseFormat::JsonSchema { name, .. }, StructuredMode::JsonSchemaStrict) => {
@@ -111,8 +116,15 @@ impl OpenAiCompatible {
         let url = self.config.url("chat/completions");
         let headers = self.headers();
         let (mut mode, mut strict) = self.mode_for(request);
+        // JSON mode for a request that has a schema: the schema goes in the
+        // prompt instead, or the model never sees it.
+        let schema_in_prompt = crate::types::with_schema_in_prompt(request);
         loop {
-            let body = self.body(request, mode, strict.as_ref(), on_text.is_some());
+            let sent = match (&schema_in_prompt, mode) {
+                (Some(with_schema), StructuredMode::JsonObject) => with_schema,
+                _ => request,
+            };
+            let body = self.body(sent, mode, strict.as_ref(), on_text.is_some());
             let result = match on_text {
                 None => match self.http.post(&url, &headers, &body).await {
                     Ok(text) => self.answer(&text, mode),
@@ -355,6 +367,15 @@ impl StreamAccumulator {
     }
 }
 
+/// OpenAI's reasoning models — the o-series (`o1`, `o3-mini`, `o4-mini`, …)
+/// and the gpt-5 family — known by name, also behind a vendor prefix
+/// (`openai/o3-mini` on OpenRouter).
+fn reasoning_model(model: &str) -> bool {
+    let bare = model.rsplit('/').next().unwrap_or(model).to_ascii_lowercase();
+    let o_series = bare.strip_prefix('o').is_some_and(|rest| rest.starts_with(|c: char| c.is_ascii_digit()));
+    o_series || bare.starts_with("gpt-5")
+}
+
 fn mentions_format(body: &str) -> bool {
     let b = body.to_ascii_lowercase();
     b.contains("response_format") || b.contains("json_schema")
@@ -386,6 +407,26 @@ mod tests {
             json!({"role": "tool", "content": "text", "tool_call_id": "c1"})
         );
         assert_eq!(wire_message(&Message::user("hi")), json!({"role": "user", "content": "hi"}));
+    }
+
+    #[test]
+    fn reasoning_models_are_known_by_name() {
+        for m in [
+            "o1",
+            "o1-preview",
+            "o3-mini",
+            "o3",
+            "o4-mini-2025-04-16",
+            "gpt-5",
+            "gpt-5-mini",
+            "openai/o3-mini",
+            "GPT-5-nano",
+        ] {
+            assert!(reasoning_model(m), "{m}");
+        }
+        for m in ["gpt-4o-mini", "gpt-4.1", "omni", "llama3", "deepseek-chat", "o", "openai/gpt-4o"] {
+            assert!(!reasoning_model(m), "{m}");
+        }
     }
 
     #[test]

@@ -292,3 +292,49 @@ pub(crate) fn schema_name(name: &str) -> String {
         .collect();
     if s.is_empty() { "envelope".to_owned() } else { s }
 }
+
+/// `request` with its JSON Schema spelled out in the system message, for a
+/// call whose API is no longer given the schema (after an endpoint refused
+/// it and the call fell back to JSON mode or plain text): without it the
+/// model would see no schema at all. `None` when the request has no schema.
+pub(crate) fn with_schema_in_prompt(request: &ChatRequest) -> Option<ChatRequest> {
+    let ResponseFormat::JsonSchema { schema, .. } = &request.response_format else { return None };
+    let text = serde_json::to_string_pretty(schema).unwrap_or_else(|_| schema.to_string());
+    let instruction =
+        format!("The reply must be one JSON object that satisfies this JSON Schema:\n```json\n{text}\n```");
+    let mut out = request.clone();
+    match out.messages.iter_mut().find(|m| m.role == Role::System) {
+        Some(system) => {
+            system.content = format!("{}\n\n{instruction}", system.content);
+        }
+        None => out.messages.insert(0, Message::system(instruction)),
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_schema_joins_the_system_message_or_becomes_one() {
+        let schema = json!({"type": "object", "properties": {"verdict": {"enum": ["yes", "no"]}}});
+        let format = ResponseFormat::JsonSchema { name: "s".into(), schema };
+        let with_system = ChatRequest {
+            response_format: format.clone(),
+            ..ChatRequest::new(vec![Message::system("Be brief."), Message::user("hi")])
+        };
+        let out = with_schema_in_prompt(&with_system).unwrap();
+        assert_eq!(out.messages.len(), 2);
+        assert!(out.messages[0].content.starts_with("Be brief.\n\nThe reply must be one JSON object"));
+        assert!(out.messages[0].content.contains("\"verdict\""), "{}", out.messages[0].content);
+        assert_eq!(out.messages[1], Message::user("hi"));
+        let bare = ChatRequest { response_format: format, ..ChatRequest::new(vec![Message::user("hi")]) };
+        let out = with_schema_in_prompt(&bare).unwrap();
+        assert_eq!(out.messages[0].role, Role::System);
+        assert!(out.messages[0].content.contains("\"enum\""));
+        assert_eq!(with_schema_in_prompt(&ChatRequest::new(vec![Message::user("hi")])), None);
+    }
+}

@@ -151,6 +151,12 @@ fn refused_schema_falls_back_to_json_mode_once() {
     assert_eq!(got.len(), 2);
     assert!(got[0].json()["generationConfig"].get("responseSchema").is_some());
     assert_eq!(got[1].json()["generationConfig"], json!({"responseMimeType": "application/json"}));
+    // The API no longer has the schema, so the prompt carries it.
+    let system = got[1].json()["systemInstruction"]["parts"][0]["text"].as_str().unwrap().to_owned();
+    assert!(system.starts_with("Answer briefly.\n\n"), "{system}");
+    assert!(system.contains("JSON Schema") && system.contains("\"minimum\": 0"), "{system}");
+    let first = got[0].json()["systemInstruction"]["parts"][0]["text"].clone();
+    assert_eq!(first, json!("Answer briefly."), "the schema travels in the prompt only after the fallback");
 }
 
 #[test]
