@@ -2,6 +2,7 @@
 //! when a provider fails (a fallback chain).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::error::{ErrorKind, ProviderError};
 use crate::types::{Capabilities, ChatRequest, ChatResponse};
@@ -56,8 +57,12 @@ fn glob(pattern: &str, text: &str) -> bool {
 /// Providers tried in order: when one fails, the next gets the same request.
 ///
 /// Failures that another provider cannot fix are returned at once: a
-/// cancelled call, a spent budget, a missing recording. The answer names the
-/// provider that gave it in [`ChatResponse::served_by`].
+/// cancelled call, a spent budget, a missing recording. So is a streamed
+/// call that fails after its provider has handed text to the sink: the
+/// next provider's reply would run on from the first one's in the same
+/// sink, so the chain stops there and the error stands (as a call is never
+/// retried after streamed text). The answer names the provider that gave it
+/// in [`ChatResponse::served_by`].
 pub struct Fallback {
     chain: Vec<Arc<dyn Provider>>,
 }
@@ -79,7 +84,13 @@ impl Fallback {
         self.chain[0].as_ref()
     }
 
-    async fn each<'a, F>(&'a self, call: F) -> Result<ChatResponse, ProviderError>
+    /// Tries each member with `call`; `shown` says whether the sink has
+    /// received text yet.
+    async fn each<'a, F>(
+        &'a self,
+        call: F,
+        shown: &(dyn Fn() -> bool + Send + Sync),
+    ) -> Result<ChatResponse, ProviderError>
     where
         F: Fn(
             &'a dyn Provider,
@@ -98,6 +109,14 @@ impl Fallback {
                 }
                 Err(e) if matches!(e.kind, ErrorKind::Cancelled | ErrorKind::Budget | ErrorKind::NotRecorded) => {
                     return Err(e);
+                }
+                Err(mut e) if shown() => {
+                    e.message = format!(
+                        "{} (after part of the reply was streamed; the rest of the fallback chain was not tried, so two replies are never run together)",
+                        e.message
+                    );
+                    attempts += e.attempts;
+                    return Err(e.with_attempts(attempts));
                 }
                 Err(e) => {
                     attempts += e.attempts;
@@ -136,11 +155,18 @@ impl Provider for Fallback {
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        self.each(|p| Box::pin(p.chat(request))).await
+        self.each(|p| Box::pin(p.chat(request)), &|| false).await
     }
 
     async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
-        self.each(|p| Box::pin(p.chat_stream(request, on_text))).await
+        let shown = AtomicBool::new(false);
+        let sink = |text: &str| {
+            if !text.is_empty() {
+                shown.store(true, Ordering::SeqCst);
+            }
+            on_text(text);
+        };
+        self.each(|p| Box::pin(p.chat_stream(request, &sink)), &|| shown.load(Ordering::SeqCst)).await
     }
 }
 
