@@ -519,6 +519,20 @@ fn doctor_fails_when_the_selected_provider_is_unreachable() {
 }
 
 #[test]
+fn doctor_never_shows_credentials_in_a_base_url() {
+    let server = FakeServer::start(vec![]).unwrap();
+    let w = Work::new();
+    let with_login = format!("http://proxy-user:proxy-s3cret@{}/v1", server.addr());
+    for args in [&["--json"][..], &[]] {
+        let o = doctor(&w, &with_login, args);
+        assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+        assert_secret_absent("proxy-s3cret", &o);
+        assert_secret_absent("proxy-user", &o);
+        assert!(o.stdout.contains(&format!("http://***@{}/v1", server.addr())), "{}", o.stdout);
+    }
+}
+
+#[test]
 fn doctor_no_probe_makes_no_request() {
     let server = FakeServer::start(vec![]).unwrap();
     let w = Work::new();

@@ -11,8 +11,7 @@ use serde_json::{Map, Value, json};
 
 use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
-use crate::http::{EndpointConfig, HttpCore, excerpt};
-use crate::stream::SseDecoder;
+use crate::http::{EndpointConfig, HttpCore, Sink, excerpt};
 use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, ToolSpec, Usage,
@@ -53,7 +52,7 @@ impl Anthropic {
     async fn call(&self, request: &ChatRequest, on_text: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
         let plan = Plan::new(request);
         let body = body(&self.config.model, request, &plan, on_text.is_some());
-        let url = messages_url(&self.config.base_url);
+        let url = self.config.url(messages_path(&self.config.base_url))?;
         let headers = self.headers();
         let name = &self.config.name;
         let Some(sink) = on_text else {
@@ -62,19 +61,10 @@ impl Anthropic {
             return parse_reply(name, &v, &self.config.model, &plan);
         };
         let mut acc = Accumulator::new(name, &self.config.model, &plan);
-        let mut sse = SseDecoder::default();
         let http = &self.http;
-        let mut on_line = |line: &str| match sse.line(line) {
-            Some(ev) => acc.event(&http.parse_event(&ev.data)?, sink),
-            None => Ok(()),
-        };
-        let streamed = self.http.post_streaming(&url, &headers, &body, &mut on_line).await;
-        // A last event not followed by a blank line still counts.
-        let last = match sse.finish() {
-            Some(ev) if streamed.is_ok() => self.http.parse_event(&ev.data).and_then(|v| acc.event(&v, sink)),
-            _ => Ok(()),
-        };
-        streamed.and(last).and_then(|()| acc.finish())
+        let mut on_event = |ev: &crate::stream::SseEvent| acc.event(&http.parse_event(&ev.data)?, sink);
+        let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Events(&mut on_event)).await;
+        streamed.and_then(|()| acc.finish())
     }
 }
 
@@ -85,11 +75,9 @@ crate::http::http_provider!(Anthropic, |_this| Capabilities {
     streaming: true
 });
 
-/// `{base}/v1/messages`, accepting a base that already ends in `/v1`.
-fn messages_url(base: &str) -> String {
-    let base = base.trim_end_matches('/');
-    let base = base.strip_suffix("/v1").unwrap_or(base);
-    format!("{base}/v1/messages")
+/// The path to `/v1/messages` from `base`, which may already end in `/v1`.
+pub(crate) fn messages_path(base: &str) -> &'static str {
+    if base.trim_end_matches('/').ends_with("/v1") { "messages" } else { "v1/messages" }
 }
 
 /// The tool whose input is the structured reply.
@@ -873,6 +861,7 @@ mod tests {
 
     #[test]
     fn urls_take_one_v1() {
+        let messages_url = |base: &str| crate::http::join_url(base, messages_path(base)).unwrap().to_string();
         assert_eq!(messages_url("https://api.anthropic.com"), "https://api.anthropic.com/v1/messages");
         assert_eq!(messages_url("https://api.anthropic.com/"), "https://api.anthropic.com/v1/messages");
         assert_eq!(messages_url("http://h:1/v1/"), "http://h:1/v1/messages");

@@ -16,8 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
-use crate::http::{EndpointConfig, HttpCore, excerpt};
-use crate::stream::SseDecoder;
+use crate::http::{EndpointConfig, HttpCore, Sink, excerpt};
 use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, Usage,
@@ -63,7 +62,7 @@ impl Gemini {
         }
     }
 
-    fn url(&self, stream: bool) -> String {
+    fn url(&self, stream: bool) -> Result<reqwest::Url, ProviderError> {
         let model = self.config.model.trim_start_matches("models/");
         if stream {
             self.config.url(&format!("models/{model}:streamGenerateContent?alt=sse"))
@@ -78,7 +77,7 @@ impl Gemini {
     }
 
     async fn call(&self, request: &ChatRequest, on_text: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
-        let url = self.url(on_text.is_some());
+        let url = self.url(on_text.is_some())?;
         let headers = self.headers();
         let (mut mode, mut output) = plan(&request.response_format);
         // After a fallback the API is no longer given the schema, so the
@@ -101,15 +100,9 @@ impl Gemini {
                 },
                 Some(sink) => {
                     let mut fold = Fold::new(&self.config.model);
-                    let mut sse = SseDecoder::default();
-                    let mut on_line = |line: &str| match sse.line(line) {
-                        Some(ev) => self.event(&mut fold, &ev.data, sink),
-                        None => Ok(()),
-                    };
-                    let streamed = self.http.post_streaming(&url, &headers, &body, &mut on_line).await;
-                    // A last event not followed by a blank line still counts.
-                    let last = sse.finish().map_or(Ok(()), |ev| self.event(&mut fold, &ev.data, sink));
-                    streamed.and(last).and_then(|()| {
+                    let mut on_event = |ev: &crate::stream::SseEvent| self.event(&mut fold, &ev.data, sink);
+                    let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Events(&mut on_event)).await;
+                    streamed.and_then(|()| {
                         if fold.finish.is_none() {
                             return Err(self.http.err(
                                 ErrorKind::Unavailable,

@@ -5,21 +5,28 @@
 //! Wire formats (`openai`, `anthropic`, `gemini`, `ollama`) only build bodies
 //! and read answers; they never see a socket.
 
-use std::time::{Duration, SystemTime};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant, SystemTime};
 
+use backon::Retryable as _;
+use futures_util::StreamExt as _;
+use reqwest::Url;
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{Mutex, Semaphore};
 
 use crate::error::{ErrorKind, ProviderError};
-use crate::retry::{RetryPolicy, backoff, rand01};
-use crate::stream::LineSplitter;
+use crate::retry::{RetryPolicy, honour_retry_after};
+use crate::stream::{LineSplitter, SseError, SseEvent, sse_events};
 
 /// Connection settings shared by every HTTP provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpSettings {
     /// Time allowed to connect.
     pub connect_timeout: Duration,
-    /// Time allowed for the whole call, streamed body included.
+    /// Time allowed for the whole call: every attempt, the waits between
+    /// them and the streamed body. The clock starts when the first request
+    /// goes out (queueing for the concurrency cap before it does not count).
     pub timeout: Duration,
     /// Retrying of transient failures (429, 5xx, dropped connections).
     pub retry: RetryPolicy,
@@ -58,7 +65,7 @@ impl std::fmt::Debug for EndpointConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EndpointConfig")
             .field("name", &self.name)
-            .field("base_url", &self.base_url)
+            .field("base_url", &redact_url(&self.base_url))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
             .field("http", &self.http)
@@ -83,9 +90,62 @@ impl EndpointConfig {
         EndpointConfig::new("openai", "https://api.openai.com/v1", model)
     }
 
-    /// `base_url` followed by `path`, with exactly one slash between.
-    pub(crate) fn url(&self, path: &str) -> String {
-        format!("{}/{}", self.base_url.trim_end_matches('/'), path.trim_start_matches('/'))
+    /// `base_url` followed by the segments of `path` (which may end in
+    /// `?query`, joined to any query the base URL has). A base URL that is not
+    /// an absolute `http(s)` URL is an error naming it, credentials redacted.
+    pub(crate) fn url(&self, path: &str) -> Result<Url, ProviderError> {
+        join_url(&self.base_url, path).map_err(|why| {
+            ProviderError::new(
+                &self.name,
+                ErrorKind::Unavailable,
+                format!("the base URL {} is not usable: {why}", redact_url(&self.base_url)),
+            )
+        })
+    }
+}
+
+/// `base` followed by the segments of `path` (`a/b?q=1`).
+pub(crate) fn join_url(base: &str, path: &str) -> Result<Url, String> {
+    let mut url = Url::parse(base.trim()).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("the scheme must be http or https, not {}", url.scheme()));
+    }
+    let (path, query) = match path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (path, None),
+    };
+    url.path_segments_mut()
+        .map_err(|()| "it cannot take a path".to_owned())?
+        .pop_if_empty()
+        .extend(path.split('/').filter(|s| !s.is_empty()));
+    if let Some(q) = query {
+        let joined = match url.query() {
+            Some(base_query) if !base_query.is_empty() => format!("{base_query}&{q}"),
+            _ => q.to_owned(),
+        };
+        url.set_query(Some(&joined));
+    }
+    Ok(url)
+}
+
+/// `url` fit to print: any `user:password@` becomes `***@`. Base URLs may
+/// carry credentials for a proxy; messages, logs and `doctor` must not.
+pub fn redact_url(url: &str) -> String {
+    if let Some(mut parsed) = Url::parse(url.trim()).ok().filter(Url::has_host) {
+        if parsed.username().is_empty() && parsed.password().is_none() {
+            return url.to_owned();
+        }
+        if parsed.set_username("***").is_ok() && parsed.set_password(None).is_ok() {
+            return parsed.to_string();
+        }
+    }
+    // Not a URL with a host to this parser (`host:port` forms read as a
+    // scheme and a path): cut anything before an `@` in the authority.
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+    match url[start..end].rfind('@') {
+        Some(at) => format!("{}***@{}", &url[..start], &url[start + at + 1..]),
+        None => url.to_owned(),
     }
 }
 
@@ -132,6 +192,17 @@ pub(crate) use http_provider;
 /// Receives a streamed body line by line; an error stops the stream.
 pub(crate) type OnLine<'f> = dyn FnMut(&str) -> Result<(), ProviderError> + Send + 'f;
 
+/// Receives a streamed body event by event; an error stops the stream.
+pub(crate) type OnEvent<'f> = dyn FnMut(&SseEvent) -> Result<(), ProviderError> + Send + 'f;
+
+/// Where a streamed 2xx body goes.
+pub(crate) enum Sink<'s, 'f> {
+    /// NDJSON: one line at a time.
+    Lines(&'s mut OnLine<'f>),
+    /// `text/event-stream`: one event at a time.
+    Events(&'s mut OnEvent<'f>),
+}
+
 /// One provider's HTTP client.
 #[derive(Debug)]
 pub(crate) struct HttpCore {
@@ -143,10 +214,18 @@ pub(crate) struct HttpCore {
     permits: Option<Semaphore>,
 }
 
-/// A request that got no usable HTTP answer.
-struct TransportFailure {
+/// One attempt that did not give a usable 2xx answer.
+struct Failure {
     error: ProviderError,
     retryable: bool,
+    /// The server's `Retry-After`, when it gave one.
+    retry_after: Option<Duration>,
+}
+
+impl Failure {
+    fn fatal(error: ProviderError) -> Failure {
+        Failure { error, retryable: false, retry_after: None }
+    }
 }
 
 /// Statuses that say "not now" rather than "not this request": 408, 429 and
@@ -169,7 +248,6 @@ impl HttpCore {
     pub(crate) fn new(name: &str, settings: HttpSettings) -> Result<HttpCore, ProviderError> {
         let client = reqwest::Client::builder()
             .connect_timeout(settings.connect_timeout.min(settings.timeout))
-            .timeout(settings.timeout)
             .build()
             .map_err(|e| ProviderError::new(name, ErrorKind::Unavailable, format!("cannot build HTTP client: {e}")))?;
         // Anything beyond what a semaphore can count is unlimited in practice.
@@ -189,119 +267,159 @@ impl HttpCore {
     /// failures. Any other status becomes a classified error.
     pub(crate) async fn post(
         &self,
-        url: &str,
+        url: &Url,
         headers: &[(&str, String)],
         body: &Value,
     ) -> Result<String, ProviderError> {
         self.post_inner(url, headers, body, None).await
     }
 
-    /// Like [`HttpCore::post`] but hands the body to `on_line` line by line
-    /// as it arrives (SSE and NDJSON are both line-based). Retries happen
-    /// only before the first byte of a 2xx body: once text has been shown,
-    /// sending the request again would show it twice.
+    /// Like [`HttpCore::post`] but hands the 2xx body to `sink` as it
+    /// arrives. Retries happen only before the first byte of a 2xx body:
+    /// once text has been shown, sending the request again would show it
+    /// twice.
     pub(crate) async fn post_streaming(
         &self,
-        url: &str,
+        url: &Url,
         headers: &[(&str, String)],
         body: &Value,
-        on_line: &mut OnLine<'_>,
+        sink: Sink<'_, '_>,
     ) -> Result<(), ProviderError> {
-        self.post_inner(url, headers, body, Some(on_line)).await.map(drop)
+        self.post_inner(url, headers, body, Some(sink)).await.map(drop)
     }
 
     async fn post_inner(
         &self,
-        url: &str,
+        url: &Url,
         headers: &[(&str, String)],
         body: &Value,
-        mut on_line: Option<&mut OnLine<'_>>,
+        sink: Option<Sink<'_, '_>>,
     ) -> Result<String, ProviderError> {
-        let policy = self.settings.retry;
-        let mut retries = 0u32;
-        loop {
+        let attempts = AtomicU32::new(0);
+        let deadline = OnceLock::new();
+        // Each attempt borrows the sink in turn; the lock is never contended.
+        let sink = sink.map(Mutex::new);
+        let (attempts_at, deadline_at, sink_at) = (&attempts, &deadline, &sink);
+        let attempt = move || async move {
             // Held for one attempt only: a call sleeping in backoff must not
-            // keep others from the endpoint. Queueing for a permit does not
-            // count against the timeout, which bounds the HTTP call itself.
+            // keep others from the endpoint.
             let permit = match &self.permits {
                 Some(s) => s.acquire().await.ok(),
                 None => None,
             };
-            let sent = self.send(url, headers, body, on_line.as_deref_mut()).await;
-            drop(permit);
-            let wait = match sent {
-                Err(f) if f.retryable && retries < policy.max_retries => backoff(&policy, retries, None, rand01()),
-                Err(f) => return Err(f.error.with_attempts(retries + 1)),
-                Ok((status, retry_after, _)) if transient_status(status) && retries < policy.max_retries => {
-                    backoff(&policy, retries, retry_after, rand01())
-                }
-                Ok((status, _, text)) if (200..300).contains(&status) => return Ok(text),
-                Ok((status, retry_after, text)) => {
-                    return Err(self.classify(status, retry_after, &text).with_attempts(retries + 1));
-                }
+            let deadline = *deadline_at.get_or_init(|| Instant::now() + self.settings.timeout);
+            attempts_at.fetch_add(1, Ordering::Relaxed);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Failure::fatal(self.timeout_error(url)));
+            }
+            let mut sink = match sink_at {
+                Some(m) => Some(m.lock().await),
+                None => None,
             };
-            tokio::time::sleep(wait).await;
-            retries += 1;
-        }
+            let sent = self.send(url, headers, body, sink.as_deref_mut(), left).await;
+            drop(permit);
+            sent
+        };
+        let result = attempt
+            .retry(self.settings.retry.delays())
+            .when(|f: &Failure| f.retryable)
+            .adjust(|f: &Failure, jitter: Option<Duration>| {
+                let wait = honour_retry_after(jitter?, f.retry_after);
+                // A wait that would end past the deadline is not taken: the
+                // error at hand is a better answer than a timeout later.
+                let deadline = deadline_at.get()?;
+                (Instant::now() + wait < *deadline).then_some(wait)
+            })
+            .await;
+        result.map_err(|f| f.error.with_attempts(attempts.load(Ordering::Relaxed).max(1)))
     }
 
-    async fn send<'f>(
+    /// One attempt, given `left` until the call's deadline.
+    async fn send(
         &self,
-        url: &str,
+        url: &Url,
         headers: &[(&str, String)],
         body: &Value,
-        on_line: Option<&mut OnLine<'f>>,
-    ) -> Result<(u16, Option<Duration>, String), TransportFailure> {
-        let mut req = self.client.post(url).json(body);
+        sink: Option<&mut Sink<'_, '_>>,
+        left: Duration,
+    ) -> Result<String, Failure> {
+        let mut req = self.client.post(url.clone()).json(body).timeout(left);
         for (k, v) in headers {
             req = req.header(*k, v);
         }
-        let mut resp = req.send().await.map_err(|e| self.transport_error(&e, url, false))?;
+        let resp = req.send().await.map_err(|e| self.transport_error(&e, url, false))?;
         let status = resp.status().as_u16();
-        let retry_after = resp
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| parse_retry_after(s, SystemTime::now()));
-        let Some(on_line) = on_line.filter(|_| (200..300).contains(&status)) else {
+        if !(200..300).contains(&status) {
+            let retry_after = resp
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|s| parse_retry_after(s, SystemTime::now()));
             let text = resp.text().await.map_err(|e| self.transport_error(&e, url, false))?;
-            return Ok((status, retry_after, text));
+            return Err(Failure {
+                error: self.classify(status, retry_after, &text),
+                retryable: transient_status(status),
+                retry_after,
+            });
+        }
+        let Some(sink) = sink else {
+            return resp.text().await.map_err(|e| self.transport_error(&e, url, false));
         };
-        let mut lines = LineSplitter::default();
-        let mut started = false;
-        loop {
-            let chunk = match resp.chunk().await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => return Err(self.transport_error(&e, url, started)),
-            };
-            started = true;
-            for line in lines.push(&chunk) {
-                on_line(&line).map_err(|error| TransportFailure { error, retryable: false })?;
+        let started = AtomicBool::new(false);
+        let bytes = resp.bytes_stream().inspect(|_| started.store(true, Ordering::Relaxed));
+        match sink {
+            Sink::Lines(on_line) => {
+                let mut bytes = std::pin::pin!(bytes);
+                let mut lines = LineSplitter::default();
+                while let Some(chunk) = bytes.next().await {
+                    let chunk = chunk.map_err(|e| self.transport_error(&e, url, started.load(Ordering::Relaxed)))?;
+                    for line in lines.push(&chunk) {
+                        on_line(&line).map_err(Failure::fatal)?;
+                    }
+                }
+                if let Some(line) = lines.finish() {
+                    on_line(&line).map_err(Failure::fatal)?;
+                }
+            }
+            Sink::Events(on_event) => {
+                let mut events = std::pin::pin!(sse_events(bytes));
+                while let Some(event) = events.next().await {
+                    let event = event.map_err(|e| match e {
+                        SseError::Transport(e) => self.transport_error(&e, url, started.load(Ordering::Relaxed)),
+                        SseError::Utf8(_) => {
+                            Failure::fatal(self.err(ErrorKind::BadResponse, "the event stream is not valid UTF-8"))
+                        }
+                        SseError::Parser(e) => Failure::fatal(
+                            self.err(ErrorKind::BadResponse, format!("the event stream cannot be read: {e}")),
+                        ),
+                    })?;
+                    on_event(&event).map_err(Failure::fatal)?;
+                }
             }
         }
-        if let Some(line) = lines.finish() {
-            on_line(&line).map_err(|error| TransportFailure { error, retryable: false })?;
-        }
-        Ok((status, None, String::new()))
+        Ok(String::new())
     }
 
-    fn transport_error(&self, e: &reqwest::Error, url: &str, streamed: bool) -> TransportFailure {
+    fn timeout_error(&self, url: &Url) -> ProviderError {
+        let timeout = self.settings.timeout;
+        self.err(
+            ErrorKind::Timeout(timeout),
+            format!("no complete answer from {} within {timeout:?}", host_of(url.as_str())),
+        )
+    }
+
+    fn transport_error(&self, e: &reqwest::Error, url: &Url, streamed: bool) -> Failure {
         if e.is_timeout() {
-            // Not retried: the timeout bounds one call, and retrying would
-            // silently multiply it.
-            return TransportFailure {
-                error: self.err(
-                    ErrorKind::Timeout(self.settings.timeout),
-                    format!("no complete answer from {} within {:?}", host_of(url), self.settings.timeout),
-                ),
-                retryable: false,
-            };
+            // The deadline covers the whole call, so there is no time left
+            // for another try.
+            return Failure::fatal(self.timeout_error(url));
         }
+        let host = host_of(url.as_str());
         let mut msg = if e.is_body() || e.is_decode() {
-            format!("the answer from {} was cut off", host_of(url))
+            format!("the answer from {host} was cut off")
         } else {
-            format!("cannot reach {}", host_of(url))
+            format!("cannot reach {host}")
         };
         let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
         while let Some(s) = src {
@@ -310,7 +428,11 @@ impl HttpCore {
         }
         // A builder error is a bad URL or header: the same request fails the
         // same way. After streamed text, a retry would repeat it.
-        TransportFailure { error: self.err(ErrorKind::Unavailable, msg), retryable: !e.is_builder() && !streamed }
+        Failure {
+            error: self.err(ErrorKind::Unavailable, msg),
+            retryable: !e.is_builder() && !streamed,
+            retry_after: None,
+        }
     }
 
     /// A non-2xx answer as an error.
@@ -349,13 +471,18 @@ impl HttpCore {
     }
 }
 
-/// `scheme://host:port` of a URL: errors name the server, never a query
-/// string (Gemini can carry the key there).
-fn host_of(url: &str) -> &str {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    match url[after_scheme..].find(['/', '?']) {
-        Some(i) => &url[..after_scheme + i],
-        None => url,
+/// `scheme://host:port` of a URL: errors name the server, never a path,
+/// a query string (Gemini can carry the key there) or credentials.
+fn host_of(url: &str) -> String {
+    match Url::parse(url).ok().as_ref().and_then(|u| Some((u.scheme(), u.host_str()?, u.port()))) {
+        Some((scheme, host, Some(port))) => format!("{scheme}://{host}:{port}"),
+        Some((scheme, host, None)) => format!("{scheme}://{host}"),
+        None => {
+            let redacted = redact_url(url);
+            let after_scheme = redacted.find("://").map_or(0, |i| i + 3);
+            let end = redacted[after_scheme..].find(['/', '?', '#']).map_or(redacted.len(), |i| after_scheme + i);
+            redacted[..end].to_owned()
+        }
     }
 }
 
@@ -389,43 +516,10 @@ pub(crate) fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration
     Some(at.duration_since(now).unwrap_or(Duration::ZERO))
 }
 
-/// IMF-fixdate only (`Sun, 06 Nov 1994 08:49:37 GMT`): the one form senders
-/// must generate.
+/// An HTTP date (RFC 9110 §5.6.7: IMF-fixdate, and the obsolete RFC 850
+/// and asctime forms recipients must also accept).
 fn parse_http_date(v: &str) -> Option<SystemTime> {
-    let mut parts = v.split_whitespace();
-    let _weekday = parts.next()?.strip_suffix(',')?;
-    let day: u64 = parts.next()?.parse().ok()?;
-    let month = match parts.next()? {
-        "Jan" => 1,
-        "Feb" => 2,
-        "Mar" => 3,
-        "Apr" => 4,
-        "May" => 5,
-        "Jun" => 6,
-        "Jul" => 7,
-        "Aug" => 8,
-        "Sep" => 9,
-        "Oct" => 10,
-        "Nov" => 11,
-        "Dec" => 12,
-        _ => return None,
-    };
-    let year: i64 = parts.next()?.parse().ok()?;
-    let mut hms = parts.next()?.split(':').map(|x| x.parse::<u64>().ok());
-    let (h, m, s) = (hms.next()??, hms.next()??, hms.next()??);
-    if parts.next()? != "GMT" || !(1..=31).contains(&day) || h > 23 || m > 59 || s > 60 || year < 1970 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = u64::try_from(days).ok()? * 86_400 + h * 3600 + m * 60 + s;
-    Some(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+    httpdate::parse_http_date(v).ok()
 }
 
 #[cfg(test)]
@@ -457,6 +551,53 @@ mod tests {
         assert_eq!(host_of("http://127.0.0.1:9/api/chat"), "http://127.0.0.1:9");
         assert_eq!(host_of("http://h?key=SECRET"), "http://h");
         assert_eq!(host_of("nohost"), "nohost");
+    }
+
+    #[test]
+    fn host_of_drops_credentials() {
+        assert_eq!(host_of("https://user:pw@x.example:8443/v1?key=SECRET"), "https://x.example:8443");
+        assert_eq!(host_of("http://[::1]:9/v1"), "http://[::1]:9");
+        assert_eq!(host_of("weird://u:pw@h:1/x"), "weird://h:1");
+        assert_eq!(host_of("u:pw@nohost/x"), "***@nohost");
+    }
+
+    #[test]
+    fn redact_url_hides_userinfo_and_leaves_the_rest() {
+        for (url, want) in [
+            ("https://user:pass@proxy.example/v1", "https://***@proxy.example/v1"),
+            ("http://token@127.0.0.1:8080/v1?x=1", "http://***@127.0.0.1:8080/v1?x=1"),
+            ("http://:pass@h/", "http://***@h/"),
+            ("https://api.openai.com/v1", "https://api.openai.com/v1"),
+            ("http://127.0.0.1:11434", "http://127.0.0.1:11434"),
+            ("http://u:p@[::1", "http://***@[::1"),
+            ("u:p@host:1/x", "***@host:1/x"),
+            ("no url at all", "no url at all"),
+        ] {
+            assert_eq!(redact_url(url), want, "{url}");
+        }
+        let mut cfg = EndpointConfig::new("p", "https://user:s3cret@proxy.example/v1", "m");
+        cfg.api_key = Some("sk-secret".into());
+        let debug = format!("{cfg:?}");
+        assert!(!debug.contains("s3cret") && !debug.contains("sk-secret"), "{debug}");
+    }
+
+    #[test]
+    fn urls_join_segments_and_queries() {
+        let url = |base: &str, path: &str| join_url(base, path).map(String::from);
+        assert_eq!(url("https://h/v1", "chat/completions").unwrap(), "https://h/v1/chat/completions");
+        assert_eq!(url("https://h/v1/", "/chat/completions").unwrap(), "https://h/v1/chat/completions");
+        assert_eq!(url("http://h:1", "api/chat").unwrap(), "http://h:1/api/chat");
+        assert_eq!(
+            url("https://h/v1beta", "models/m:streamGenerateContent?alt=sse").unwrap(),
+            "https://h/v1beta/models/m:streamGenerateContent?alt=sse"
+        );
+        assert_eq!(
+            url("https://h/openai?api-version=1", "chat/completions?x=2").unwrap(),
+            "https://h/openai/chat/completions?api-version=1&x=2"
+        );
+        assert!(url("127.0.0.1:8000/v1", "models").is_err());
+        assert!(url("ftp://h/v1", "models").unwrap_err().contains("http or https"));
+        assert!(url("", "models").is_err());
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub use anthropic::{ANTHROPIC_VERSION, Anthropic};
 pub use cassette::{Recorder, Replayer};
 pub use error::{ErrorKind, ProviderError};
 pub use gemini::Gemini;
-pub use http::{EndpointConfig, HttpSettings};
+pub use http::{EndpointConfig, HttpSettings, redact_url};
 pub use ollama::{Ollama, normalize_host};
 pub use openai::OpenAiCompatible;
 pub use presets::{PRESETS, Preset, Wire, preset, resolve};

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
-use crate::http::{EndpointConfig, HttpCore, excerpt};
+use crate::http::{EndpointConfig, HttpCore, Sink, excerpt, redact_url};
 use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, StructuredMode, ToolCall,
     ToolChoice, Usage,
@@ -44,7 +44,7 @@ impl Ollama {
     }
 
     async fn call(&self, request: &ChatRequest, on_text: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
-        let url = self.config.url("api/chat");
+        let url = self.config.url("api/chat")?;
         let headers = self.headers();
         let mode = structured_mode(&request.response_format);
         let body = request_body(&self.config.model, request, on_text.is_some());
@@ -64,11 +64,11 @@ impl Ollama {
                     }
                     Ok(())
                 };
-                let streamed = self.http.post_streaming(&url, &headers, &body, &mut on_line).await;
+                let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Lines(&mut on_line)).await;
                 streamed.and_then(|()| acc.finish())
             }
         };
-        result.map_err(|e| explain(e, &self.config.model, &self.config.base_url))
+        result.map_err(|e| explain(e, &self.config.model, &redact_url(&self.config.base_url)))
     }
 }
 

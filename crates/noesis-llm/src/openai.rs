@@ -7,8 +7,7 @@ use serde_json::{Map, Value, json};
 
 use crate::TextSink;
 use crate::error::{ErrorKind, ProviderError};
-use crate::http::{EndpointConfig, HttpCore, excerpt};
-use crate::stream::SseDecoder;
+use crate::http::{EndpointConfig, HttpCore, Sink, excerpt};
 use crate::strict::Strict;
 use crate::types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
@@ -113,7 +112,7 @@ impl OpenAiCompatible {
     /// Runs the call, falling back from `json_schema` to JSON mode once when
     /// the endpoint rejects it (for this call and every later one).
     async fn call(&self, request: &ChatRequest, on_text: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
-        let url = self.config.url("chat/completions");
+        let url = self.config.url("chat/completions")?;
         let headers = self.headers();
         let (mut mode, mut strict) = self.mode_for(request);
         // JSON mode for a request that has a schema: the schema goes in the
@@ -132,15 +131,9 @@ impl OpenAiCompatible {
                 },
                 Some(sink) => {
                     let mut acc = StreamAccumulator::new(&self.config.model, mode);
-                    let mut sse = SseDecoder::default();
-                    let mut on_line = |line: &str| match sse.line(line) {
-                        Some(ev) => acc.event(&self.http, &ev.data, sink),
-                        None => Ok(()),
-                    };
-                    let streamed = self.http.post_streaming(&url, &headers, &body, &mut on_line).await;
-                    // A last event not followed by a blank line still counts.
-                    let last = sse.finish().map_or(Ok(()), |ev| acc.event(&self.http, &ev.data, sink));
-                    streamed.and(last).and_then(|()| acc.finish(&self.http))
+                    let mut on_event = |ev: &crate::stream::SseEvent| acc.event(&self.http, &ev.data, sink);
+                    let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Events(&mut on_event)).await;
+                    streamed.and_then(|()| acc.finish(&self.http))
                 }
             };
             match result {

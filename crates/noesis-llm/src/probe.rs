@@ -3,13 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::http::EndpointConfig;
+use crate::http::{EndpointConfig, redact_url};
 use crate::presets::Wire;
 
 /// What one probe found.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Probe {
-    /// The URL asked (never with a key in it).
+    /// The URL asked (never with a key or a base URL's `user:password@` in it).
     pub url: String,
     /// The HTTP status, when the server answered.
     pub status: Option<u16>,
@@ -42,6 +42,14 @@ pub async fn probe(wire: Wire, config: &EndpointConfig, timeout: Duration) -> Pr
         }
         Wire::Ollama => (config.url("api/tags"), Vec::new()),
     };
+    let target = match url {
+        Ok(u) => u,
+        Err(e) => {
+            return Probe { url: redact_url(&config.base_url), status: None, latency_ms: 0, problem: Some(e.message) };
+        }
+    };
+    // What is shown never carries the credentials a base URL may hold.
+    let url = redact_url(target.as_str());
     let started = Instant::now();
     let client = match reqwest::Client::builder().timeout(timeout).connect_timeout(timeout).build() {
         Ok(c) => c,
@@ -49,7 +57,7 @@ pub async fn probe(wire: Wire, config: &EndpointConfig, timeout: Duration) -> Pr
             return Probe { url, status: None, latency_ms: 0, problem: Some(format!("cannot build a client: {e}")) };
         }
     };
-    let mut req = client.get(&url);
+    let mut req = client.get(target);
     for (k, v) in headers {
         req = req.header(k, v);
     }
@@ -103,6 +111,20 @@ mod tests {
         assert_eq!(p.status, None);
         assert!(p.problem.as_deref().unwrap().starts_with("unreachable"), "{p:?}");
         assert!(!p.ok());
+    }
+
+    #[test]
+    fn credentials_in_the_base_url_are_never_shown() {
+        let cfg = EndpointConfig::new("openai", "http://proxy-user:s3cret@127.0.0.1:1/v1", "m");
+        let p = block(probe(Wire::OpenAi, &cfg, Duration::from_secs(2)));
+        assert_eq!(p.url, "http://***@127.0.0.1:1/v1/models");
+        let shown = serde_json::to_string(&p).unwrap();
+        assert!(!shown.contains("s3cret") && !shown.contains("proxy-user"), "{shown}");
+        let bad = EndpointConfig::new("openai", "http://u:s3cret@[::1", "m");
+        let p = block(probe(Wire::OpenAi, &bad, Duration::from_secs(2)));
+        assert_eq!(p.url, "http://***@[::1");
+        assert!(p.problem.as_deref().unwrap().contains("not usable"), "{p:?}");
+        assert!(!serde_json::to_string(&p).unwrap().contains("s3cret"));
     }
 
     #[test]

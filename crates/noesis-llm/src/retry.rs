@@ -1,7 +1,6 @@
 //! Retrying transient provider failures: the policy and the delay between tries.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 /// The longest `Retry-After` we honour, so a server cannot stall a run forever.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(60);
@@ -41,33 +40,47 @@ pub fn backoff(policy: &RetryPolicy, attempt: u32, retry_after: Option<Duration>
     let bound = policy.base_delay.saturating_mul(factor).min(policy.max_delay);
     // NaN would make `mul_f64` panic; treat it like the worst case instead.
     let r = if rand01.is_nan() { 1.0 } else { rand01.clamp(0.0, 1.0) };
-    let jitter = bound.mul_f64(r);
+    honour_retry_after(bound.mul_f64(r), retry_after)
+}
+
+/// The jittered wait, lengthened to what the server asked for (capped).
+pub(crate) fn honour_retry_after(jitter: Duration, retry_after: Option<Duration>) -> Duration {
     match retry_after {
         Some(ra) => ra.min(MAX_RETRY_AFTER).max(jitter),
         None => jitter,
     }
 }
 
-/// A number in `[0, 1)` good enough to spread retries; not for anything secret.
-pub(crate) fn rand01() -> f64 {
-    // The counter keeps calls within one clock tick (or on a coarse clock) apart.
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // splitmix64 spreads the seed so neighbouring seeds give unrelated outputs.
-    let mut x = nanos ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^= x >> 31;
-    // xorshift64 has a fixed point at zero.
-    if x == 0 {
-        x = 0x2545_F491_4F6C_DD1D;
+/// The jittered waits of `policy`, one per retry it allows, for `backon`'s
+/// retry loop (which applies `Retry-After` and the deadline on top).
+#[derive(Debug)]
+pub(crate) struct Delays {
+    policy: RetryPolicy,
+    next: u32,
+}
+
+impl RetryPolicy {
+    pub(crate) fn delays(self) -> Delays {
+        Delays { policy: self, next: 0 }
     }
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (x >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl Iterator for Delays {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        if self.next >= self.policy.max_retries {
+            return None;
+        }
+        let wait = backoff(&self.policy, self.next, None, rand01());
+        self.next += 1;
+        Some(wait)
+    }
+}
+
+/// A number in `[0, 1)` to spread retries; not for anything secret.
+pub(crate) fn rand01() -> f64 {
+    fastrand::f64()
 }
 
 #[cfg(test)]
@@ -138,6 +151,17 @@ mod tests {
         let p = policy();
         assert_eq!(backoff(&p, 3, Some(Duration::ZERO), 1.0), ms(800));
         assert_eq!(backoff(&p, 2, Some(ms(50)), 0.5), ms(200));
+    }
+
+    #[test]
+    fn delays_give_one_jittered_wait_per_retry() {
+        let p = RetryPolicy { max_retries: 3, ..policy() };
+        let waits: Vec<Duration> = p.delays().collect();
+        assert_eq!(waits.len(), 3);
+        for (i, w) in waits.iter().enumerate() {
+            assert!(*w <= backoff(&p, i as u32, None, 1.0), "{i}: {w:?}");
+        }
+        assert_eq!(RetryPolicy::none().delays().count(), 0);
     }
 
     #[test]

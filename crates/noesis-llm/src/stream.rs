@@ -1,8 +1,12 @@
-//! Decoding streamed answers: bytes → lines → server-sent events.
+//! Decoding streamed answers: bytes → lines (NDJSON) or server-sent events.
 //!
 //! Pure and incremental: bytes may be split anywhere, including inside a
 //! UTF-8 character or between `\r` and `\n`. NDJSON (Ollama) is just the
-//! lines; SSE (OpenAI, Anthropic, Gemini) groups them into events.
+//! lines, split here (no crate does only that); SSE (OpenAI, Anthropic,
+//! Gemini) is decoded by `eventsource-stream`.
+
+use eventsource_stream::Eventsource as _;
+use futures_util::{Stream, StreamExt as _};
 
 /// Splits a byte stream into lines without their terminators.
 #[derive(Debug, Default)]
@@ -38,52 +42,41 @@ impl LineSplitter {
     }
 }
 
-/// One server-sent event.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct SseEvent {
-    /// The `event:` field; empty when absent.
-    pub(crate) event: String,
-    /// The `data:` lines joined with `\n`.
-    pub(crate) data: String,
+/// One server-sent event (`event` is `message` when the stream names none).
+pub(crate) use eventsource_stream::Event as SseEvent;
+
+/// Why an event stream could not be read.
+pub(crate) type SseError<E> = eventsource_stream::EventStreamError<E>;
+
+/// A body chunk, or the blank line added after the last one.
+enum Chunk<B> {
+    Body(B),
+    End,
 }
 
-/// Groups lines into events (a blank line ends one).
-#[derive(Debug, Default)]
-pub(crate) struct SseDecoder {
-    event: String,
-    data: Vec<String>,
+impl<B: AsRef<[u8]>> AsRef<[u8]> for Chunk<B> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Chunk::Body(b) => b.as_ref(),
+            Chunk::End => b"\n\n",
+        }
+    }
 }
 
-impl SseDecoder {
-    /// Feeds one line; returns the event it completed, if any.
-    pub(crate) fn line(&mut self, line: &str) -> Option<SseEvent> {
-        if line.is_empty() {
-            if self.data.is_empty() {
-                self.event.clear();
-                return None;
-            }
-            let data = std::mem::take(&mut self.data).join("\n");
-            return Some(SseEvent { event: std::mem::take(&mut self.event), data });
-        }
-        if line.starts_with(':') {
-            return None;
-        }
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line, ""),
-        };
-        match field {
-            "data" => self.data.push(value.to_owned()),
-            "event" => self.event = value.to_owned(),
-            _ => {}
-        }
-        None
-    }
-
-    /// The event left open when the stream ended without a blank line.
-    pub(crate) fn finish(&mut self) -> Option<SseEvent> {
-        self.line("")
-    }
+/// Server-sent events (WHATWG `text/event-stream`) from a body that may be
+/// split anywhere, `eventsource-stream` doing the parsing. An event the
+/// server left open when the body ended (no blank line after it) still
+/// counts; a body that is not UTF-8 ends in an error.
+pub(crate) fn sse_events<S, B, E>(body: S) -> impl Stream<Item = Result<SseEvent, SseError<E>>>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+{
+    // Callers stop at a transport error, so only a body that ended cleanly
+    // reaches the closing blank line: a cut-off event never counts.
+    body.map(|chunk| chunk.map(Chunk::Body))
+        .chain(futures_util::stream::once(std::future::ready(Ok(Chunk::End))))
+        .eventsource()
 }
 
 #[cfg(test)]
@@ -110,23 +103,42 @@ mod tests {
         assert_eq!(split_all(&singles), want);
     }
 
+    /// Events (name, data) or the error that ended the stream, from a body
+    /// delivered in `chunks`.
+    fn sse_all(chunks: &[&[u8]]) -> Vec<Result<(String, String), String>> {
+        let body = futures_util::stream::iter(chunks.iter().map(|c| Ok::<_, std::convert::Infallible>(c.to_vec())));
+        let events = sse_events(body).collect::<Vec<_>>();
+        // The body is always ready, so the decoder never waits.
+        let Some(events) = futures_util::FutureExt::now_or_never(events) else { panic!("the decoder waited") };
+        events
+            .into_iter()
+            .map(|r| {
+                r.map(|e| (e.event, e.data)).map_err(|e| match e {
+                    SseError::Utf8(_) => "utf8".to_owned(),
+                    other => format!("{other:?}"),
+                })
+            })
+            .collect()
+    }
+
     #[test]
     fn sse_groups_data_lines_and_names_events() {
-        let mut d = SseDecoder::default();
-        let mut events = Vec::new();
-        for line in
-            [": comment", "event: message_start", "data: {\"a\":1}", "", "data:x", "data: y", "", "", "data: [DONE]"]
-        {
-            events.extend(d.line(line));
+        let text = ": comment\nevent: message_start\ndata: {\"a\":1}\n\ndata:x\ndata: y\n\n\ndata: [DONE]";
+        let ev = |name: &str, data: &str| Ok((name.to_owned(), data.to_owned()));
+        let want = vec![ev("message_start", "{\"a\":1}"), ev("message", "x\ny"), ev("message", "[DONE]")];
+        assert_eq!(sse_all(&[text.as_bytes()]), want);
+        let bytes = text.as_bytes();
+        for cut in 0..bytes.len() {
+            let (a, b) = bytes.split_at(cut);
+            assert_eq!(sse_all(&[a, b]), want, "cut at {cut}");
         }
-        events.extend(d.finish());
-        assert_eq!(
-            events,
-            vec![
-                SseEvent { event: "message_start".into(), data: "{\"a\":1}".into() },
-                SseEvent { event: String::new(), data: "x\ny".into() },
-                SseEvent { event: String::new(), data: "[DONE]".into() },
-            ]
-        );
+    }
+
+    #[test]
+    fn sse_takes_crlf_and_cr_and_reports_bad_utf8() {
+        let ev = |data: &str| Ok(("message".to_owned(), data.to_owned()));
+        assert_eq!(sse_all(&[b"data: a\r\n\r\ndata: b\r\rdata: c"]), vec![ev("a"), ev("b"), ev("c")]);
+        assert_eq!(sse_all(&[b"data: a\n\ndata: \xff\n\n"]), vec![ev("a"), Err("utf8".to_owned())]);
+        assert_eq!(sse_all(&[]), vec![]);
     }
 }

@@ -174,6 +174,57 @@ fn timeouts_are_not_retried() {
 }
 
 #[test]
+fn the_timeout_covers_every_attempt_and_the_waits_between() {
+    // Each answer is a 503 after 300 ms; five retries would take 1.8 s, the
+    // whole call has 0.8 s, so the third attempt is cut by the deadline.
+    let slow_503 = Reply::Delay(Duration::from_millis(300), Box::new(status(503, "busy")));
+    let server = FakeServer::start(vec![slow_503]).unwrap();
+    let mut cfg = EndpointConfig::openai("gpt-test");
+    cfg.base_url = server.base_url();
+    cfg.http.timeout = Duration::from_millis(800);
+    cfg.http.retry = fast(5);
+    let p = OpenAiCompatible::new(cfg).unwrap();
+    let e = chat(&p, &hello()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Timeout(Duration::from_millis(800)), "{e}");
+    let sent = server.received().len();
+    assert!((2..6).contains(&sent), "{sent} requests: the deadline did not stop the retries");
+    assert_eq!(e.attempts as usize, sent, "{e}");
+}
+
+#[test]
+fn a_retry_after_past_the_deadline_ends_the_call_with_the_servers_answer() {
+    let server = FakeServer::start(vec![
+        Reply::Status(429, "{}".into(), vec![("retry-after".into(), "30".into())]),
+        Reply::Chat("never".into()),
+    ])
+    .unwrap();
+    let mut cfg = EndpointConfig::openai("gpt-test");
+    cfg.base_url = server.base_url();
+    cfg.http.timeout = Duration::from_secs(2);
+    cfg.http.retry = fast(3);
+    let p = OpenAiCompatible::new(cfg).unwrap();
+    let e = chat(&p, &hello()).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::RateLimited { retry_after: Some(Duration::from_secs(30)) });
+    assert_eq!((e.attempts, server.received().len()), (1, 1));
+}
+
+#[test]
+fn credentials_in_the_base_url_never_reach_an_error() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let p = provider(format!("http://proxy-user:s3cret-pass@127.0.0.1:{port}/v1"), fast(0));
+    let e = chat(&p, &hello()).unwrap_err();
+    assert!(e.to_string().contains(&format!("cannot reach http://127.0.0.1:{port}")), "{e}");
+    assert!(!e.to_string().contains("s3cret") && !e.to_string().contains("proxy-user"), "{e}");
+    let bad = provider("http://u:s3cret@[::1".to_owned(), fast(0));
+    let e = chat(&bad, &hello()).unwrap_err();
+    assert!(e.to_string().contains("base URL http://***@[::1 is not usable"), "{e}");
+    assert!(!e.to_string().contains("s3cret"), "{e}");
+}
+
+#[test]
 fn zero_retries_means_one_request() {
     let server = FakeServer::start(vec![status(503, "busy"), Reply::Chat("never".into())]).unwrap();
     let p = provider(server.base_url(), fast(0));

@@ -70,7 +70,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             "provider": name,
             "wire": wire.as_str(),
             "model": ep.model,
-            "base_url": ep.base_url,
+            "base_url": noesis_llm::redact_url(&ep.base_url),
             "key_variable": key_var,
             "key_set": key_set,
             "configured": configured,
