@@ -104,16 +104,43 @@ pub struct Spent {
 
 /// A [`Budget`] and what has been spent against it; share it (`Arc`) to
 /// give several runs one budget.
+///
+/// A call first [reserves](BudgetMeter::reserve) what it may cost at most —
+/// its estimated prompt plus its output cap, priced — in one step with the
+/// check, so runs in parallel cannot all pass the check before any of them
+/// is charged; the [`Reservation`] is then settled to the real usage, or
+/// released when the call fails.
 #[derive(Debug, Default)]
 pub struct BudgetMeter {
     budget: Budget,
-    spent: Mutex<Spent>,
+    ledger: Mutex<Ledger>,
+}
+
+#[derive(Debug, Default)]
+struct Ledger {
+    spent: Spent,
+    /// Held by calls in flight.
+    reserved_tokens: u64,
+    reserved_cost: f64,
+}
+
+/// Room held in a [`BudgetMeter`] for one call in flight. Settle it with
+/// the call's real usage; dropping it unsettled releases the room (a failed
+/// call costs nothing).
+#[derive(Debug)]
+#[must_use = "a reservation is released when dropped: settle it once the call has answered"]
+pub struct Reservation<'m> {
+    meter: &'m BudgetMeter,
+    input_tokens: u64,
+    output_tokens: u64,
+    cost: Option<f64>,
+    open: bool,
 }
 
 impl BudgetMeter {
     /// A meter with nothing spent.
     pub fn new(budget: Budget) -> BudgetMeter {
-        BudgetMeter { budget, spent: Mutex::new(Spent::default()) }
+        BudgetMeter { budget, ledger: Mutex::new(Ledger::default()) }
     }
 
     /// The limits.
@@ -121,50 +148,122 @@ impl BudgetMeter {
         self.budget
     }
 
-    /// What has been spent.
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        // Every update leaves the ledger consistent, so a panic elsewhere
+        // cannot have left it half-written.
+        self.ledger.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What has been spent (settled calls only).
     pub fn spent(&self) -> Spent {
-        *self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.ledger().spent
     }
 
-    /// Records a call's usage and cost.
+    /// Tokens and dollars held by calls in flight.
+    pub fn reserved(&self) -> (u64, f64) {
+        let l = self.ledger();
+        (l.reserved_tokens, l.reserved_cost)
+    }
+
+    /// Records a call's usage and cost (for calls that were not reserved).
     pub fn charge(&self, usage: Usage, cost: Option<f64>) {
-        let mut s = self.spent.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        s.usage += usage;
-        match cost {
-            Some(c) => s.cost_usd += c,
-            None => s.unpriced_calls += 1,
-        }
+        self.ledger().charge(usage, cost);
     }
 
-    /// Refuses a call expected to use `input_tokens` more (plus up to
-    /// `max_output` when capped) when that would break a limit. Cost is
-    /// checked on what has been spent: a call's price is only known after.
-    pub fn check(&self, provider: &str, input_tokens: u64, max_output: Option<u32>) -> Result<(), ProviderError> {
-        let s = self.spent();
+    /// Reserves room for a call expected to use `input_tokens` and up to
+    /// `max_output` more, at `price` when known, or refuses it when that
+    /// would break a limit counting what is spent and what calls in flight
+    /// hold. Without `max_output` only the prompt is reserved; without a
+    /// price the cost limit cannot be checked for this call.
+    pub fn reserve(
+        &self,
+        provider: &str,
+        input_tokens: u64,
+        max_output: Option<u32>,
+        price: Option<Price>,
+    ) -> Result<Reservation<'_>, ProviderError> {
+        let output_tokens = u64::from(max_output.unwrap_or(0));
+        let next = input_tokens.saturating_add(output_tokens);
+        let cost = price.map(|p| (input_tokens as f64 * p.input + output_tokens as f64 * p.output) / 1_000_000.0);
+        let mut l = self.ledger();
         if let Some(limit) = self.budget.max_tokens {
-            let used = s.usage.input_tokens + s.usage.output_tokens;
-            let next = input_tokens + u64::from(max_output.unwrap_or(0));
-            if used >= limit || used + next > limit {
+            let used = l.spent.usage.input_tokens.saturating_add(l.spent.usage.output_tokens);
+            let held = l.reserved_tokens;
+            if used >= limit || used.saturating_add(held).saturating_add(next) > limit {
+                let in_flight = if held > 0 { format!(", {held} held by calls in flight") } else { String::new() };
                 return Err(ProviderError::new(
                     provider,
                     ErrorKind::Budget,
                     format!(
-                        "token budget exceeded: {used} tokens used, about {next} more needed, limit {limit} (raise it with --max-total-tokens or [budget] max_tokens)"
+                        "token budget exceeded: {used} tokens used{in_flight}, about {next} more needed, limit {limit} (raise it with --max-total-tokens or [budget] max_tokens)"
                     ),
                 ));
             }
         }
-        if let Some(limit) = self.budget.max_cost_usd.filter(|l| s.cost_usd >= *l) {
-            return Err(ProviderError::new(
-                provider,
-                ErrorKind::Budget,
-                format!(
-                    "cost budget exceeded: ${:.4} spent, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)",
-                    s.cost_usd
-                ),
-            ));
+        if let Some(limit) = self.budget.max_cost_usd {
+            let spent = l.spent.cost_usd;
+            let held = l.reserved_cost;
+            if spent >= limit || cost.is_some_and(|c| spent + held + c > limit) {
+                let in_flight =
+                    if held > 0.0 { format!(", ${held:.4} held by calls in flight") } else { String::new() };
+                let next = cost.map_or(String::new(), |c| format!(", this call may cost up to ${c:.4}"));
+                return Err(ProviderError::new(
+                    provider,
+                    ErrorKind::Budget,
+                    format!(
+                        "cost budget exceeded: ${spent:.4} spent{in_flight}{next}, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)"
+                    ),
+                ));
+            }
         }
-        Ok(())
+        l.reserved_tokens = l.reserved_tokens.saturating_add(next);
+        l.reserved_cost += cost.unwrap_or(0.0);
+        Ok(Reservation { meter: self, input_tokens, output_tokens, cost, open: true })
+    }
+}
+
+impl Ledger {
+    fn charge(&mut self, usage: Usage, cost: Option<f64>) {
+        self.spent.usage += usage;
+        match cost {
+            Some(c) => self.spent.cost_usd += c,
+            None => self.spent.unpriced_calls += 1,
+        }
+    }
+
+    fn release(&mut self, tokens: u64, cost: Option<f64>) {
+        self.reserved_tokens = self.reserved_tokens.saturating_sub(tokens);
+        // Sums and differences of floats drift; nothing held is exactly 0.
+        self.reserved_cost = (self.reserved_cost - cost.unwrap_or(0.0)).max(0.0);
+        if self.reserved_tokens == 0 {
+            self.reserved_cost = 0.0;
+        }
+    }
+}
+
+impl Reservation<'_> {
+    /// The call answered: charge what it really used and release the rest.
+    pub fn settle(mut self, usage: Usage, cost: Option<f64>) {
+        let mut l = self.meter.ledger();
+        l.release(self.input_tokens + self.output_tokens, self.cost);
+        l.charge(usage, cost);
+        self.open = false;
+    }
+
+    /// The call answered without saying what it used: charge the estimate,
+    /// so a provider that reports nothing cannot run past the budget.
+    pub fn settle_at_estimate(self) {
+        let usage = Usage { input_tokens: self.input_tokens, output_tokens: self.output_tokens };
+        let cost = self.cost;
+        self.settle(usage, cost);
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if self.open {
+            self.meter.ledger().release(self.input_tokens + self.output_tokens, self.cost);
+        }
     }
 }
 
@@ -245,17 +344,52 @@ mod tests {
     #[test]
     fn meter_refuses_calls_past_the_limits() {
         let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: Some(0.01) });
-        m.check("p", 50, Some(40)).unwrap();
-        assert_eq!(m.check("p", 50, Some(60)).unwrap_err().kind, ErrorKind::Budget);
-        m.charge(Usage { input_tokens: 60, output_tokens: 10 }, Some(0.004));
-        m.charge(Usage { input_tokens: 10, output_tokens: 10 }, None);
+        m.reserve("p", 50, Some(40), None).unwrap().settle(Usage { input_tokens: 60, output_tokens: 10 }, Some(0.004));
+        assert_eq!(m.reserve("p", 20, Some(20), None).unwrap_err().kind, ErrorKind::Budget);
+        m.reserve("p", 10, Some(10), None).unwrap().settle(Usage { input_tokens: 10, output_tokens: 10 }, None);
         assert_eq!(m.spent().unpriced_calls, 1);
-        let e = m.check("p", 20, None).unwrap_err();
+        let e = m.reserve("p", 20, None, None).unwrap_err();
         assert!(e.message.contains("90 tokens used"), "{}", e.message);
         m.charge(Usage::default(), Some(0.01));
         let m2 = BudgetMeter::new(Budget { max_tokens: None, max_cost_usd: Some(0.01) });
         m2.charge(Usage::default(), Some(0.02));
-        assert!(m2.check("p", 0, None).unwrap_err().message.contains("cost budget exceeded"));
+        assert!(m2.reserve("p", 0, None, None).unwrap_err().message.contains("cost budget exceeded"));
+    }
+
+    const DOLLAR_PER_TOKEN: Price = Price { input: 1_000_000.0, output: 1_000_000.0 };
+
+    #[test]
+    fn reservations_count_against_the_limits_until_settled_or_released() {
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: Some(10.0) });
+        let a = m.reserve("p", 2, Some(3), Some(DOLLAR_PER_TOKEN)).unwrap();
+        assert_eq!(m.reserved(), (5, 5.0));
+        // 5 held + 6 more would break the $10 limit though nothing is spent.
+        let e = m.reserve("p", 3, Some(3), Some(DOLLAR_PER_TOKEN)).unwrap_err();
+        assert!(e.message.contains("$5.0000 held by calls in flight"), "{}", e.message);
+        let b = m.reserve("p", 2, Some(3), Some(DOLLAR_PER_TOKEN)).unwrap();
+        drop(b);
+        assert_eq!(m.reserved(), (5, 5.0), "a dropped reservation is released");
+        a.settle(Usage { input_tokens: 2, output_tokens: 1 }, Some(3.0));
+        assert_eq!(m.reserved(), (0, 0.0));
+        assert_eq!(m.spent().cost_usd, 3.0);
+        assert_eq!(m.spent().usage, Usage { input_tokens: 2, output_tokens: 1 });
+        // What settling freed is there again.
+        m.reserve("p", 3, Some(4), Some(DOLLAR_PER_TOKEN)).unwrap().settle_at_estimate();
+        assert_eq!(m.spent().cost_usd, 10.0);
+        assert_eq!(m.spent().usage, Usage { input_tokens: 5, output_tokens: 5 });
+        assert!(m.reserve("p", 0, None, Some(DOLLAR_PER_TOKEN)).unwrap_err().message.contains("cost budget"));
+    }
+
+    #[test]
+    fn a_call_that_alone_exceeds_what_is_left_is_refused() {
+        let m = BudgetMeter::new(Budget { max_tokens: Some(1000), max_cost_usd: None });
+        assert!(m.reserve("p", 10, Some(991), None).is_err());
+        assert!(m.reserve("p", 10, Some(990), None).is_ok());
+        let m = BudgetMeter::new(Budget { max_tokens: None, max_cost_usd: Some(1.0) });
+        let e = m.reserve("p", 1, Some(1), Some(DOLLAR_PER_TOKEN)).unwrap_err();
+        assert!(e.message.contains("this call may cost up to $2.0000"), "{}", e.message);
+        // An unknown price cannot be checked against a cost limit.
+        assert!(m.reserve("p", 1, Some(1), None).is_ok());
     }
 
     #[test]

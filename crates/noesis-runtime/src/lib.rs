@@ -34,8 +34,8 @@ pub use tokio_util::sync::CancellationToken;
 use std::sync::Arc;
 
 use noesis_llm::{
-    BudgetMeter, ChatRequest, ChatResponse, ErrorKind, FinishReason, Message, PriceTable, Provider, ProviderError,
-    ResponseFormat, StructuredMode, Usage, estimate_tokens,
+    BudgetMeter, ChatRequest, ChatResponse, ErrorKind, FinishReason, Message, Price, PriceTable, Provider,
+    ProviderError, Reservation, ResponseFormat, StructuredMode, Usage, estimate_tokens,
 };
 use noesis_modules::context::{self as ctx, ContextSpec, KeyVars};
 use noesis_modules::enforce;
@@ -110,30 +110,39 @@ impl Default for RunOptions {
     }
 }
 
-/// One provider call, streamed when asked, abandoned when cancelled.
-async fn call(
+/// One provider call, streamed when asked, abandoned when cancelled. With a
+/// budget, the most the call may cost (its estimated prompt and its output
+/// cap, at `price`) is reserved first, atomically with the check, so runs
+/// sharing the meter cannot overspend it together; the caller settles the
+/// reservation with the real usage, and a failed call releases it.
+async fn call<'o>(
     provider: &dyn Provider,
     request: &ChatRequest,
-    options: &RunOptions,
-) -> Result<ChatResponse, ProviderError> {
-    if let Some(meter) = &options.budget {
-        let prompt: String = request.messages.iter().map(|m| m.content.as_str()).collect();
-        meter.check(provider.name(), estimate_tokens(&prompt), request.max_tokens)?;
-    }
+    options: &'o RunOptions,
+    price: Option<Price>,
+) -> Result<(ChatResponse, Option<Reservation<'o>>), ProviderError> {
+    let reservation = match &options.budget {
+        Some(meter) => {
+            let prompt: String = request.messages.iter().map(|m| m.content.as_str()).collect();
+            Some(meter.reserve(provider.name(), estimate_tokens(&prompt), request.max_tokens, price)?)
+        }
+        None => None,
+    };
     let fut = async {
         match &options.on_text {
             Some(OnText(f)) => provider.chat_stream(request, &**f).await,
             None => provider.chat(request).await,
         }
     };
-    match &options.cancel {
+    let response = match &options.cancel {
         None => fut.await,
         // Dropping the provider's future closes its connection.
         Some(token) => tokio::select! {
             r = fut => r,
             () = token.cancelled() => Err(ProviderError::new(provider.name(), ErrorKind::Cancelled, "the run was cancelled")),
         },
-    }
+    };
+    response.map(|r| (r, reservation))
 }
 
 /// Codes that mean "the reply had the wrong shape" — worth one more try with
@@ -267,9 +276,10 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
             let mut request = request;
             loop {
                 record.calls += 1;
-                let resp = match call(provider, &request, options).await {
+                let price = prices.price(model_id.split_once('/').map_or(model_id.as_str(), |(_, m)| m));
+                let (resp, reservation) = match call(provider, &request, options, price).await {
                     Err(e) => break provider_failure(&e).into_envelope(),
-                    Ok(resp) => resp,
+                    Ok(answered) => answered,
                 };
                 record.structured = Some(resp.structured);
                 if let Some(by) = &resp.served_by {
@@ -284,8 +294,12 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
                 let priced_model = model_id.split_once('/').map_or(model_id.as_str(), |(_, m)| m);
                 let cost = prices.cost(priced_model, usage).or_else(|| prices.cost(&resp.model, usage));
                 record.cost_usd = record.cost_usd.zip(cost).map(|(a, b)| a + b);
-                if let Some(meter) = &options.budget {
-                    meter.charge(usage, cost);
+                if let Some(reservation) = reservation {
+                    if resp.usage.is_some() {
+                        reservation.settle(usage, cost);
+                    } else {
+                        reservation.settle_at_estimate();
+                    }
                 }
                 let called: Vec<&str> = resp.tool_calls.iter().map(|c| c.name.as_str()).collect();
                 if let Err(failure) = enforce::check_tool_calls(&module.manifest, &options.tools, &called) {
