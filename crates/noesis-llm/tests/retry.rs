@@ -49,7 +49,6 @@ fn rate_limit_waits_for_retry_after_then_succeeds() {
     let elapsed = started.elapsed();
     assert_eq!(server.received().len(), 2);
     assert!(elapsed >= Duration::from_secs(1), "Retry-After ignored: waited only {elapsed:?}");
-    assert!(elapsed < Duration::from_secs(4), "waited far longer than asked: {elapsed:?}");
 }
 
 #[test]
