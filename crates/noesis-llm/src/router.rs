@@ -34,24 +34,16 @@ pub fn route<'a>(routes: &'a [Route], module: &str, tier: Option<&str>) -> Optio
     })
 }
 
-/// `*`-only glob matching, anchored at both ends.
+/// `*`-only glob matching, anchored at both ends, by `globset`: every other
+/// character of the pattern is escaped, so `?`, `[`, `{` and `\` stay
+/// literal, and `*` also crosses `/` (module names are not paths).
 fn glob(pattern: &str, text: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == text;
-    }
-    let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !text.starts_with(first) || text.len() < first.len() + last.len() || !text.ends_with(last) {
-        return false;
-    }
-    let mut rest = &text[first.len()..text.len() - last.len()];
-    for mid in &parts[1..parts.len() - 1] {
-        match rest.find(mid) {
-            Some(i) => rest = &rest[i + mid.len()..],
-            None => return false,
-        }
-    }
-    true
+    let escaped: Vec<String> = pattern.split('*').map(globset::escape).collect();
+    globset::GlobBuilder::new(&escaped.join("*"))
+        .literal_separator(false)
+        .backslash_escape(false)
+        .build()
+        .is_ok_and(|g| g.compile_matcher().is_match(text))
 }
 
 /// Providers tried in order: when one fails, the next gets the same request.
@@ -211,6 +203,16 @@ mod tests {
             ("*", "", true),
             ("exact", "exact", true),
             ("exact", "exactly", false),
+            // Only `*` is special.
+            ("a?c", "abc", false),
+            ("a?c", "a?c", true),
+            ("[ab]*", "a-x", false),
+            ("[ab]*", "[ab]-x", true),
+            ("{a,b}", "a", false),
+            ("a\\*", "a\\x", true),
+            ("team/*", "team/x/y", true),
+            ("a**b", "axyzb", true),
+            ("**", "anything", true),
         ] {
             assert_eq!(glob(p, t), want, "{p} ~ {t}");
         }
