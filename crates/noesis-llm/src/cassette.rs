@@ -20,7 +20,6 @@ use std::fs;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Number, Value};
@@ -392,20 +391,13 @@ fn parse_cassette(text: &str) -> Result<CassetteFile, String> {
 /// Writes `dir/name` so that a reader sees the old file or the new one, never
 /// half of one: a temporary file in the same directory, then a rename.
 fn write_atomically(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
     // Hidden and not `*.json`, so a replayer reading the directory meanwhile
     // skips it; unique, so concurrent recordings of one request do not clash.
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    let result = fs::File::create_new(&tmp)
-        .and_then(|mut f| {
-            f.write_all(text.as_bytes())?;
-            f.sync_all()
-        })
-        .and_then(|()| fs::rename(&tmp, dir.join(name)));
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    // Dropped unpersisted (any error), it is removed.
+    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(dir.join(name)).map(drop).map_err(|e| e.error)
 }
 
 // ---- keys and differences (pure) ----
@@ -433,41 +425,20 @@ fn normalise(provider: &str, model: &str, request: &ChatRequest) -> Result<Value
 
 /// The first 32 hex digits of the blake3 hash of the canonical JSON.
 fn key_of(normalised: &Value) -> String {
-    let mut text = String::new();
-    canonical(normalised, &mut text);
-    blake3::hash(text.as_bytes()).to_hex().chars().take(32).collect()
+    blake3::hash(canonical(normalised).as_bytes()).to_hex().chars().take(32).collect()
 }
 
-/// Compact JSON with the keys of every object sorted, so equal values have
-/// equal text whatever order their keys were built in.
-fn canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (k, v)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::from(k.as_str()).to_string());
-                out.push(':');
-                canonical(v, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, v) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(v, out);
-            }
-            out.push(']');
-        }
-        leaf => out.push_str(&leaf.to_string()),
-    }
+/// RFC 8785 canonical JSON (`serde_jcs`): compact, object keys sorted, so
+/// equal values have equal text whatever order their keys were built in.
+/// For what requests hold it is the text keys were always made of; it
+/// differs only on numbers JSON Schema and chat requests do not use in
+/// practice (a float with no fraction such as `1.0` is written `1`,
+/// integers past 2^53 are rounded to the nearest double) and on object keys
+/// with characters beyond U+FFFF (sorted by UTF-16 code units).
+fn canonical(value: &Value) -> String {
+    // A `Value` always serialises (its numbers are finite, its keys
+    // strings); the fallback only keeps this total.
+    serde_jcs::to_string(value).unwrap_or_else(|_| value.to_string())
 }
 
 /// One place where two JSON values differ; `None` where one has nothing.
@@ -565,9 +536,7 @@ mod tests {
     use crate::types::{Message, ResponseFormat, ToolChoice, ToolSpec};
 
     fn canon(v: &Value) -> String {
-        let mut s = String::new();
-        canonical(v, &mut s);
-        s
+        canonical(v)
     }
 
     fn request() -> ChatRequest {
@@ -590,6 +559,47 @@ mod tests {
         assert_eq!(canon(&v), r#"{"a":{"c":true,"d":[1,{"y":"x\n\"q\"","z":null}]},"b":1,"é":1.5}"#);
         let reordered = json!({"é": 1.5, "a": {"c": true, "d": [1, {"y": "x\n\"q\"", "z": null}]}, "b": 1});
         assert_eq!(key_of(&v), key_of(&reordered));
+    }
+
+    /// Keys are how recordings are found: these are the keys this code gave
+    /// before canonical JSON moved to RFC 8785 (`serde_jcs`), so recordings
+    /// made then still replay.
+    #[test]
+    fn keys_of_existing_recordings_do_not_change() {
+        assert_eq!(key("openai", "gpt-4o-mini", &request()), "467450b7a24703e94f4f9e901d83901f");
+        let call = ToolCall { id: "c1".into(), name: "read".into(), arguments: json!({"path": "a/é.txt", "n": -3}) };
+        let rich = ChatRequest {
+            messages: vec![
+                Message::system("Réponds en JSON 📦"),
+                Message::user("tabs\tand \"quotes\" and \u{1}"),
+                Message { tool_calls: vec![call.clone()], ..Message::assistant("") },
+                Message::tool_result(&call, "text"),
+            ],
+            response_format: ResponseFormat::JsonSchema {
+                name: "envelope".into(),
+                schema: json!({"type": "object", "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1, "multipleOf": 0.01},
+                               "zeta": {"enum": ["b", "a", 12, 2.5, -7, true, null]}, "Alpha": {"const": "x"}}}),
+            },
+            max_tokens: Some(2048),
+            temperature: Some(0.7),
+            tools: vec![ToolSpec {
+                name: "read".into(),
+                description: "reads".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: ToolChoice::Auto,
+        };
+        assert_eq!(key("anthropic", "claude-sonnet-4-5", &rich), "bcd0768f0469b7c813c8010f9fa71ae7");
+    }
+
+    #[test]
+    fn canonical_json_is_rfc_8785_and_differs_from_plain_json_only_on_exotic_numbers() {
+        assert_eq!(
+            canon(&json!({"n": 1.0, "z": -0.0, "big": 1e21, "small": 1e-7, "i": 9_007_199_254_740_993u64})),
+            r#"{"big":1e+21,"i":9007199254740992,"n":1,"small":1e-7,"z":0}"#
+        );
+        // Sorted by UTF-16 code units: U+1F600 (a surrogate pair) before U+FF5E.
+        assert_eq!(canon(&json!({"\u{ff5e}": 1, "\u{1f600}": 2})), "{\"\u{1f600}\":2,\"\u{ff5e}\":1}");
     }
 
     #[test]
