@@ -47,40 +47,14 @@ fn hash_file_with(path: &Path, buf: &mut [u8]) -> Result<String, FramesError> {
 /// order.
 #[must_use]
 pub fn json_digest(value: &serde_json::Value) -> String {
-    let mut out = String::new();
-    canonical(value, &mut out);
-    hash_bytes(out.as_bytes())
+    hash_bytes(canonical(value).as_bytes())
 }
 
-fn canonical(v: &serde_json::Value, out: &mut String) {
-    use serde_json::Value;
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(k.clone()).to_string());
-                out.push(':');
-                canonical(&map[k], out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+/// RFC 8785 canonical JSON (`serde_jcs`), the form cassette keys and
+/// context digests use too.
+fn canonical(v: &serde_json::Value) -> String {
+    // A `Value` always serialises; the fallback only keeps this total.
+    serde_jcs::to_string(v).unwrap_or_else(|_| v.to_string())
 }
 
 /// The files of a scan: project-relative path → blake3 hex, plus what could
@@ -213,6 +187,11 @@ mod tests {
         let b = serde_json::json!({"a": {"x": null, "y": [1, "x"]}, "b": 1});
         assert_eq!(json_digest(&a), json_digest(&b));
         assert_ne!(json_digest(&a), json_digest(&serde_json::json!({"b": 2})));
+        // The text hashed is what it was before RFC 8785 took over, so the
+        // digests stored frames carry still match: sorted, compact, escapes
+        // as serde_json writes them.
+        let v = serde_json::json!({"é": "tab\t\"q\" \u{1} 📦", "a": [0.5, -3, 2048, true, null], "B": {}});
+        assert_eq!(canonical(&v), "{\"B\":{},\"a\":[0.5,-3,2048,true,null],\"é\":\"tab\\t\\\"q\\\" \\u0001 📦\"}");
     }
 
     #[test]

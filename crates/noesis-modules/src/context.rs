@@ -676,20 +676,12 @@ pub fn identity(context: &Map<String, Value>) -> (Option<String>, Option<String>
     (pick("user_profile", "user_id"), pick("session_state", "session_id"))
 }
 
-/// JSON with object keys sorted at every depth, so equal inputs hash alike.
+/// RFC 8785 canonical JSON (`serde_jcs`; object keys sorted at every depth,
+/// no whitespace), so equal inputs hash alike. The same text the cassette
+/// keys of `noesis-llm` and frame digests of `noesis-frames` are made of.
 pub fn canonical_json(value: &Value) -> String {
-    fn sorted(v: &Value) -> Value {
-        match v {
-            Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
-            }
-            Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
-            other => other.clone(),
-        }
-    }
-    sorted(value).to_string()
+    // A `Value` always serialises; the fallback only keeps this total.
+    serde_jcs::to_string(value).unwrap_or_else(|_| value.to_string())
 }
 
 #[cfg(test)]
