@@ -386,12 +386,17 @@ impl HttpCore {
                 let mut events = std::pin::pin!(sse_events(bytes));
                 while let Some(event) = events.next().await {
                     let event = event.map_err(|e| match e {
-                        SseError::Transport(e) => self.transport_error(&e, url, started.load(Ordering::Relaxed)),
-                        SseError::Utf8(_) => {
+                        SseError::Body(body) => match body.downcast::<reqwest::Error>() {
+                            Ok(e) => self.transport_error(&e, url, started.load(Ordering::Relaxed)),
+                            Err(other) => Failure::fatal(
+                                self.err(ErrorKind::Unavailable, format!("the event stream broke off: {other}")),
+                            ),
+                        },
+                        SseError::Utf8Parse(_) => {
                             Failure::fatal(self.err(ErrorKind::BadResponse, "the event stream is not valid UTF-8"))
                         }
-                        SseError::Parser(e) => Failure::fatal(
-                            self.err(ErrorKind::BadResponse, format!("the event stream cannot be read: {e}")),
+                        other => Failure::fatal(
+                            self.err(ErrorKind::BadResponse, format!("the event stream cannot be read: {other}")),
                         ),
                     })?;
                     on_event(&event).map_err(Failure::fatal)?;
