@@ -308,11 +308,12 @@ impl HttpCore {
                 None => None,
             };
             let deadline = *deadline_at.get_or_init(|| Instant::now() + self.settings.timeout);
-            attempts_at.fetch_add(1, Ordering::Relaxed);
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
+                // The wait for a permit used up the time: nothing is sent.
                 return Err(Failure::fatal(self.timeout_error(url)));
             }
+            attempts_at.fetch_add(1, Ordering::Relaxed);
             let mut sink = match sink_at {
                 Some(m) => Some(m.lock().await),
                 None => None,
