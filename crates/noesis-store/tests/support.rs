@@ -8,11 +8,6 @@ use sqlx::Executor;
 /// Used when `NOESIS_TEST_PG` is not set.
 pub(crate) const DEFAULT_PG: &str = "postgres://root@127.0.0.1:5432/test";
 
-/// Under CI the PostgreSQL half of the suite must run, not skip.
-pub(crate) fn pg_required() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
 pub(crate) struct TestStore {
     pub store: SqlStore,
     /// The URL another process can open the same store with.
@@ -56,8 +51,8 @@ async fn admin(base: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
         .await
 }
 
-/// The PostgreSQL URL to test against, or `None` (after saying so on
-/// stderr) when it cannot be reached and CI does not require it.
+/// The PostgreSQL URL to test against. An unreachable server fails `test`,
+/// or skips it (`None`) with `NOESIS_SKIP_PG` set.
 pub(crate) async fn pg_base(test: &str) -> Option<String> {
     let base = std::env::var("NOESIS_TEST_PG").unwrap_or_else(|_| DEFAULT_PG.to_owned());
     match admin(&base).await {
@@ -65,11 +60,9 @@ pub(crate) async fn pg_base(test: &str) -> Option<String> {
             pool.close().await;
             Some(base)
         }
-        Err(e) if pg_required() => panic!("CI requires PostgreSQL at {base} (NOESIS_TEST_PG): {e}"),
         Err(e) => {
-            eprintln!(
-                "SKIPPED {test} on PostgreSQL: {base} is not reachable ({e}); set NOESIS_TEST_PG, CI=1 makes it required"
-            );
+            let why = format!("{base} is not reachable ({e}); NOESIS_TEST_PG names the server");
+            noesis_testkit::skip::missing(noesis_testkit::skip::Dependency::Postgres, test, &why);
             None
         }
     }

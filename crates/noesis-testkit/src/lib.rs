@@ -11,6 +11,8 @@
 #![deny(missing_docs)]
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod skip;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
