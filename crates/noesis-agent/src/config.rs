@@ -1,0 +1,107 @@
+//! How a run is set up: strategy, tools, approval policy and limits.
+
+use serde::{Deserialize, Serialize};
+
+use crate::tool::ToolDecl;
+
+/// How the model works towards the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    /// One model call, no tools.
+    SingleShot,
+    /// Think, call tools, observe, think again, until an answer or a limit.
+    #[default]
+    React,
+    /// A numbered plan first, then each step acted on (with tools), then
+    /// the answer.
+    ChainOfThought,
+}
+
+/// Whether calls of tools that write, run commands or use the network may
+/// run without a person's decision. Read-only tools never need one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalPolicy {
+    /// Each such call waits for a decision.
+    #[default]
+    Ask,
+    /// They run.
+    Auto,
+    /// They are denied.
+    Never,
+}
+
+/// When a run stops on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Model calls (reflection and planning included).
+    pub max_turns: u32,
+    /// Tool calls, over the whole run.
+    pub max_tool_calls: u32,
+    /// Input plus output tokens, as the provider reports them.
+    pub max_tokens: Option<u64>,
+    /// Money, in US dollars, as the driver prices each reply.
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock time since the run started, by the driver's clock.
+    pub max_wall_ms: Option<u64>,
+    /// Replies in a row that are empty or carry unparsable tool calls.
+    pub max_format_errors: u32,
+    /// The same tool, arguments and result this many times in a row gets
+    /// one corrective message; reaching it again stops the run.
+    pub repeat_limit: u32,
+    /// Characters of conversation sent to the model; older turns beyond it
+    /// are left out (the task is always kept). `None`: everything.
+    pub max_context_chars: Option<usize>,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_turns: 20,
+            max_tool_calls: 50,
+            max_tokens: None,
+            max_cost_usd: None,
+            max_wall_ms: None,
+            max_format_errors: 3,
+            repeat_limit: 3,
+            max_context_chars: None,
+        }
+    }
+}
+
+/// Everything that shapes a run, fixed when it starts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// How the model works.
+    pub strategy: Strategy,
+    /// Instructions placed before the task.
+    pub system_prompt: Option<String>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolDecl>,
+    /// Who decides on tools that change the world.
+    pub approval: ApprovalPolicy,
+    /// When the run stops.
+    pub limits: Limits,
+    /// Critique each answer and try again while the goal is not achieved.
+    pub reflect: bool,
+    /// Most critiques that may send the run back to work.
+    pub max_reflections: u32,
+    /// Cap on each reply's output tokens.
+    pub max_output_tokens: Option<u32>,
+}
+
+impl Default for RunConfig {
+    fn default() -> RunConfig {
+        RunConfig {
+            strategy: Strategy::React,
+            system_prompt: None,
+            tools: Vec::new(),
+            approval: ApprovalPolicy::Ask,
+            limits: Limits::default(),
+            reflect: false,
+            max_reflections: 2,
+            max_output_tokens: None,
+        }
+    }
+}

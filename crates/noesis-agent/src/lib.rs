@@ -1,0 +1,63 @@
+//! The agent loop — perceive, think, act, reflect — as a sans-IO state
+//! machine.
+//!
+//! An [`AgentRun`] holds the task, the conversation, one [`CallRecord`] per
+//! tool call with its status, what was spent, and where it stands. It does
+//! no I/O, reads no clock and makes no ids: a driver (the CLI, the server,
+//! a test) asks [`AgentRun::next`] for the next [`Action`] — call the
+//! model, execute tools, wait for approval, or done — performs it and
+//! reports back. Between any two steps the run serialises to JSON (with a
+//! schema version) and can be continued in another process:
+//! [`AgentRun::resume`] turns calls that were running into interrupted
+//! results instead of running them twice.
+//!
+//! ```
+//! use noesis_agent::{Action, AgentRun, RunConfig, ToolDecl, ToolOutput};
+//! use noesis_llm::{ChatResponse, StructuredMode, ToolCall};
+//! use serde_json::json;
+//!
+//! let mut config = RunConfig::default();
+//! config.tools.push(ToolDecl::read_only(
+//!     "add",
+//!     "Adds two numbers.",
+//!     json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}),
+//! ));
+//! let mut run = AgentRun::new("run-1", "What is 2 + 3?", config, 0);
+//!
+//! // The driver's loop, with scripted model replies standing in for a provider.
+//! let mut replies = vec![
+//!     ChatResponse { tool_calls: vec![ToolCall { id: "c1".into(), name: "add".into(), arguments: json!({"a": 2, "b": 3}) }],
+//!                    ..ChatResponse::text("", "m", StructuredMode::Text) },
+//!     ChatResponse::text("5", "m", StructuredMode::Text),
+//! ].into_iter();
+//! let answer = loop {
+//!     match run.next(0) {
+//!         Action::CallModel(_request) => run.on_model_reply(&replies.next().unwrap(), 0.0).unwrap(),
+//!         Action::ExecuteTools(calls) => {
+//!             for call in calls {
+//!                 run.started(&call.call_id, 0).unwrap();
+//!                 let sum = call.arguments["a"].as_f64().unwrap() + call.arguments["b"].as_f64().unwrap();
+//!                 run.finished(&call.call_id, ToolOutput::ok(sum.to_string()), 0).unwrap();
+//!             }
+//!         }
+//!         Action::Done(outcome) => break outcome,
+//!         other => unreachable!("{other:?}"),
+//!     }
+//! };
+//! assert_eq!(answer, noesis_agent::Outcome::Answer { text: "5".into() });
+//! assert_eq!(run.calls[0].result.as_deref(), Some("5"));
+//! ```
+#![deny(missing_docs)]
+
+mod config;
+mod record;
+mod run;
+mod tool;
+
+pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
+pub use record::{CallRecord, CallStatus};
+pub use run::{
+    Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, NO_RESULT, Outcome, Pending, RunUsage,
+    SCHEMA_VERSION, StepError, StopReason, ToolOutput, Verdict,
+};
+pub use tool::{Effects, ToolDecl};

@@ -1,0 +1,1087 @@
+//! [`AgentRun`]: the loop as a state machine. It does no I/O and reads no
+//! clock: the driver asks [`AgentRun::next`] what to do, does it, and
+//! reports back (`on_model_reply`, `started`/`finished`, `decide`), passing
+//! the time in milliseconds. Between any two calls the run can be
+//! serialised, stored, and continued in another process.
+
+use std::collections::BTreeMap;
+
+use noesis_llm::{ChatRequest, ChatResponse, Message, ResponseFormat, ToolCall, ToolChoice};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::config::{ApprovalPolicy, RunConfig, Strategy};
+use crate::record::{CallRecord, CallStatus};
+use crate::tool::{ToolDecl, argument_errors, clip};
+
+/// The version of the serialised form this build writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Shown in place of a result for a call that has none when the model is
+/// asked again, so no provider ever sees a dangling call.
+pub const NO_RESULT: &str = "no result: this call was not executed";
+
+/// Shown for a call that was running when the run stopped.
+pub const INTERRUPTED: &str =
+    "interrupted: the run stopped while this call was running; it may have run fully, partly or not at all";
+
+/// One entry of the conversation after the task. Calls and their results
+/// live in the call records; entries refer to them by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entry {
+    /// A reply of the model: its text and the calls it asked for.
+    Assistant {
+        /// The text.
+        content: String,
+        /// Ids of the calls, in order.
+        calls: Vec<String>,
+    },
+    /// The result of a call, sent back to the model.
+    ToolResult {
+        /// The call's id.
+        call_id: String,
+    },
+    /// A message from the run itself (a correction, a critique, a plan
+    /// step), sent as a user message.
+    Note {
+        /// The text.
+        content: String,
+    },
+}
+
+/// A critique of an answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Critique {
+    /// Whether the answer achieves the task.
+    pub goal_achieved: bool,
+    /// What is wrong or missing.
+    #[serde(default)]
+    pub what_went_wrong: String,
+    /// What to do next.
+    #[serde(default)]
+    pub next_step: String,
+}
+
+/// Why a run stopped before an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// `max_turns` model calls were made.
+    MaxTurns,
+    /// `max_tool_calls` tool calls were made.
+    MaxToolCalls,
+    /// The token budget is used up.
+    TokenBudget,
+    /// The cost budget is used up.
+    CostBudget,
+    /// The wall-clock limit passed.
+    WallClock,
+    /// Too many malformed replies in a row.
+    FormatErrors,
+    /// The same call kept giving the same result after a correction.
+    Repeated,
+}
+
+/// How a run ended. The transcript and usage stay in the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The model's final answer.
+    Answer {
+        /// Its text.
+        text: String,
+    },
+    /// A limit stopped it.
+    Stopped {
+        /// Which.
+        reason: StopReason,
+        /// In words, with the figures.
+        detail: String,
+    },
+    /// Cancelled by the user (Ctrl-C); resumable.
+    Cancelled,
+    /// Aborted at an approval; not resumable.
+    Aborted {
+        /// What the user said, if anything.
+        message: Option<String>,
+    },
+}
+
+/// What was spent.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct RunUsage {
+    /// Model calls.
+    pub turns: u32,
+    /// Tool calls proposed by the model.
+    pub tool_calls: u32,
+    /// Input tokens reported.
+    pub input_tokens: u64,
+    /// Output tokens reported.
+    pub output_tokens: u64,
+    /// Money, as the driver priced the replies.
+    pub cost_usd: f64,
+}
+
+/// What the run is doing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+enum Phase {
+    /// Chain of thought: ask for the plan.
+    Plan,
+    /// Ask the model what to do (or, in a plan, to do step `step`).
+    Think,
+    /// The calls of turn `turn` are being approved and executed.
+    Act { turn: u32 },
+    /// Ask the model to critique `answer`.
+    Reflect { answer: String },
+    /// Finished; see the outcome.
+    Done,
+}
+
+/// A call the driver should execute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invocation {
+    /// The call's id (pass it to `started`/`finished`).
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its validated arguments.
+    pub arguments: Value,
+}
+
+/// A call waiting for a decision, with what the decision must be bound to.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pending {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// Its arguments.
+    pub arguments: Value,
+    /// blake3 of the canonical arguments.
+    pub arguments_hash: String,
+}
+
+/// What the driver must do next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Send this request to the model, then call [`AgentRun::on_model_reply`].
+    CallModel(ChatRequest),
+    /// Execute these calls: mark each `started` (and store the run) before
+    /// running it, then report it `finished`. Several calls are all
+    /// read-only and may run concurrently.
+    ExecuteTools(Vec<Invocation>),
+    /// Calls already handed out are still running.
+    Busy(Vec<String>),
+    /// Ask a person about these calls, then call [`AgentRun::decide`].
+    AwaitApproval(Vec<Pending>),
+    /// The run is over.
+    Done(Outcome),
+}
+
+/// A person's decision on one pending call, bound to what they saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The call's id.
+    pub call_id: String,
+    /// The tool they saw.
+    pub tool: String,
+    /// The hash of the arguments they saw.
+    pub arguments_hash: String,
+    /// What they decided.
+    pub verdict: Verdict,
+}
+
+/// Approve, approve changed arguments, deny, or abort the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verdict", rename_all = "snake_case")]
+pub enum Verdict {
+    /// Run it as proposed.
+    Approve,
+    /// Run it with these arguments instead.
+    ApproveEdited {
+        /// The new arguments (checked against the tool's schema).
+        arguments: Value,
+    },
+    /// Do not run it; the model sees the message.
+    Deny {
+        /// Why, for the model.
+        message: Option<String>,
+    },
+    /// Stop the whole run.
+    Abort {
+        /// Why.
+        message: Option<String>,
+    },
+}
+
+/// What a tool returned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// The text the model sees.
+    pub content: String,
+    /// Whether the tool failed.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    /// A result.
+    pub fn ok(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: content.into(), is_error: false }
+    }
+    /// A failure.
+    pub fn error(content: impl Into<String>) -> ToolOutput {
+        ToolOutput { content: content.into(), is_error: true }
+    }
+}
+
+/// A report the run cannot accept in its present state; nothing changed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StepError {
+    /// The stored run was written by another version of this format.
+    #[error("the run was stored with schema version {found}; this build reads version {SCHEMA_VERSION}")]
+    SchemaVersion {
+        /// The version found.
+        found: u64,
+    },
+    /// The stored run is not valid JSON of a run.
+    #[error("the stored run cannot be read: {0}")]
+    Corrupt(String),
+    /// A model reply came when none was asked for.
+    #[error("no model reply was expected now (the run is {0})")]
+    UnexpectedReply(&'static str),
+    /// No call with this id.
+    #[error("no call `{0}` in this run")]
+    UnknownCall(String),
+    /// The call cannot move to that status.
+    #[error("call `{id}` is {from} and cannot become {to}")]
+    Transition {
+        /// The call.
+        id: String,
+        /// Its status.
+        from: &'static str,
+        /// The status asked for.
+        to: &'static str,
+    },
+    /// A decision does not match the call as it stands.
+    #[error("the decision on call `{call_id}` was made for {what} that differ from the pending call")]
+    StaleDecision {
+        /// The call.
+        call_id: String,
+        /// "a tool" or "arguments".
+        what: &'static str,
+    },
+    /// Edited arguments do not fit the tool's schema.
+    #[error("the edited arguments of call `{call_id}` are invalid: {errors}")]
+    InvalidEdit {
+        /// The call.
+        call_id: String,
+        /// The problems.
+        errors: String,
+    },
+    /// The call was not handed out to execute now.
+    #[error("call `{0}` was not handed out to execute now (ask `next` first)")]
+    NotDispatched(String),
+    /// The run is over and cannot take this report.
+    #[error("the run is finished")]
+    Finished,
+}
+
+/// One agent run: the task, the conversation, every call with its status,
+/// what was spent, and where it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AgentRun {
+    /// See [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// The run's id (chosen by the driver).
+    pub id: String,
+    /// The run this was forked from, and the step.
+    pub forked_from: Option<(String, u64)>,
+    /// The task.
+    pub task: String,
+    /// How it runs.
+    pub config: RunConfig,
+    /// The conversation after the task.
+    pub entries: Vec<Entry>,
+    /// Every tool call, in the order proposed.
+    pub calls: Vec<CallRecord>,
+    /// What was spent.
+    pub usage: RunUsage,
+    /// How it ended, once it has.
+    pub outcome: Option<Outcome>,
+    /// Changes so far; each report that changes the run adds one.
+    pub step: u64,
+    /// Driver's clock at the start, in milliseconds.
+    pub started_ms: u64,
+    phase: Phase,
+    /// A model request is out and its reply is awaited.
+    awaiting_reply: bool,
+    plan: Vec<String>,
+    plan_step: usize,
+    reflections: u32,
+    format_errors: u32,
+    failures: BTreeMap<String, u32>,
+    repeat: Option<(String, u32)>,
+    corrected: bool,
+    /// Set when the tool-call budget ran out: the run stops once the turn's
+    /// calls within it are done.
+    budget_stop: Option<String>,
+    /// Calls handed out by the last `ExecuteTools`; only these may start.
+    dispatched: Vec<String>,
+}
+
+const PLAN_PROMPT: &str = "First make a plan: reply with a numbered list of at most 7 short steps that accomplish \
+the task, one step per line, and nothing else.";
+
+const REFLECT_PROMPT: &str = "Critique the answer above against the task. Reply with a JSON object: \
+{\"goal_achieved\": true|false, \"what_went_wrong\": \"...\", \"next_step\": \"...\"}.";
+
+impl AgentRun {
+    /// A new run of `task`, started at `now_ms` by the driver's clock.
+    pub fn new(id: impl Into<String>, task: impl Into<String>, config: RunConfig, now_ms: u64) -> AgentRun {
+        let phase = if config.strategy == Strategy::ChainOfThought { Phase::Plan } else { Phase::Think };
+        AgentRun {
+            schema_version: SCHEMA_VERSION,
+            id: id.into(),
+            forked_from: None,
+            task: task.into(),
+            config,
+            entries: Vec::new(),
+            calls: Vec::new(),
+            usage: RunUsage::default(),
+            outcome: None,
+            step: 0,
+            started_ms: now_ms,
+            phase,
+            awaiting_reply: false,
+            plan: Vec::new(),
+            plan_step: 0,
+            reflections: 0,
+            format_errors: 0,
+            failures: BTreeMap::new(),
+            repeat: None,
+            corrected: false,
+            budget_stop: None,
+            dispatched: Vec::new(),
+        }
+    }
+
+    /// The run as JSON, to store.
+    pub fn to_json(&self) -> Value {
+        // A run holds only strings, numbers and JSON values: it always
+        // serialises.
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// A stored run; another schema version is refused.
+    pub fn from_json(value: &Value) -> Result<AgentRun, StepError> {
+        match value.get("schema_version").and_then(Value::as_u64) {
+            Some(v) if v == u64::from(SCHEMA_VERSION) => {}
+            Some(found) => return Err(StepError::SchemaVersion { found }),
+            None => return Err(StepError::Corrupt("no schema_version".into())),
+        }
+        serde_json::from_value(value.clone()).map_err(|e| StepError::Corrupt(e.to_string()))
+    }
+
+    /// The record of call `id`.
+    pub fn call(&self, id: &str) -> Option<&CallRecord> {
+        self.calls.iter().find(|c| c.id == id)
+    }
+
+    /// Whether the run waits for a person.
+    pub fn awaiting_approval(&self) -> bool {
+        self.outcome.is_none() && self.calls.iter().any(|c| c.status == CallStatus::AwaitingApproval)
+    }
+
+    /// What the driver must do now. Checks the wall clock and the budgets,
+    /// so it may end the run.
+    pub fn next(&mut self, now_ms: u64) -> Action {
+        loop {
+            if let Some(outcome) = &self.outcome {
+                return Action::Done(outcome.clone());
+            }
+            if let Some(max) = self.config.limits.max_wall_ms {
+                let spent = now_ms.saturating_sub(self.started_ms);
+                if spent >= max {
+                    self.stop(StopReason::WallClock, format!("{spent} ms passed; the limit is {max} ms"));
+                    continue;
+                }
+            }
+            match self.phase.clone() {
+                Phase::Done => {
+                    // Done without an outcome cannot be stored by this
+                    // code; a hand-edited run gets one.
+                    self.stop(StopReason::MaxTurns, "the run was marked done without an outcome".into());
+                }
+                Phase::Plan | Phase::Think | Phase::Reflect { .. } => {
+                    if let Some((reason, detail)) = self.budget_exceeded() {
+                        self.stop(reason, detail);
+                        continue;
+                    }
+                    self.awaiting_reply = true;
+                    return Action::CallModel(self.request());
+                }
+                Phase::Act { turn } => {
+                    if let Some(action) = self.act(turn) {
+                        return action;
+                    }
+                    self.close_turn(turn);
+                }
+            }
+        }
+    }
+
+    fn budget_exceeded(&self) -> Option<(StopReason, String)> {
+        let l = &self.config.limits;
+        let u = &self.usage;
+        if u.turns >= l.max_turns {
+            return Some((StopReason::MaxTurns, format!("{} model calls; the limit is {}", u.turns, l.max_turns)));
+        }
+        if let Some(max) = l.max_tokens {
+            let used = u.input_tokens + u.output_tokens;
+            if used >= max {
+                return Some((StopReason::TokenBudget, format!("{used} tokens used; the budget is {max}")));
+            }
+        }
+        if let Some(max) = l.max_cost_usd
+            && u.cost_usd >= max
+        {
+            return Some((StopReason::CostBudget, format!("${:.4} spent; the budget is ${max:.4}", u.cost_usd)));
+        }
+        None
+    }
+
+    fn stop(&mut self, reason: StopReason, detail: String) {
+        self.finish(Outcome::Stopped { reason, detail });
+    }
+
+    fn finish(&mut self, outcome: Outcome) {
+        self.outcome = Some(outcome);
+        self.phase = Phase::Done;
+        self.awaiting_reply = false;
+        self.step += 1;
+    }
+
+    fn act(&mut self, turn: u32) -> Option<Action> {
+        let of_turn: Vec<&CallRecord> = self.calls.iter().filter(|c| c.turn == turn).collect();
+        let pending: Vec<Pending> = of_turn
+            .iter()
+            .filter(|c| c.status == CallStatus::AwaitingApproval)
+            .map(|c| Pending {
+                call_id: c.id.clone(),
+                tool: c.tool.clone(),
+                arguments: c.arguments.clone(),
+                arguments_hash: c.arguments_hash.clone(),
+            })
+            .collect();
+        if !pending.is_empty() {
+            return Some(Action::AwaitApproval(pending));
+        }
+        let running: Vec<String> =
+            of_turn.iter().filter(|c| c.status == CallStatus::Running).map(|c| c.id.clone()).collect();
+        if !running.is_empty() {
+            return Some(Action::Busy(running));
+        }
+        // In call order: a run of read-only calls together, else one call.
+        let approved: Vec<&CallRecord> = of_turn.into_iter().filter(|c| c.status == CallStatus::Approved).collect();
+        let first = approved.first()?;
+        let read_only = |c: &CallRecord| self.tool(&c.tool).is_some_and(|t| t.effects.read_only());
+        let batch: Vec<Invocation> = if read_only(first) {
+            approved.iter().take_while(|c| read_only(c)).map(|c| invocation(c)).collect()
+        } else {
+            vec![invocation(first)]
+        };
+        self.dispatched = batch.iter().map(|i| i.call_id.clone()).collect();
+        Some(Action::ExecuteTools(batch))
+    }
+
+    fn tool(&self, name: &str) -> Option<&ToolDecl> {
+        self.config.tools.iter().find(|t| t.name == name)
+    }
+
+    /// Every call of the turn has its result: send them back, watch for
+    /// repeats, and go on thinking.
+    fn close_turn(&mut self, turn: u32) {
+        let ids: Vec<String> = self.calls.iter().filter(|c| c.turn == turn).map(|c| c.id.clone()).collect();
+        for id in &ids {
+            self.entries.push(Entry::ToolResult { call_id: id.clone() });
+        }
+        self.phase = Phase::Think;
+        self.step += 1;
+        if let Some(detail) = self.budget_stop.take() {
+            self.stop(StopReason::MaxToolCalls, detail);
+            return;
+        }
+        for id in ids {
+            let Some((key, tool)) = self.call(&id).map(|c| {
+                (noesis_frames::scan::json_digest(&json!([c.tool, c.arguments_hash, c.result])), c.tool.clone())
+            }) else {
+                continue;
+            };
+            let count = match &self.repeat {
+                Some((last, n)) if *last == key => n + 1,
+                _ => 1,
+            };
+            self.repeat = Some((key, count));
+            if count >= self.config.limits.repeat_limit {
+                if self.corrected {
+                    self.stop(
+                        StopReason::Repeated,
+                        format!("`{tool}` returned the same result for the same arguments {count} times in a row, after a correction"),
+                    );
+                    return;
+                }
+                self.corrected = true;
+                self.repeat = None;
+                self.entries.push(Entry::Note {
+                    content: format!(
+                        "You called `{tool}` with the same arguments {count} times in a row and got the same result each \
+time. Calling it again will not help: change your approach, or give your final answer."
+                    ),
+                });
+            }
+        }
+    }
+
+    /// The request for the present phase.
+    fn request(&self) -> ChatRequest {
+        let mut messages = vec![];
+        let mut system = self.config.system_prompt.clone().unwrap_or_default();
+        if self.config.strategy == Strategy::React && !self.config.tools.is_empty() {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(
+                "Use the tools when they help; call several at once when they do not depend on each other. \
+When you have the answer, reply with it as plain text and call no tool.",
+            );
+        }
+        if !system.is_empty() {
+            messages.push(Message::system(system));
+        }
+        messages.push(Message::user(self.task.clone()));
+        messages.extend(self.conversation());
+        let mut request = ChatRequest::new(messages);
+        request.max_tokens = self.config.max_output_tokens;
+        match &self.phase {
+            Phase::Plan => request.messages.push(Message::user(PLAN_PROMPT)),
+            Phase::Reflect { .. } => {
+                request.messages.push(Message::user(REFLECT_PROMPT));
+                request.response_format =
+                    ResponseFormat::JsonSchema { name: "critique".into(), schema: critique_schema() };
+            }
+            _ => {
+                if self.config.strategy != Strategy::SingleShot {
+                    request.tools =
+                        self.config.tools.iter().filter(|t| !self.withdrawn(t)).map(ToolDecl::spec).collect();
+                    if !request.tools.is_empty() {
+                        request.tool_choice = ToolChoice::Auto;
+                    }
+                }
+            }
+        }
+        request
+    }
+
+    fn withdrawn(&self, tool: &ToolDecl) -> bool {
+        self.failures.get(&tool.name).is_some_and(|n| *n >= tool.max_failures)
+    }
+
+    /// The conversation as messages, every call answered, the oldest turns
+    /// left out when it outgrows the context budget.
+    fn conversation(&self) -> Vec<Message> {
+        // Group into units that must stay together: an assistant turn with
+        // its results; a note alone.
+        let mut units: Vec<Vec<Message>> = Vec::new();
+        for entry in &self.entries {
+            match entry {
+                Entry::Assistant { content, calls } => {
+                    let tool_calls: Vec<ToolCall> = calls
+                        .iter()
+                        .filter_map(|id| self.call(id))
+                        .map(|c| ToolCall { id: c.id.clone(), name: c.tool.clone(), arguments: c.arguments.clone() })
+                        .collect();
+                    let mut unit =
+                        vec![Message { tool_calls: tool_calls.clone(), ..Message::assistant(content.clone()) }];
+                    // Results are added here, in call order, whatever order
+                    // their entries have; a call without one gets NO_RESULT.
+                    for call in &tool_calls {
+                        let text = self
+                            .call(&call.id)
+                            .filter(|c| c.status.is_final() && self.result_entered(&c.id))
+                            .and_then(|c| c.result.clone())
+                            .unwrap_or_else(|| NO_RESULT.to_owned());
+                        unit.push(Message::tool_result(call, text));
+                    }
+                    units.push(unit);
+                }
+                Entry::ToolResult { .. } => {}
+                Entry::Note { content } => units.push(vec![Message::user(content.clone())]),
+            }
+        }
+        if let Some(budget) = self.config.limits.max_context_chars {
+            let size = |u: &Vec<Message>| u.iter().map(|m| m.content.len() + m.tool_calls.len() * 64).sum::<usize>();
+            let mut total: usize = units.iter().map(size).sum::<usize>() + self.task.len();
+            let mut dropped = 0;
+            while total > budget && units.len() > 1 {
+                total -= size(&units[0]);
+                units.remove(0);
+                dropped += 1;
+            }
+            if dropped > 0 {
+                units.insert(
+                    0,
+                    vec![Message::user(format!(
+                        "[{dropped} earlier part(s) of this conversation were left out to fit the context]"
+                    ))],
+                );
+            }
+        }
+        units.into_iter().flatten().collect()
+    }
+
+    fn result_entered(&self, id: &str) -> bool {
+        self.entries.iter().any(|e| matches!(e, Entry::ToolResult { call_id } if call_id == id))
+    }
+
+    /// The model's reply to the last request. `cost_usd` is the driver's
+    /// price for it.
+    pub fn on_model_reply(&mut self, reply: &ChatResponse, cost_usd: f64) -> Result<(), StepError> {
+        if self.outcome.is_some() {
+            return Err(StepError::Finished);
+        }
+        if !self.awaiting_reply {
+            return Err(StepError::UnexpectedReply(self.phase_name()));
+        }
+        self.awaiting_reply = false;
+        self.usage.turns += 1;
+        if let Some(u) = reply.usage {
+            self.usage.input_tokens += u.input_tokens;
+            self.usage.output_tokens += u.output_tokens;
+        }
+        self.usage.cost_usd += cost_usd;
+        self.step += 1;
+        match self.phase.clone() {
+            Phase::Plan => {
+                self.plan = parse_plan(&reply.text);
+                self.entries.push(Entry::Assistant { content: reply.text.clone(), calls: Vec::new() });
+                self.plan_step = 0;
+                self.enter_plan_step();
+            }
+            Phase::Think => self.on_think_reply(reply),
+            Phase::Reflect { answer } => self.on_critique(&reply.text, answer),
+            Phase::Act { .. } | Phase::Done => return Err(StepError::UnexpectedReply(self.phase_name())),
+        }
+        Ok(())
+    }
+
+    fn phase_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Plan => "planning",
+            Phase::Think => "thinking",
+            Phase::Act { .. } => "acting",
+            Phase::Reflect { .. } => "reflecting",
+            Phase::Done => "done",
+        }
+    }
+
+    fn enter_plan_step(&mut self) {
+        self.phase = Phase::Think;
+        if let Some(step) = self.plan.get(self.plan_step) {
+            let n = self.plan.len();
+            self.entries.push(Entry::Note {
+                content: format!(
+                    "Step {} of {n}: {step}\nDo this step now (use tools if needed), then reply with its result.",
+                    self.plan_step + 1
+                ),
+            });
+        } else {
+            self.entries
+                .push(Entry::Note { content: "All steps are done. Reply with the final answer to the task.".into() });
+        }
+    }
+
+    fn on_think_reply(&mut self, reply: &ChatResponse) {
+        let tools_allowed = self.config.strategy != Strategy::SingleShot;
+        let calls = if tools_allowed { reply.tool_calls.as_slice() } else { &[] };
+        let text = reply.text.trim();
+        if calls.is_empty() && text.is_empty() {
+            self.format_error("Your reply was empty. Call one of the tools, or reply with your final answer.".into());
+            return;
+        }
+        let broken = calls.iter().filter(|c| !c.arguments.is_object()).count();
+        if calls.is_empty() {
+            self.format_errors = 0;
+            self.entries.push(Entry::Assistant { content: reply.text.clone(), calls: Vec::new() });
+            self.on_answer(reply.text.clone());
+            return;
+        }
+        let turn = self.usage.turns - 1;
+        let mut ids = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let id = if call.id.is_empty() || self.call(&call.id).is_some() || ids.contains(&call.id) {
+                format!("call-{turn}-{i}")
+            } else {
+                call.id.clone()
+            };
+            ids.push(id.clone());
+            let record = self.propose(id, turn, call);
+            self.calls.push(record);
+        }
+        self.entries.push(Entry::Assistant { content: reply.text.clone(), calls: ids });
+        self.phase = Phase::Act { turn };
+        let max_calls = self.config.limits.max_tool_calls;
+        if self.usage.tool_calls > max_calls {
+            // The calls within the budget still run; the run stops after them.
+            self.budget_stop =
+                Some(format!("{} tool calls asked for; the limit is {max_calls}", self.usage.tool_calls));
+        }
+        if broken > 0 {
+            self.format_errors += 1;
+            if self.format_errors >= self.config.limits.max_format_errors {
+                let n = self.format_errors;
+                self.stop(StopReason::FormatErrors, format!("{n} replies in a row were malformed"));
+            }
+        } else {
+            self.format_errors = 0;
+        }
+    }
+
+    fn format_error(&mut self, correction: String) {
+        self.format_errors += 1;
+        if self.format_errors >= self.config.limits.max_format_errors {
+            let n = self.format_errors;
+            self.stop(StopReason::FormatErrors, format!("{n} replies in a row were malformed"));
+            return;
+        }
+        self.entries.push(Entry::Note { content: correction });
+    }
+
+    /// A record for a proposed call, already decided when no person needs
+    /// to decide: unknown tools and invalid arguments fail, the budget
+    /// denies, the policy approves or asks.
+    fn propose(&mut self, id: String, turn: u32, call: &ToolCall) -> CallRecord {
+        self.usage.tool_calls += 1;
+        let mut record = CallRecord {
+            id,
+            turn,
+            tool: call.name.clone(),
+            arguments: call.arguments.clone(),
+            arguments_hash: noesis_frames::scan::json_digest(&call.arguments),
+            status: CallStatus::Proposed,
+            result: None,
+            is_error: false,
+            started_ms: None,
+            finished_ms: None,
+        };
+        let refuse = |record: &mut CallRecord, status: CallStatus, text: String| {
+            record.status = status;
+            record.result = Some(text);
+            record.is_error = true;
+        };
+        let max_calls = self.config.limits.max_tool_calls;
+        if self.usage.tool_calls > max_calls {
+            refuse(
+                &mut record,
+                CallStatus::Failed,
+                format!("not run: the run's tool-call budget ({max_calls}) is used up"),
+            );
+            return record;
+        }
+        let Some(decl) = self.tool(&call.name).cloned() else {
+            let names: Vec<&str> = self.config.tools.iter().map(|t| t.name.as_str()).collect();
+            let text = format!(
+                "error: there is no tool `{}`; the tools are: {}. Fix the call and try again.",
+                clip(&call.name, 64),
+                if names.is_empty() { "none".into() } else { names.join(", ") }
+            );
+            refuse(&mut record, CallStatus::Failed, text);
+            return record;
+        };
+        if self.withdrawn(&decl) {
+            let text = format!(
+                "error: `{}` failed {} times and is no longer available in this run",
+                decl.name, decl.max_failures
+            );
+            refuse(&mut record, CallStatus::Failed, text);
+            return record;
+        }
+        let errors = argument_errors(&decl, &call.arguments);
+        if !errors.is_empty() {
+            *self.failures.entry(decl.name.clone()).or_default() += 1;
+            let text = format!(
+                "error: invalid arguments for `{}`:\n- {}\nFix the errors and try again.",
+                decl.name,
+                errors.join("\n- ")
+            );
+            refuse(&mut record, CallStatus::Failed, text);
+            return record;
+        }
+        record.status = if decl.effects.read_only() {
+            CallStatus::Approved
+        } else {
+            match self.config.approval {
+                ApprovalPolicy::Auto => CallStatus::Approved,
+                ApprovalPolicy::Ask => CallStatus::AwaitingApproval,
+                ApprovalPolicy::Never => {
+                    let text = format!("denied: `{}` changes the world and this run allows no such tool", decl.name);
+                    refuse(&mut record, CallStatus::Denied, text);
+                    return record;
+                }
+            }
+        };
+        record
+    }
+
+    fn on_answer(&mut self, answer: String) {
+        if self.config.strategy == Strategy::ChainOfThought && self.plan_step < self.plan.len() {
+            self.plan_step += 1;
+            self.enter_plan_step();
+            return;
+        }
+        if self.config.reflect && self.reflections < self.config.max_reflections {
+            self.phase = Phase::Reflect { answer };
+            return;
+        }
+        self.finish(Outcome::Answer { text: answer });
+    }
+
+    fn on_critique(&mut self, text: &str, answer: String) {
+        self.reflections += 1;
+        let critique = parse_critique(text);
+        match critique {
+            Some(c) if !c.goal_achieved => {
+                self.entries.push(Entry::Note {
+                    content: format!(
+                        "A critique of your answer: the goal is not achieved.\nWhat went wrong: {}\nNext step: {}\nContinue working on the task.",
+                        c.what_went_wrong, c.next_step
+                    ),
+                });
+                self.phase = Phase::Think;
+            }
+            // Achieved, or a critique that cannot be read: the answer stands.
+            _ => self.finish(Outcome::Answer { text: answer }),
+        }
+    }
+
+    /// Records that the driver starts executing call `id` (store the run
+    /// before executing it).
+    pub fn started(&mut self, id: &str, now_ms: u64) -> Result<(), StepError> {
+        if self.outcome.is_none() && self.call(id).is_some() && !self.dispatched.iter().any(|d| d == id) {
+            return Err(StepError::NotDispatched(id.into()));
+        }
+        self.transition(id, CallStatus::Running)?;
+        if let Some(c) = self.calls.iter_mut().find(|c| c.id == id) {
+            c.started_ms = Some(now_ms);
+        }
+        Ok(())
+    }
+
+    /// Records what call `id` returned.
+    pub fn finished(&mut self, id: &str, output: ToolOutput, now_ms: u64) -> Result<(), StepError> {
+        let to = if output.is_error { CallStatus::Failed } else { CallStatus::Completed };
+        self.transition(id, to)?;
+        let mut failed_tool = None;
+        if let Some(c) = self.calls.iter_mut().find(|c| c.id == id) {
+            c.finished_ms = Some(now_ms);
+            c.is_error = output.is_error;
+            c.result = Some(if output.is_error {
+                failed_tool = Some(c.tool.clone());
+                format!("error: {}\nFix the problem and try again, or take another approach.", output.content)
+            } else {
+                output.content
+            });
+        }
+        if let Some(tool) = failed_tool {
+            *self.failures.entry(tool).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    fn transition(&mut self, id: &str, to: CallStatus) -> Result<(), StepError> {
+        if self.outcome.is_some() {
+            return Err(StepError::Finished);
+        }
+        let c = self.calls.iter_mut().find(|c| c.id == id).ok_or_else(|| StepError::UnknownCall(id.into()))?;
+        if !c.status.can_become(to) {
+            return Err(StepError::Transition { id: id.into(), from: c.status.as_str(), to: to.as_str() });
+        }
+        c.status = to;
+        self.step += 1;
+        Ok(())
+    }
+
+    /// Applies decisions on pending calls. All are checked first — each
+    /// must name a pending call with the tool and argument hash the person
+    /// saw, and edited arguments must fit the tool's schema — and applied
+    /// only if every one is valid. An abort ends the run.
+    pub fn decide(&mut self, decisions: &[Decision]) -> Result<(), StepError> {
+        if self.outcome.is_some() {
+            return Err(StepError::Finished);
+        }
+        for d in decisions {
+            let c = self.call(&d.call_id).ok_or_else(|| StepError::UnknownCall(d.call_id.clone()))?;
+            if c.status != CallStatus::AwaitingApproval {
+                return Err(StepError::Transition {
+                    id: c.id.clone(),
+                    from: c.status.as_str(),
+                    to: CallStatus::Approved.as_str(),
+                });
+            }
+            if c.tool != d.tool {
+                return Err(StepError::StaleDecision { call_id: c.id.clone(), what: "a tool" });
+            }
+            if c.arguments_hash != d.arguments_hash {
+                return Err(StepError::StaleDecision { call_id: c.id.clone(), what: "arguments" });
+            }
+            if let Verdict::ApproveEdited { arguments } = &d.verdict {
+                let errors = self.tool(&c.tool).map(|t| argument_errors(t, arguments)).unwrap_or_default();
+                if !errors.is_empty() {
+                    return Err(StepError::InvalidEdit { call_id: c.id.clone(), errors: errors.join("; ") });
+                }
+            }
+        }
+        if let Some(message) = decisions.iter().find_map(|d| match &d.verdict {
+            Verdict::Abort { message } => Some(message.clone()),
+            _ => None,
+        }) {
+            for c in self.calls.iter_mut().filter(|c| c.status == CallStatus::AwaitingApproval) {
+                c.status = CallStatus::Denied;
+                c.is_error = true;
+                c.result = Some("denied: the run was aborted".into());
+            }
+            self.finish(Outcome::Aborted { message });
+            return Ok(());
+        }
+        for d in decisions {
+            let Some(c) = self.calls.iter_mut().find(|c| c.id == d.call_id) else { continue };
+            match &d.verdict {
+                Verdict::Approve => c.status = CallStatus::Approved,
+                Verdict::ApproveEdited { arguments } => {
+                    c.arguments = arguments.clone();
+                    c.arguments_hash = noesis_frames::scan::json_digest(arguments);
+                    c.status = CallStatus::Approved;
+                }
+                Verdict::Deny { message } => {
+                    c.status = CallStatus::Denied;
+                    c.is_error = true;
+                    c.result = Some(match message {
+                        Some(m) => format!("denied by the user: {m}"),
+                        None => "denied by the user".into(),
+                    });
+                }
+                Verdict::Abort { .. } => {}
+            }
+            self.step += 1;
+        }
+        Ok(())
+    }
+
+    /// Stops the run as cancelled (Ctrl-C); [`AgentRun::resume`] continues it.
+    pub fn cancel(&mut self) {
+        if self.outcome.is_none() {
+            self.finish(Outcome::Cancelled);
+        }
+    }
+
+    /// Continues a run loaded after a stop, a crash or a kill: a cancelled
+    /// run is reopened; calls that were running become interrupted results
+    /// (or, for idempotent tools, run again); a model request that was out
+    /// is simply asked again. Completed results are kept, never re-run.
+    pub fn resume(&mut self) {
+        if self.outcome == Some(Outcome::Cancelled) {
+            self.outcome = None;
+            self.phase = match self.calls.iter().rev().find(|c| !c.status.is_final()) {
+                Some(c) => Phase::Act { turn: c.turn },
+                None if self.config.strategy == Strategy::ChainOfThought && self.plan.is_empty() => Phase::Plan,
+                None => Phase::Think,
+            };
+        }
+        self.awaiting_reply = false;
+        self.dispatched.clear();
+        let idempotent: Vec<String> =
+            self.config.tools.iter().filter(|t| t.idempotent).map(|t| t.name.clone()).collect();
+        for c in self.calls.iter_mut().filter(|c| c.status == CallStatus::Running) {
+            if idempotent.contains(&c.tool) {
+                c.status = CallStatus::Approved;
+                c.started_ms = None;
+            } else {
+                c.status = CallStatus::Interrupted;
+                c.is_error = true;
+                c.result = Some(INTERRUPTED.into());
+            }
+        }
+        self.step += 1;
+    }
+}
+
+fn invocation(c: &CallRecord) -> Invocation {
+    Invocation { call_id: c.id.clone(), tool: c.tool.clone(), arguments: c.arguments.clone() }
+}
+
+fn critique_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "goal_achieved": {"type": "boolean"},
+            "what_went_wrong": {"type": "string"},
+            "next_step": {"type": "string"}
+        },
+        "required": ["goal_achieved", "what_went_wrong", "next_step"],
+        "additionalProperties": false
+    })
+}
+
+/// The first JSON object in `text` that reads as a critique.
+fn parse_critique(text: &str) -> Option<Critique> {
+    let start = text.find('{')?;
+    let mut stream = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Critique>();
+    stream.next()?.ok()
+}
+
+/// The steps of a numbered (or bulleted) list; one step when there is no
+/// list.
+fn parse_plan(text: &str) -> Vec<String> {
+    let steps: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter_map(|line| {
+            let rest = line.trim_start_matches(|c: char| c.is_ascii_digit());
+            let numbered = rest.len() < line.len() && (rest.starts_with('.') || rest.starts_with(')'));
+            let bulleted = line.starts_with("- ") || line.starts_with("* ");
+            if numbered {
+                Some(rest[1..].trim().to_owned())
+            } else if bulleted {
+                Some(line[2..].trim().to_owned())
+            } else {
+                None
+            }
+        })
+        .filter(|s| !s.is_empty())
+        .take(7)
+        .collect();
+    if steps.is_empty() && !text.trim().is_empty() { vec![clip(text.trim(), 500)] } else { steps }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_are_read_from_numbered_or_bulleted_lists() {
+        assert_eq!(parse_plan("Plan:\n1. read it\n2) fix it\n\n3. test"), ["read it", "fix it", "test"]);
+        assert_eq!(parse_plan("- a\n* b"), ["a", "b"]);
+        assert_eq!(parse_plan("just do it"), ["just do it"]);
+        assert!(parse_plan("  ").is_empty());
+    }
+
+    #[test]
+    fn critiques_are_found_in_prose() {
+        let c = parse_critique("Sure: {\"goal_achieved\": false, \"what_went_wrong\": \"x\", \"next_step\": \"y\"} ok")
+            .unwrap();
+        assert!(!c.goal_achieved && c.next_step == "y");
+        assert!(parse_critique("no json").is_none());
+        assert!(parse_critique("{\"other\": 1}").is_none());
+    }
+}

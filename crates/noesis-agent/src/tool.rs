@@ -1,0 +1,158 @@
+//! What the run knows of a tool: its name, description, argument schema
+//! and what it may do. Executing tools is the driver's business.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// What a tool may do to the world; decides approval and concurrency.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Effects {
+    /// It writes files.
+    #[serde(default)]
+    pub writes_files: bool,
+    /// It runs commands.
+    #[serde(default)]
+    pub runs_commands: bool,
+    /// It talks to the network.
+    #[serde(default)]
+    pub network: bool,
+}
+
+impl Effects {
+    /// Only reads: no approval needed, may run beside other read-only calls.
+    pub const READ_ONLY: Effects = Effects { writes_files: false, runs_commands: false, network: false };
+
+    /// Whether the tool only reads.
+    pub fn read_only(self) -> bool {
+        self == Effects::READ_ONLY
+    }
+}
+
+/// A tool as the run declares it to the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDecl {
+    /// Its name, as the model calls it.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON Schema of its arguments (an object schema).
+    pub parameters: Value,
+    /// What it may do.
+    #[serde(default)]
+    pub effects: Effects,
+    /// Running it twice has the effect of running it once, so a call that
+    /// was interrupted may simply be run again on resume.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// Failed calls of this tool the model may retry in one run before the
+    /// tool is withdrawn from it.
+    #[serde(default = "default_retries")]
+    pub max_failures: u32,
+}
+
+fn default_retries() -> u32 {
+    3
+}
+
+impl ToolDecl {
+    /// A read-only tool.
+    pub fn read_only(name: &str, description: &str, parameters: Value) -> ToolDecl {
+        ToolDecl {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            effects: Effects::READ_ONLY,
+            idempotent: true,
+            max_failures: default_retries(),
+        }
+    }
+
+    /// The same tool with these effects (not idempotent unless read-only).
+    #[must_use]
+    pub fn with_effects(mut self, effects: Effects) -> ToolDecl {
+        self.effects = effects;
+        self.idempotent = effects.read_only();
+        self
+    }
+
+    /// The provider layer's description of it.
+    pub fn spec(&self) -> noesis_llm::ToolSpec {
+        noesis_llm::ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            parameters: self.parameters.clone(),
+        }
+    }
+}
+
+/// Why arguments were refused, each problem with its JSON pointer; shown
+/// to the model as the call's result.
+pub(crate) fn argument_errors(decl: &ToolDecl, arguments: &Value) -> Vec<String> {
+    if !arguments.is_object() {
+        return vec![match arguments {
+            Value::String(s) => format!("the arguments are not a JSON object: {}", clip(s, 200)),
+            other => format!("the arguments must be a JSON object, not {}", kind(other)),
+        }];
+    }
+    match jsonschema::validator_for(&decl.parameters) {
+        Ok(v) => v
+            .iter_errors(arguments)
+            .map(|e| {
+                let at = e.instance_path().to_string();
+                if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
+            })
+            .collect(),
+        // The tool's own schema is broken: the model cannot fix that.
+        Err(e) => vec![format!("the tool `{}` has an invalid argument schema: {e}", decl.name)],
+    }
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+pub(crate) fn clip(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn arguments_are_checked_against_the_schema_with_pointers() {
+        let decl = ToolDecl::read_only(
+            "read_file",
+            "reads",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        );
+        assert!(argument_errors(&decl, &json!({"path": "a"})).is_empty());
+        let e = argument_errors(&decl, &json!({"path": 3}));
+        assert!(e.len() == 1 && e[0].starts_with("/path: "), "{e:?}");
+        let e = argument_errors(&decl, &json!({}));
+        assert!(e[0].contains("path"), "{e:?}");
+        let e = argument_errors(&decl, &json!("{not json"));
+        assert!(e[0].contains("not a JSON object: {not json"), "{e:?}");
+        assert!(argument_errors(&decl, &json!([1]))[0].contains("not an array"));
+    }
+
+    #[test]
+    fn effects_decide_read_only_and_idempotence() {
+        let decl = ToolDecl::read_only("x", "", json!({"type": "object"}));
+        assert!(decl.effects.read_only() && decl.idempotent);
+        let w = decl.with_effects(Effects { writes_files: true, ..Effects::default() });
+        assert!(!w.effects.read_only() && !w.idempotent);
+    }
+}
