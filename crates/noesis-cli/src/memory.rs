@@ -158,12 +158,17 @@ impl Pending {
             Some(code) => format!("{code}: {explain} (error blake3:{})", &data_digest[..16]),
             None => format!("{explain} (data blake3:{})", &data_digest[..16]),
         };
-        let context_slice = json!({
+        let (fabricated, confidence) = provenance(meta);
+        let mut context_slice = json!({
             "module": self.module,
+            "model": meta["model"],
             "input_digest": self.input_digest,
             "trace_id": meta["trace_id"],
             "input": self.context,
         });
+        if fabricated {
+            context_slice["fabricated"] = json!(true);
+        }
         // A run made during a session hangs under the session's root frame.
         let parent = match store.latest_session_root(&project.project_id).await? {
             Some(id) => store.frame(&id).await?.filter(|f| f.status != Status::Invalidated),
@@ -173,7 +178,7 @@ impl Pending {
             context_slice: context_slice.to_string(),
             evidence,
             conclusion,
-            confidence: meta["confidence"].as_f64().unwrap_or(0.0).clamp(0.0, 1.0),
+            confidence,
             status: Some(Status::Completed),
             ..Draft::new(format!("{} input:{}", self.module, &self.input_digest[..16]))
         };
@@ -215,8 +220,10 @@ fn step_draft(step: &StepTrace) -> Draft {
         }
     };
     let input_digest = json_digest(&step.input);
-    let context_slice = json!({
+    let (fabricated, confidence) = provenance(&envelope["meta"]);
+    let mut context_slice = json!({
         "module": step.module,
+        "model": envelope["meta"]["model"],
         "via": step.via.to_string(),
         "round": step.round,
         "depth": step.depth,
@@ -224,13 +231,24 @@ fn step_draft(step: &StepTrace) -> Draft {
         "trace_id": envelope["meta"]["trace_id"],
         "elapsed_ms": step.elapsed_ms,
     });
+    if fabricated {
+        context_slice["fabricated"] = json!(true);
+    }
     Draft {
         context_slice: context_slice.to_string(),
         conclusion,
-        confidence: envelope["meta"]["confidence"].as_f64().unwrap_or(0.0).clamp(0.0, 1.0),
+        confidence,
         status: Some(Status::Completed),
         ..Draft::new(format!("{} via {} input:{}", step.module, step.via, &input_digest[..16]))
     }
+}
+
+/// Whether the test model made the envelope up (`test/…`), and the
+/// confidence to record: none for a fabricated answer, whatever it claims.
+fn provenance(meta: &Value) -> (bool, f64) {
+    let fabricated = meta["model"].as_str().is_some_and(|m| m.starts_with("test/"));
+    let confidence = if fabricated { 0.0 } else { meta["confidence"].as_f64().unwrap_or(0.0).clamp(0.0, 1.0) };
+    (fabricated, confidence)
 }
 
 /// The stored name of a path a person typed, in the current project.

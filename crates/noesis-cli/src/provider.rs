@@ -21,7 +21,8 @@ pub(crate) struct ProviderArgs {
     /// `provider` from noesis.toml, else the first provider whose API key
     /// variable is set (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY, …),
     /// else openai when OPENAI_BASE_URL is set, ollama when OLLAMA_HOST is
-    /// set, else the local model when it is installed, else the test model.
+    /// set, else the local model when it is installed; else nothing runs
+    /// (`test` is the schema-driven test model, only when named).
     #[arg(long, value_name = "P")]
     pub provider: Option<String>,
     /// GGUF model file for --provider local [default: $NOESIS_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf].
@@ -201,6 +202,17 @@ fn connect(
     })
 }
 
+/// Why nothing runs when no provider is configured: the test model makes
+/// answers up, so it runs only when asked for by name.
+pub(crate) const NO_PROVIDER: &str = if cfg!(feature = "local") {
+    "no provider configured: set a provider key such as OPENAI_API_KEY (or LLM_PROVIDER, or `provider` in \
+     noesis.toml), or run `noesis model install` to run modules offline on the local model; \
+     `--provider test` answers with made-up, schema-valid data for trying things out"
+} else {
+    "no provider configured: set a provider key such as OPENAI_API_KEY (or LLM_PROVIDER, or `provider` in \
+     noesis.toml); `--provider test` answers with made-up, schema-valid data for trying things out"
+};
+
 /// The provider for a run of `module` (name, tier), wrapped in a fallback
 /// chain and a recorder when asked; or a replayer.
 pub(crate) fn select(
@@ -210,13 +222,12 @@ pub(crate) fn select(
 ) -> anyhow::Result<Arc<dyn Provider>> {
     let (name, model, source) = choose(args, config, module, &env);
     if source == Source::Default && args.replay.is_none() {
-        crate::out::note(if name == "local" {
-            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the local model, offline"
-        } else if cfg!(feature = "local") {
-            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the schema-driven test model (run `noesis model install` to run modules offline with the local model)"
-        } else {
-            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the schema-driven test model"
-        });
+        if name != "local" {
+            bail!("{NO_PROVIDER}");
+        }
+        crate::out::note(
+            "note: no provider configured (set LLM_PROVIDER, a provider key such as OPENAI_API_KEY, or `provider` in noesis.toml); using the local model, offline",
+        );
     }
     if let Some(dir) = &args.replay {
         // The recording decides the model when none is named.

@@ -167,7 +167,7 @@ fn a_called_module_follows_its_own_route() {
     let ollama = FakeServer::start(vec![crate::providers::ollama_reply(&child)]).unwrap();
     let openai = FakeServer::start(vec![Reply::Chat(parent.to_string())]).unwrap();
     let noesis = || {
-        let mut c = w.noesis();
+        let mut c = w.noesis_bare();
         c.env("OPENAI_BASE_URL", openai.base_url())
             .env("OPENAI_API_KEY", "sk-e2e")
             .env("OLLAMA_HOST", format!("http://{}", ollama.addr()));

@@ -73,7 +73,9 @@ fn a_run_records_a_frame_with_its_file_as_evidence() {
     let f = &all[0];
     assert_eq!(f["status"], "completed");
     assert_eq!(f["depth"], 0);
-    assert_eq!(f["confidence"], env["meta"]["confidence"]);
+    // The test model made this answer up: the frame says so and claims no confidence.
+    assert_eq!(env["meta"]["model"], "test/schema");
+    assert_eq!(f["confidence"], serde_json::json!(0.0));
     let query = f["query"].as_str().unwrap();
     assert!(query.starts_with("code-simplifier input:"), "{query}");
     let explain = env["meta"]["explain"].as_str().unwrap();
@@ -83,6 +85,10 @@ fn a_run_records_a_frame_with_its_file_as_evidence() {
     assert_eq!(f["invalidation_condition"]["files"], serde_json::json!([{"path": "src/app.py", "hash": hash}]));
     let context: Value = serde_json::from_str(f["context_slice"].as_str().unwrap()).unwrap();
     assert_eq!(context["module"], "code-simplifier");
+    assert_eq!(
+        (&context["model"], &context["fabricated"]),
+        (&serde_json::json!("test/schema"), &serde_json::json!(true))
+    );
     assert_eq!(context["trace_id"], env["meta"]["trace_id"]);
     assert_eq!(context["input"]["code"]["file"], "src/app.py", "the file's text is named, not copied");
     // In a git repository, the same file from a sub-folder gets the same

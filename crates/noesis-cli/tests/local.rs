@@ -19,13 +19,13 @@ fn installed() -> Option<PathBuf> {
 }
 
 #[test]
-fn without_the_model_the_test_model_answers_and_says_how_to_install() {
+fn without_the_model_nothing_runs_and_the_error_says_how_to_install_it() {
     let w = Work::new();
-    let o = output(w.noesis().args(["run", "code-simplifier", "--input", r#"{"code": "x = 1"}"#]));
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert_eq!(o.json()["meta"]["model"], "test/schema");
-    assert!(o.stderr.contains("noesis model install"), "{}", o.stderr);
-    let o = output(w.noesis().args(["model", "path"]));
+    let o = output(w.noesis_bare().args(["run", "code-simplifier", "--input", r#"{"code": "x = 1"}"#]));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stdout.is_empty());
+    assert!(o.stderr.contains("noesis model install") && o.stderr.contains("--provider test"), "{}", o.stderr);
+    let o = output(w.noesis_bare().args(["model", "path"]));
     assert_eq!(o.code, 1);
     assert_eq!(o.stdout.trim(), w.path().join(".noesis/models").join(FILE).display().to_string());
 }
@@ -33,7 +33,7 @@ fn without_the_model_the_test_model_answers_and_says_how_to_install() {
 #[test]
 fn a_missing_model_path_is_an_e4001_envelope_naming_the_file() {
     let w = Work::new();
-    let o = output(w.noesis().args([
+    let o = output(w.noesis_bare().args([
         "run",
         "code-simplifier",
         "--provider",
@@ -66,15 +66,15 @@ fn an_installed_model_is_the_default_provider() {
     let models = w.path().join(".noesis/models");
     std::fs::create_dir_all(&models).unwrap();
     std::os::unix::fs::symlink(&real, models.join(FILE)).unwrap();
-    let o = output(w.noesis().args(["doctor", "--json", "--no-probe"]));
+    let o = output(w.noesis_bare().args(["doctor", "--json", "--no-probe"]));
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let report = o.json();
     assert_eq!(report["selected"], serde_json::json!({"provider": "local", "because": "default"}));
     let row = report["providers"].as_array().unwrap().iter().find(|r| r["provider"] == "local").unwrap();
     assert_eq!(row["model"], "SmolLM2-135M-Instruct.Q4_1");
     assert!(row.get("problem").is_none(), "{row}");
-    let o = output(w.noesis().args(["model", "path"]));
+    let o = output(w.noesis_bare().args(["model", "path"]));
     assert_eq!(o.code, 0);
-    let o = output(w.noesis().args(["model", "list"]));
+    let o = output(w.noesis_bare().args(["model", "list"]));
     assert!(o.stdout.contains(FILE), "{}", o.stdout);
 }

@@ -155,7 +155,7 @@ fn migrate_v21_module_keeps_text_prompt_and_tests() {
     assert_eq!(after["tests/a.input.json"], before["tests/a.input.json"]);
     assert_eq!(tree(&backup_of(&o.stdout)), before);
     // The kept `tests:` still runs.
-    let t = output(w.noesis().args(["test", "greeter"]));
+    let t = output(w.noesis().args(["test", "greeter", "--provider", "test"]));
     assert_eq!(t.code, 0, "{}{}", t.stdout, t.stderr);
     assert_eq!(t.stdout.lines().last(), Some("1 passed, 0 failed"));
 }

@@ -65,7 +65,7 @@ fn anthropic_through_the_cli() {
     let server = FakeServer::start(vec![ok_body(&reply)]).unwrap();
     let w = Work::new();
     let o = run_case1(
-        w.noesis().env("ANTHROPIC_BASE_URL", format!("http://{}", server.addr())).env("ANTHROPIC_API_KEY", KEY),
+        w.noesis_bare().env("ANTHROPIC_BASE_URL", format!("http://{}", server.addr())).env("ANTHROPIC_API_KEY", KEY),
         &["--provider", "anthropic"],
     );
     let env = assert_case1_ok(&o);
@@ -102,7 +102,7 @@ fn gemini_through_the_cli() {
     let server = FakeServer::start(vec![ok_body(&reply)]).unwrap();
     let w = Work::new();
     let o = run_case1(
-        w.noesis().env("GEMINI_BASE_URL", format!("http://{}/v1beta", server.addr())).env("GEMINI_API_KEY", KEY),
+        w.noesis_bare().env("GEMINI_BASE_URL", format!("http://{}/v1beta", server.addr())).env("GEMINI_API_KEY", KEY),
         &["--provider", "gemini"],
     );
     let env = assert_case1_ok(&o);
@@ -132,7 +132,7 @@ fn ollama_through_the_cli() {
     let server = FakeServer::start(vec![ok_body(&reply)]).unwrap();
     let w = Work::new();
     // OLLAMA_HOST in Ollama's own `host:port` form.
-    let o = run_case1(w.noesis().env("OLLAMA_HOST", server.addr().to_string()), &["--provider", "ollama"]);
+    let o = run_case1(w.noesis_bare().env("OLLAMA_HOST", server.addr().to_string()), &["--provider", "ollama"]);
     let env = assert_case1_ok(&o);
     assert_eq!(env["meta"]["model"], "ollama/llama3.2");
     // A local model has no price: tokens only.
@@ -169,7 +169,7 @@ fn project_file_defines_and_selects_a_custom_endpoint() {
     let corp = FakeServer::start(vec![anthropic_reply("claude-x")]).unwrap();
     let w = Work::new();
     w.write("noesis.toml", &corp_toml(&corp, "claude-x"));
-    let o = run_case1(w.noesis().env("CORP_KEY", "corp-key-1"), &[]);
+    let o = run_case1(w.noesis_bare().env("CORP_KEY", "corp-key-1"), &[]);
     let env = assert_case1_ok(&o);
     assert_eq!(env["meta"]["model"], "corp/claude-x");
     let got = corp.received();
@@ -187,7 +187,7 @@ fn llm_provider_beats_the_project_file() {
     let w = Work::new();
     w.write("noesis.toml", &corp_toml(&corp, "claude-x"));
     let o = run_case1(
-        w.noesis()
+        w.noesis_bare()
             .env("CORP_KEY", "corp-key-1")
             .env("LLM_PROVIDER", "openai")
             .env("OPENAI_BASE_URL", openai.base_url())
@@ -213,7 +213,7 @@ fn project_file_overrides_the_user_config_key_by_key() {
         let user_file = w.write(file, &user);
         let value = if var == "NOESIS_CONFIG" { user_file } else { w.path().join("xdg") };
         let before = corp.received().len();
-        let mut cmd = w.noesis();
+        let mut cmd = w.noesis_bare();
         cmd.current_dir(&project).env(var, &value).env("CORP_KEY", "corp-key-2");
         let o = run_case1(&mut cmd, &[]);
         let env = assert_case1_ok(&o);
@@ -225,7 +225,7 @@ fn project_file_overrides_the_user_config_key_by_key() {
         std::fs::remove_file(w.path().join(file)).unwrap();
     }
     // The user config alone gives its own model.
-    let mut cmd = w.noesis();
+    let mut cmd = w.noesis_bare();
     cmd.env("NOESIS_CONFIG", w.write("elsewhere/user.toml", &user)).env("CORP_KEY", "k");
     assert_eq!(assert_case1_ok(&run_case1(&mut cmd, &[]))["meta"]["model"], "corp/claude-user");
 }
@@ -235,7 +235,7 @@ fn config_mistakes_exit_2_naming_the_file_and_the_key() {
     let w = Work::new();
     let root = w.path().canonicalize().unwrap();
     w.write("noesis.toml", "provder = \"openai\"\n");
-    let o = run_case1(&mut w.noesis(), &[]);
+    let o = run_case1(&mut w.noesis_bare(), &[]);
     assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
     assert_eq!(o.stdout, "", "no envelope for a usage error");
     let file = root.join("noesis.toml").display().to_string();
@@ -245,13 +245,13 @@ fn config_mistakes_exit_2_naming_the_file_and_the_key() {
     // A nested key, in the user config.
     std::fs::remove_file(w.path().join("noesis.toml")).unwrap();
     let user = w.write("user.toml", "[providers.corp]\nwire = \"openai\"\nbase_uri = \"http://x\"\n");
-    let o = run_case1(w.noesis().env("NOESIS_CONFIG", &user), &[]);
+    let o = run_case1(w.noesis_bare().env("NOESIS_CONFIG", &user), &[]);
     assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
     assert!(o.stderr.contains(&format!("{}:", user.display())), "{}", o.stderr);
     assert!(o.stderr.contains("base_uri"), "{}", o.stderr);
 
     // doctor reads the same files and fails the same way.
-    let o = output(w.noesis().env("NOESIS_CONFIG", &user).args(["doctor", "--no-probe"]));
+    let o = output(w.noesis_bare().env("NOESIS_CONFIG", &user).args(["doctor", "--no-probe"]));
     assert_eq!(o.code, 2, "{}{}", o.stdout, o.stderr);
     assert!(o.stderr.contains("base_uri"), "{}", o.stderr);
 }
@@ -271,7 +271,7 @@ fn routes_send_exec_modules_to_ollama_and_the_rest_to_the_default() {
     w.write("cognitive/modules/quick/module.yaml", "name: quick\nversion: 0.1.0\nresponsibility: r\ntier: exec\n");
     w.write("cognitive/modules/quick/prompt.md", "Answer: $ARGUMENTS\n");
     // The built-in modules are all `decision`; the local one is `exec`.
-    let list = output(w.noesis().args(["list", "--json"]));
+    let list = output(w.noesis_bare().args(["list", "--json"]));
     let tiers: Vec<(String, String)> = serde_json::from_str::<Value>(&list.stdout)
         .unwrap()
         .as_array()
@@ -288,7 +288,7 @@ fn routes_send_exec_modules_to_ollama_and_the_rest_to_the_default() {
     let openai = FakeServer::start(vec![Reply::Chat(case1().to_string()), Reply::Chat(quick.to_string())]).unwrap();
     w.write("noesis.toml", "provider = \"openai\"\n\n[[routes]]\ntier = \"exec\"\nprovider = \"ollama\"\n");
     let noesis = || {
-        let mut c = w.noesis();
+        let mut c = w.noesis_bare();
         c.env("OPENAI_BASE_URL", openai.base_url())
             .env("OPENAI_API_KEY", "sk-e2e")
             .env("OLLAMA_HOST", format!("http://{}", ollama.addr()));
@@ -321,7 +321,7 @@ fn fallback_takes_over_when_the_primary_is_unreachable() {
     let ollama = FakeServer::start(vec![ollama_reply(&case1())]).unwrap();
     let w = Work::new();
     let noesis = || {
-        let mut c = w.noesis();
+        let mut c = w.noesis_bare();
         c.env("OPENAI_BASE_URL", REFUSED).env("OPENAI_API_KEY", "sk-e2e").env("OLLAMA_HOST", ollama.addr().to_string());
         c
     };
@@ -353,7 +353,7 @@ fn record_then_replay_without_the_server() {
     let rec_arg = rec.to_str().unwrap();
     let server = FakeServer::start(vec![Reply::Chat(case1().to_string())]).unwrap();
     let recorded = assert_case1_ok(&run_case1(
-        w.noesis().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", KEY),
+        w.noesis_bare().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", KEY),
         &["--provider", "openai", "--record", rec_arg],
     ));
     assert_eq!(server.received().len(), 1);
@@ -368,7 +368,7 @@ fn record_then_replay_without_the_server() {
     // No server and no key: the recording answers. A refused base URL makes
     // sure nothing goes out.
     let replay = || {
-        let mut c = w.noesis();
+        let mut c = w.noesis_bare();
         c.env("OPENAI_BASE_URL", REFUSED);
         c
     };
@@ -411,7 +411,7 @@ fn stream_shows_text_on_stderr_and_the_envelope_on_stdout() {
     let server = FakeServer::start(vec![Reply::Stream(chunks, Duration::from_millis(20))]).unwrap();
     let w = Work::new();
     let o = run_case1(
-        w.noesis().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-e2e"),
+        w.noesis_bare().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-e2e"),
         &["--provider", "openai", "--stream"],
     );
     let env = assert_case1_ok(&o);
@@ -433,7 +433,7 @@ fn token_budget_stops_the_run_before_any_request() {
     let server = FakeServer::start(vec![Reply::Chat(case1().to_string())]).unwrap();
     let w = Work::new();
     let o = run_case1(
-        w.noesis().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-e2e"),
+        w.noesis_bare().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-e2e"),
         &["--provider", "openai", "--max-total-tokens", "10"],
     );
     assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
@@ -449,7 +449,7 @@ fn a_negative_cost_budget_is_a_usage_error() {
     let w = Work::new();
     for flag in [["--max-cost", "-1"], ["--max-cost", "inf"]] {
         let o = run_case1(
-            w.noesis().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-e2e"),
+            w.noesis_bare().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-e2e"),
             &["--provider", "openai", flag[0], flag[1]],
         );
         assert_eq!(o.code, 2, "{flag:?}: {}{}", o.stdout, o.stderr);
@@ -464,7 +464,7 @@ fn a_negative_cost_budget_is_a_usage_error() {
 const SECRET: &str = "sk-doctor-SECRET-5e1f";
 
 fn doctor(w: &Work, base_url: &str, args: &[&str]) -> Output {
-    output(w.noesis().env("OPENAI_BASE_URL", base_url).env("OPENAI_API_KEY", SECRET).arg("doctor").args(args))
+    output(w.noesis_bare().env("OPENAI_BASE_URL", base_url).env("OPENAI_API_KEY", SECRET).arg("doctor").args(args))
 }
 
 fn row<'a>(report: &'a Value, provider: &str) -> &'a Value {
@@ -551,7 +551,7 @@ fn doctor_probes_fallback_and_routed_providers() {
     let w = Work::new();
     w.write("noesis.toml", "fallback = [\"deepseek\"]\n\n[[routes]]\ntier = \"exec\"\nprovider = \"gemini\"\n");
     let o = output(
-        w.noesis()
+        w.noesis_bare()
             .env("OPENAI_BASE_URL", server.base_url())
             .env("OPENAI_API_KEY", SECRET)
             .env("DEEPSEEK_BASE_URL", server.base_url())
@@ -590,4 +590,17 @@ fn doctor_table_snapshot() {
     settings.add_filter(&regex_escape(&server.addr().to_string()), "[ADDR]");
     settings.add_filter(r"HTTP 200, \d+ ms", "HTTP 200, [MS] ms");
     settings.bind(|| insta::assert_snapshot!("doctor_table", o.stdout));
+}
+
+#[test]
+fn doctor_with_nothing_configured_says_so_and_fails() {
+    let w = Work::new();
+    let o = output(w.noesis_bare().args(["doctor", "--json", "--no-probe"]));
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    let report = o.json();
+    assert_eq!(report["selected"]["provider"], Value::Null, "{report:#}");
+    assert!(report["selected"]["because"].as_str().unwrap().contains("no provider configured"), "{report:#}");
+    let o = output(w.noesis_bare().args(["doctor", "--json", "--no-probe", "--provider", "test"]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert_eq!(o.json()["selected"]["provider"], "test");
 }

@@ -43,12 +43,39 @@ fn test_model_runs_every_example_module() {
 }
 
 #[test]
-fn no_provider_configured_falls_back_to_the_test_model_and_says_so() {
+fn with_no_provider_nothing_runs_and_the_error_says_how_to_configure_one() {
     let w = Work::new();
-    let o = output(w.noesis().args(["run", "code-simplifier", "--input", code_input()]));
+    let module = example_module("code-simplifier");
+    for args in [
+        vec!["run".as_ref(), module.as_os_str(), "--input".as_ref(), code_input().as_ref()],
+        vec!["serve".as_ref(), "--port".as_ref(), "0".as_ref()],
+        vec!["mcp".as_ref()],
+    ] {
+        // A server that starts anyway would never end: the timeout fails it.
+        let o = output(w.noesis_bare().args(&args).timeout(std::time::Duration::from_secs(60)));
+        assert_eq!(o.code, 2, "{args:?}: {}{}", o.stdout, o.stderr);
+        assert!(o.stdout.is_empty(), "{args:?}: {}", o.stdout);
+        for how in ["no provider configured", "OPENAI_API_KEY", "noesis model install", "--provider test"] {
+            assert!(o.stderr.contains(how), "{args:?} does not say {how}: {}", o.stderr);
+        }
+    }
+    // Nothing was recorded.
+    let o = output(w.noesis_bare().args(["frames", "list", "--json"]));
+    assert_eq!(o.json().as_array().map(Vec::len), Some(0), "{}", o.stdout);
+}
+
+#[test]
+fn the_test_model_runs_when_named_and_its_frames_say_it_made_the_answer_up() {
+    let w = Work::new();
+    let o = output(w.noesis_bare().args(["run", "code-simplifier", "--provider", "test", "--input", code_input()]));
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.stderr.contains("using the schema-driven test model"), "{}", o.stderr);
-    assert!(!o.stdout.contains("note:"));
+    assert_eq!(o.json()["meta"]["model"], "test/schema");
+    let o = output(w.noesis_bare().args(["frames", "list", "--json"]));
+    let frames = o.json();
+    let frame = &frames[0];
+    let context: Value = serde_json::from_str(frame["context_slice"].as_str().unwrap()).unwrap();
+    assert_eq!((&context["model"], &context["fabricated"]), (&json!("test/schema"), &json!(true)), "{context}");
+    assert_eq!(frame["confidence"], json!(0.0), "a made-up answer claims no confidence");
 }
 
 fn success(data: Value, risk: &str) -> String {

@@ -44,7 +44,16 @@ impl Work {
         p
     }
 
+    /// `noesis` in this folder, on the test model (`LLM_PROVIDER=test`: it
+    /// runs only when named).
     pub(crate) fn noesis(&self) -> Command {
+        let mut c = self.noesis_bare();
+        c.env("LLM_PROVIDER", "test");
+        c
+    }
+
+    /// `noesis` in this folder with no provider configured at all.
+    pub(crate) fn noesis_bare(&self) -> Command {
         let mut c = Command::cargo_bin("noesis").unwrap();
         c.current_dir(self.dir.path()).env("HOME", self.dir.path()).env("NO_COLOR", "1");
         for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH", "NOESIS_CONFIG", "XDG_CONFIG_HOME"] {

@@ -363,11 +363,36 @@ impl CausalFrame {
         let t = text.to_lowercase();
         self.query.to_lowercase().contains(&t) || self.conclusion.to_lowercase().contains(&t)
     }
+
+    /// Whether no model produced the conclusion (see [`is_fabricated`]).
+    #[must_use]
+    pub fn is_fabricated(&self) -> bool {
+        is_fabricated(&self.context_slice)
+    }
+}
+
+/// Whether a context slice marks its frame as fabricated — made up by the
+/// test model from a schema, not concluded by any model — with
+/// `"fabricated": true`. Such a frame is never evidence for another.
+#[must_use]
+pub fn is_fabricated(context_slice: &str) -> bool {
+    // Cheap test first: most slices are not marked.
+    context_slice.contains("\"fabricated\"")
+        && serde_json::from_str::<serde_json::Value>(context_slice)
+            .is_ok_and(|v| v.get("fabricated") == Some(&serde_json::Value::Bool(true)))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fabricated_frames_are_marked_in_their_context() {
+        assert!(is_fabricated(r#"{"model": "test/schema", "fabricated": true}"#));
+        assert!(!is_fabricated(r#"{"model": "x", "fabricated": false}"#));
+        assert!(!is_fabricated(r#"{"note": "\"fabricated\": true"}"#));
+        assert!(!is_fabricated("not json \"fabricated\""));
+    }
 
     #[test]
     fn statuses_round_trip_and_reject_unknown_names() {

@@ -56,6 +56,7 @@ mod verify;
 pub use error::FramesError;
 pub use frame::{
     CausalFrame, Draft, Evidence, FileRef, FrameId, InvalidationCondition, Status, StatusChange, Timestamps,
+    is_fabricated,
 };
 pub use session::{FileEntry, FileRole, SessionArtifacts, SessionDiff};
 pub use time::Timestamp;

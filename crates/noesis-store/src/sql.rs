@@ -170,6 +170,8 @@ struct Known {
     project_id: String,
     depth: u32,
     status: Status,
+    /// Made up by the test model: never evidence.
+    fabricated: bool,
 }
 
 fn check_frame(f: &CausalFrame) -> Result<(), StoreError> {
@@ -287,8 +289,22 @@ impl SqlStore {
         self.pool.close().await;
     }
 
+    /// A read transaction: every statement in it sees one snapshot, so a
+    /// frame another process commits between two of a load's queries is
+    /// either wholly in the result or wholly out of it.
+    async fn read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        let mut tx = self.pool.begin().await.ctx(|| "begin a read".into())?;
+        if self.backend == Backend::Postgres {
+            // The default (read committed) takes a new snapshot per statement.
+            tx.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .await
+                .ctx(|| "begin a read".into())?;
+        }
+        Ok(tx)
+    }
+
     async fn load(&self, ids_sql: &str, args: &[Arg]) -> Result<Vec<CausalFrame>, StoreError> {
-        let mut conn = self.pool.acquire().await.ctx(|| "connect".into())?;
+        let mut conn = self.read().await?;
         let q = |sql: String| bind_args(sqlx::query(AssertSqlSafe(sql)), args);
         let rows = q(format!(
             "SELECT {FRAME_SELECT} FROM frames f JOIN frame_state st ON st.seq = f.seq \
@@ -368,6 +384,7 @@ impl SqlStore {
         {
             frames[slot(seq)?].timestamps.history.push(change);
         }
+        conn.commit().await.ctx(|| "end a read".into())?;
         Ok(frames)
     }
 
@@ -382,8 +399,8 @@ impl SqlStore {
             return Ok(hit.clone());
         }
         let row = sqlx::query(
-            "SELECT f.seq, f.project_id, f.depth, st.status FROM frames f JOIN frame_state st ON st.seq = f.seq \
-             WHERE f.frame_id = $1",
+            "SELECT f.seq, f.project_id, f.depth, st.status, f.context_slice FROM frames f \
+             JOIN frame_state st ON st.seq = f.seq WHERE f.frame_id = $1",
         )
         .bind(id.as_str())
         .fetch_optional(&mut *conn)
@@ -397,6 +414,7 @@ impl SqlStore {
             project_id: row.try_get(1).map_err(corrupt)?,
             depth: u32_of(row.try_get(2).map_err(corrupt)?, "depth")?,
             status: status_of(&status, id.as_str())?,
+            fabricated: noesis_frames::is_fabricated(&row.try_get::<String, _>(4).map_err(corrupt)?),
         })
     }
 
@@ -478,6 +496,13 @@ impl SqlStore {
                         f.frame_id
                     )));
                 }
+                if d.fabricated {
+                    return Err(StoreError::Invalid(format!(
+                        "frame {}: it cites frame {dep}, which the test model fabricated; a fabricated answer is \
+                         never evidence",
+                        f.frame_id
+                    )));
+                }
                 edge_rows.push((d.seq, seq, 1));
             }
             for file in &cond.files {
@@ -491,7 +516,13 @@ impl SqlStore {
             frame_rows.push((seq, parent_seq, f, evidence, cond.files.len(), cond.frames.len()));
             batch.insert(
                 f.frame_id.clone(),
-                Known { seq, project_id: f.project_id.clone(), depth: f.depth, status: f.status },
+                Known {
+                    seq,
+                    project_id: f.project_id.clone(),
+                    depth: f.depth,
+                    status: f.status,
+                    fabricated: f.is_fabricated(),
+                },
             );
         }
         for chunk in frame_rows.chunks(CHUNK / 4) {

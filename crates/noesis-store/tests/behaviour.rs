@@ -39,6 +39,8 @@ fn ids(v: &[Invalidation]) -> Vec<FrameId> {
 both!(
     frames_round_trip,
     bad_frames_are_refused_whole,
+    fabricated_frames_are_never_evidence,
+    reads_during_writes_see_whole_frames,
     branching_and_lost_updates,
     cascade_matches_the_algebra,
     queries,
@@ -134,6 +136,61 @@ async fn bad_frames_are_refused_whole(t_: &TestStore) {
     s.invalidate(&[Invalidation::new(root.frame_id.clone(), &Cause::Manual(String::new()))], None, t(3)).await.unwrap();
     let e = err(s.insert_frames(&[ok]).await.unwrap_err());
     assert!(e.contains("is invalidated"), "{e}");
+}
+
+async fn fabricated_frames_are_never_evidence(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let err = |e: StoreError| e.to_string();
+    // A frame the test model fabricated is never evidence.
+    let fabricated =
+        Draft { context_slice: r#"{"model": "test/schema", "fabricated": true}"#.into(), ..draft("made up") }
+            .into_frame(P, None, None, t(1))
+            .unwrap();
+    s.insert_frames(std::slice::from_ref(&fabricated)).await.unwrap();
+    let cites_fabricated = Draft {
+        evidence: vec![Evidence::Frame { frame_id: fabricated.frame_id.clone() }],
+        ..draft("cites a made-up answer")
+    }
+    .into_frame(P, None, None, t(2))
+    .unwrap();
+    let e = err(s.insert_frames(std::slice::from_ref(&cites_fabricated)).await.unwrap_err());
+    assert!(e.contains("fabricated") && e.contains(fabricated.frame_id.as_str()), "{e}");
+    // Nor within one batch.
+    let fresh = Draft { context_slice: r#"{"fabricated": true}"#.into(), ..draft("made up too") }
+        .into_frame(P, None, None, t(1))
+        .unwrap();
+    let cites_fresh =
+        Draft { evidence: vec![Evidence::Frame { frame_id: fresh.frame_id.clone() }], ..draft("cites it") }
+            .into_frame(P, None, None, t(2))
+            .unwrap();
+    assert!(err(s.insert_frames(&[fresh, cites_fresh]).await.unwrap_err()).contains("fabricated"));
+}
+
+/// Regression: a load ran its queries outside a transaction, so a frame
+/// committed by another writer between two of them made the reader fail
+/// with "row for unknown frame". Reads now see one snapshot.
+async fn reads_during_writes_see_whole_frames(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let writer = noesis_store::SqlStore::open(&t_.url).await.unwrap();
+    let write = tokio::spawn(async move {
+        for i in 0..150i64 {
+            let f = Draft { evidence: vec![file(&format!("src/{i}.rs"), "h")], ..draft(&format!("w{i}")) }
+                .into_frame(P, None, None, t(i))
+                .unwrap();
+            writer.insert_frames(&[f]).await.unwrap();
+        }
+    });
+    let mut reads = 0;
+    while !write.is_finished() {
+        let frames = s.frames(&FrameFilter::project(P)).await.unwrap();
+        assert!(frames.iter().all(|f| f.invalidation_condition.files.len() == 1), "a frame was read half-written");
+        reads += 1;
+    }
+    write.await.unwrap();
+    assert!(reads > 1, "the reads did not overlap the writes");
+    assert_eq!(s.count(&FrameFilter::project(P)).await.unwrap(), 150);
 }
 
 async fn branching_and_lost_updates(t_: &TestStore) {

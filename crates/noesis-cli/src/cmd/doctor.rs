@@ -89,9 +89,17 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         selected_ok &= !(selected == "local" && row.get("problem").is_some());
         rows.push(row);
     }
+    // Nothing configured: the test model is not a choice anyone made.
+    let unconfigured = source == crate::provider::Source::Default && selected != "local";
+    let selected_json = if unconfigured {
+        selected_ok = false;
+        json!({"provider": null, "because": crate::provider::NO_PROVIDER})
+    } else {
+        json!({"provider": selected, "because": source.describe()})
+    };
     let report = json!({
         "config_files": loaded.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-        "selected": {"provider": selected, "because": source.describe()},
+        "selected": selected_json,
         "fallback": cfg.fallback,
         "routes": cfg.routes.len(),
         "providers": rows,

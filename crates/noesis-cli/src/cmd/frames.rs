@@ -251,6 +251,13 @@ fn describe(f: &CausalFrame) -> String {
     s += &format!("query       {}\n", f.query);
     s += &format!("conclusion  {}\n", f.conclusion);
     s += &format!("confidence  {:.2}\n", f.confidence);
+    if let Some(model) = serde_json::from_str::<serde_json::Value>(&f.context_slice)
+        .ok()
+        .and_then(|c| c.get("model").and_then(|m| m.as_str().map(str::to_owned)))
+    {
+        let made_up = if f.is_fabricated() { " (made up by the test model: never evidence)" } else { "" };
+        s += &format!("model       {model}{made_up}\n");
+    }
     s += &format!("depth       {}\n", f.depth);
     if let Some(p) = &f.parent_id {
         s += &format!("parent      {p}\n");

@@ -119,7 +119,10 @@ impl Providers {
         args: &ProviderArgs,
         module: Option<(&str, Option<&str>)>,
     ) -> anyhow::Result<Arc<dyn Provider>> {
-        let (name, model, _) = choose(args, &self.config, module, &env);
+        let (name, model, source) = choose(args, &self.config, module, &env);
+        if source == crate::provider::Source::Default && name != "local" && args.replay.is_none() {
+            anyhow::bail!("{}", crate::provider::NO_PROVIDER);
+        }
         let key = (name.clone(), model.clone());
         // Held while a provider is made: a miss is rare, and two requests
         // must not load the local model twice.

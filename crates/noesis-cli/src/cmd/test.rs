@@ -2,16 +2,19 @@
 //! `tests/*.input.json` beside `*.expected.json`), each run through the
 //! runtime and its envelope checked against the `$validate` fragments.
 //!
-//! Unlike `noesis run`, the provider is the test model unless `--provider`
-//! names one: `LLM_PROVIDER`, routes, `provider` in noesis.toml and API keys
-//! in the environment are not consulted, so a test run is offline and
-//! deterministic unless asked otherwise and never spends money by accident.
+//! Unless `--provider` or `--replay` says otherwise, each case is answered
+//! by its own `$example` envelope (`--examples`): offline and deterministic,
+//! expected failures included. `LLM_PROVIDER`, routes, `provider` in
+//! noesis.toml and API keys in the environment are not consulted, so a test
+//! run never spends money by accident. Case files must lie inside the
+//! module folder.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, anyhow, bail};
+use noesis_llm::{Provider, Scripted};
 use noesis_modules::search::{Found, SearchPath};
 use noesis_modules::{CompiledSchema, Module, Violation, load_dir, validate_envelope};
 use noesis_runtime::RunOptions;
@@ -30,6 +33,11 @@ pub(crate) struct Args {
     /// Print a machine-readable report on stdout instead of one line per case.
     #[arg(long)]
     json: bool,
+    /// Answer each case with its own `$example` envelope (offline, no model):
+    /// checks the cases against the module's contract, expected failures
+    /// included. The default when no provider is named.
+    #[arg(long)]
+    examples: bool,
 }
 
 /// One `$validate` fragment: the part of the envelope it checks, compiled.
@@ -44,6 +52,8 @@ struct Case {
     expected_path: PathBuf,
     input: Value,
     fragments: Vec<Fragment>,
+    /// The sample envelope (`$example`), if the file has one.
+    example: Option<Value>,
 }
 
 struct Suite {
@@ -111,7 +121,7 @@ fn case_files(module: &Module, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathB
             .tests
             .iter()
             .map(|t| match t.split_once("->") {
-                Some((i, e)) => Ok((dir.join(i.trim()), dir.join(e.trim()))),
+                Some((i, e)) => Ok((contained(dir, i.trim())?, contained(dir, e.trim())?)),
                 None => Err(anyhow!(
                     "{}: tests: `{t}` is not of the form `tests/x.input.json -> tests/x.expected.json`",
                     dir.join("module.yaml").display()
@@ -127,13 +137,40 @@ fn case_files(module: &Module, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathB
         .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".input.json")))
         .collect();
     inputs.sort();
-    Ok(inputs
+    inputs
         .into_iter()
         .map(|i| {
             let stem = i.file_name().unwrap_or_default().to_string_lossy().trim_end_matches(".input.json").to_owned();
-            (i.clone(), tests.join(format!("{stem}.expected.json")))
+            let rel = |name: String| format!("tests/{name}");
+            let input = contained(dir, &rel(format!("{stem}.input.json")))?;
+            Ok((input, contained(dir, &rel(format!("{stem}.expected.json")))?))
         })
-        .collect())
+        .collect()
+}
+
+/// `rel` inside the module folder `dir`, or an error naming the module
+/// file: a case file may not be absolute, climb out with `..`, or be a
+/// symlink (or under one) that leads out of the folder — a test run may
+/// send what it reads to a provider. A symlink loop is an error, not a hang.
+fn contained(dir: &Path, rel: &str) -> anyhow::Result<PathBuf> {
+    let manifest = dir.join("module.yaml");
+    let refuse = |why: &str| anyhow!("{}: tests: `{rel}` {why}", manifest.display());
+    let path = Path::new(rel);
+    if path.is_absolute() || path.has_root() {
+        return Err(refuse("is an absolute path; case files must be inside the module folder"));
+    }
+    if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(refuse("leaves the module folder (`..`)"));
+    }
+    let joined = dir.join(path);
+    let root = dir.canonicalize().map_err(|e| anyhow!("{}: {e}", dir.display()))?;
+    match joined.canonicalize() {
+        Ok(real) if real.starts_with(&root) => Ok(joined),
+        Ok(real) => Err(refuse(&format!("leads out of the module folder (to {})", real.display()))),
+        // A missing file is reported when it is read, with its own message.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&joined).is_err() => Ok(joined),
+        Err(e) => Err(refuse(&format!("cannot be resolved: {e}"))),
+    }
 }
 
 fn escape_pointer(key: &str) -> String {
@@ -159,7 +196,8 @@ fn load_case(input_path: PathBuf, expected_path: PathBuf) -> anyhow::Result<Case
             })?;
         fragments.push(Fragment { key: key.clone(), schema });
     }
-    Ok(Case { name, input_path, expected_path, input, fragments })
+    let example = expected.get("$example").cloned();
+    Ok(Case { name, input_path, expected_path, input, fragments, example })
 }
 
 /// Every violation of the envelope: the official envelope schema, then each
@@ -201,13 +239,15 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
         bail!("no test cases under {} (module.yaml `tests:`, or tests/*.input.json with *.expected.json)", a.target);
     }
 
-    if a.provider.provider.is_none() {
-        a.provider.provider = Some("test".to_owned());
-        if a.provider.replay.is_none() {
-            out::note(
-                "note: testing with the schema-driven test model (offline, deterministic); --provider P runs the cases against a model, --replay DIR against recordings",
-            );
-        }
+    let named = a.provider.provider.is_some() || a.provider.replay.is_some();
+    if a.examples && (a.provider.provider.is_some() || a.provider.replay.is_some()) {
+        bail!("--examples answers from the case files; it takes no --provider or --replay");
+    }
+    if !named && !a.examples {
+        a.examples = true;
+        out::note(
+            "note: answering each case with its own `$example` (offline); --provider P runs the cases against a model, --replay DIR against recordings",
+        );
     }
     let config =
         crate::config::load(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()), &std::env::current_dir()?)?.config;
@@ -241,11 +281,30 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
         if suite.cases.is_empty() {
             continue;
         }
-        let provider = select(&a.provider, &config, Some((&module.name, Some(module.policy.tier.as_str()))))?;
-        crate::local::note_schema(provider.as_ref(), &module.reply_schema());
+        let provider = if a.examples {
+            None
+        } else {
+            let p = select(&a.provider, &config, Some((&module.name, Some(module.policy.tier.as_str()))))?;
+            crate::local::note_schema(p.as_ref(), &module.reply_schema());
+            Some(p)
+        };
         for case in &suite.cases {
+            let answer: Arc<dyn Provider> = match (&provider, &case.example) {
+                (Some(p), _) => Arc::clone(p),
+                (None, Some(example)) => Arc::new(Scripted::new(vec![example.to_string()])),
+                (None, None) => {
+                    failed += 1;
+                    let why = format!("{}: no `$example` to answer with", case.expected_path.display());
+                    if a.json {
+                        report.push(json!({"module": module.name, "case": case.name, "passed": false, "error": why}));
+                    } else {
+                        out::data(&format!("FAIL {} {}\n  {why}", module.name, case.name))?;
+                    }
+                    continue;
+                }
+            };
             let record =
-                rt.block_on(execute(Arc::clone(module), &resolver, provider.as_ref(), case.input.clone(), &options));
+                rt.block_on(execute(Arc::clone(module), &resolver, answer.as_ref(), case.input.clone(), &options));
             let envelope = record.envelope;
             let violations = judge(&envelope, &case.fragments);
             let ok = violations.is_empty();
