@@ -44,6 +44,18 @@ pub(crate) struct Config {
     /// What the host grants modules.
     #[serde(default)]
     pub policies: PoliciesEntry,
+    /// What `serve` and `mcp` let requests choose.
+    #[serde(default)]
+    pub serve: ServeEntry,
+}
+
+/// `[serve]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServeEntry {
+    /// `provider[:model]` entries requests may choose besides the default.
+    #[serde(default)]
+    pub allow_models: Vec<String>,
 }
 
 /// `[policies]`.
@@ -145,6 +157,9 @@ impl Config {
         self.budget.max_cost_usd = over.budget.max_cost_usd.or(self.budget.max_cost_usd);
         if !over.policies.allow.is_empty() {
             self.policies.allow = over.policies.allow;
+        }
+        if !over.serve.allow_models.is_empty() {
+            self.serve.allow_models = over.serve.allow_models;
         }
         self
     }

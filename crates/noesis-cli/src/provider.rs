@@ -1,7 +1,8 @@
 //! Choosing a provider from flags, the environment and config files.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -9,6 +10,10 @@ use noesis_llm::{
     Budget, BudgetMeter, EndpointConfig, Fallback, PRESETS, Preset, PriceTable, Provider, Recorder, Replayer, Scripted,
     TestModel, Wire,
 };
+
+use noesis_modules::Module;
+use noesis_runtime::compose::ProviderFor;
+use noesis_serve::{ProviderSource, SourceError};
 
 use crate::config::Config;
 
@@ -416,5 +421,228 @@ mod tests {
         assert_eq!((p.as_str(), s), ("gemini", Source::Detected));
         let (p, _, s) = choose(&args, &Config::default(), None, &none);
         assert_eq!((p.as_str(), s), ("test", Source::Default));
+    }
+}
+
+/// One entry of a server's allow-list: a provider, and one model of it or
+/// any (`provider`, `provider:*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Allowed {
+    provider: String,
+    model: Option<String>,
+}
+
+impl std::str::FromStr for Allowed {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Allowed, String> {
+        let (provider, model) = match text.split_once(':') {
+            Some((p, "*")) => (p, None),
+            Some((p, m)) if !m.trim().is_empty() => (p, Some(m.trim().to_owned())),
+            Some(_) => return Err(format!("`{text}`: no model after `:` (use `provider:*` for any)")),
+            None => (text, None),
+        };
+        let provider = provider.trim();
+        if provider.is_empty() || provider.contains(char::is_whitespace) {
+            return Err(format!("`{text}` is not `provider[:model]`"));
+        }
+        Ok(Allowed { provider: provider.to_owned(), model })
+    }
+}
+
+/// A provider being made, or made: requests for the same one wait for it
+/// here, not on the whole cache.
+type Slot = Arc<Mutex<Option<Arc<dyn Provider>>>>;
+
+/// At most this many providers are kept; the least recently used goes.
+const CACHE_CAP: usize = 16;
+
+/// The providers made so far, by (provider, model), least recently used
+/// first out.
+#[derive(Default)]
+struct Cache {
+    slots: HashMap<(String, Option<String>), (Slot, u64)>,
+    tick: u64,
+}
+
+impl Cache {
+    /// The slot for `key`, made if new; evicts the least recently used one
+    /// beyond [`CACHE_CAP`].
+    fn slot(&mut self, key: (String, Option<String>)) -> Slot {
+        self.tick += 1;
+        let tick = self.tick;
+        let slot = match self.slots.get_mut(&key) {
+            Some((slot, used)) => {
+                *used = tick;
+                Arc::clone(slot)
+            }
+            None => {
+                let slot: Slot = Arc::default();
+                self.slots.insert(key, (Arc::clone(&slot), tick));
+                slot
+            }
+        };
+        while self.slots.len() > CACHE_CAP {
+            let Some(oldest) = self.slots.iter().min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) else {
+                break;
+            };
+            self.slots.remove(&oldest);
+        }
+        slot
+    }
+}
+
+/// Providers as `noesis run` picks them, with a request's provider and
+/// model layered over the flags. One provider per (provider, model), kept
+/// while in use (at most [`CACHE_CAP`]), so runs share its connections and
+/// concurrency cap. A server's requests choose only from an allow-list.
+pub(crate) struct Providers {
+    flags: ProviderArgs,
+    config: Config,
+    /// What a request may name; `None`: anything (a run's own children).
+    allowed: Option<Vec<Allowed>>,
+    cache: Mutex<Cache>,
+}
+
+impl Providers {
+    pub(crate) fn new(flags: ProviderArgs, config: Config) -> Providers {
+        Providers { flags, config, allowed: None, cache: Mutex::default() }
+    }
+
+    /// For `serve` and `mcp`: requests may choose the default or what
+    /// `allowed` lists.
+    pub(crate) fn for_server(flags: ProviderArgs, config: Config, allowed: Vec<Allowed>) -> Providers {
+        Providers { allowed: Some(allowed), ..Providers::new(flags, config) }
+    }
+
+    pub(crate) fn get(
+        &self,
+        args: &ProviderArgs,
+        module: Option<(&str, Option<&str>)>,
+    ) -> anyhow::Result<Arc<dyn Provider>> {
+        let (name, model, source) = choose(args, &self.config, module, &env);
+        if source == Source::Default && name != "local" && args.replay.is_none() {
+            bail!("{NO_PROVIDER}");
+        }
+        let slot = self
+            .cache
+            .lock()
+            .map_err(|_| anyhow::anyhow!("provider cache poisoned"))?
+            .slot((name.clone(), model.clone()));
+        // Made outside the cache's lock; two requests for the same provider
+        // still make it once (a local model must not load twice).
+        let mut made = slot.lock().map_err(|_| anyhow::anyhow!("provider slot poisoned"))?;
+        if let Some(p) = made.as_ref() {
+            return Ok(Arc::clone(p));
+        }
+        let pinned = ProviderArgs { provider: Some(name), model, ..args.clone() };
+        let provider = select(&pinned, &self.config, None)?;
+        *made = Some(Arc::clone(&provider));
+        Ok(provider)
+    }
+
+    /// Puts a provider already made for `module` in the cache, so the
+    /// modules a run calls share it (one connection pool, one cap) when
+    /// their route picks the same provider and model.
+    pub(crate) fn seed(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>, provider: Arc<dyn Provider>) {
+        let (name, model, _) = choose(args, &self.config, module, &env);
+        let slot = match self.cache.lock() {
+            Ok(mut cache) => cache.slot((name, model)),
+            Err(_) => return,
+        };
+        if let Ok(mut made) = slot.lock() {
+            made.get_or_insert(provider);
+        }
+    }
+
+    /// The request's provider and model if the allow-list permits them,
+    /// with the model pinned when only one model of the provider is allowed.
+    fn permitted(&self, name: Option<&str>, model: Option<&str>) -> Result<Option<String>, SourceError> {
+        let Some(allowed) = &self.allowed else { return Ok(model.map(str::to_owned)) };
+        if name.is_none() && model.is_none() {
+            return Ok(None);
+        }
+        let (default_name, default_model, _) = choose(&self.flags, &self.config, None, &env);
+        let provider = name.unwrap_or(&default_name);
+        if provider == default_name && (model.is_none() || model == default_model.as_deref()) {
+            return Ok(model.map(str::to_owned));
+        }
+        let mut of_provider = allowed.iter().filter(|a| a.provider == provider);
+        let found = match model {
+            Some(m) => of_provider.find(|a| a.model.as_deref().is_none_or(|am| am == m)).map(|_| Some(m.to_owned())),
+            None => of_provider.next().map(|a| a.model.clone()),
+        };
+        found.ok_or_else(|| {
+            let asked = match model {
+                Some(m) => format!("{provider}:{m}"),
+                None => provider.to_owned(),
+            };
+            let mut listed: Vec<String> =
+                allowed.iter().map(|a| format!("{}:{}", a.provider, a.model.as_deref().unwrap_or("*"))).collect();
+            listed.insert(0, format!("{default_name}:{} (the default)", default_model.as_deref().unwrap_or("*")));
+            SourceError::NotAllowed(format!(
+                "`{asked}` is not allowed on this server; it allows {} (the operator adds more with --allow-model)",
+                listed.join(", ")
+            ))
+        })
+    }
+}
+
+/// The modules a `noesis run` calls get providers as the run's own module
+/// does: flags, then the environment, then routes by tier and name.
+impl ProviderFor for Providers {
+    fn provider_for(&self, module: &Module) -> Result<Option<Arc<dyn Provider>>, String> {
+        self.get(&self.flags, Some((&module.name, Some(module.policy.tier.as_str()))))
+            .map(Some)
+            .map_err(|e| format!("{e:#}"))
+    }
+}
+
+impl ProviderSource for Providers {
+    fn provider(
+        &self,
+        name: Option<&str>,
+        model: Option<&str>,
+        module: &Module,
+    ) -> Result<Arc<dyn Provider>, SourceError> {
+        let model = self.permitted(name, model)?;
+        let mut args = self.flags.clone();
+        if let Some(n) = name {
+            args.provider = Some(n.to_owned());
+        }
+        if let Some(m) = model {
+            args.model = Some(m);
+        }
+        self.get(&args, Some((&module.name, Some(module.policy.tier.as_str()))))
+            .map_err(|e| SourceError::Unavailable(format!("{e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod provider_cache_tests {
+    use super::*;
+
+    #[test]
+    fn allow_list_entries_parse() {
+        assert_eq!("openai:gpt-4o".parse(), Ok(Allowed { provider: "openai".into(), model: Some("gpt-4o".into()) }));
+        assert_eq!("anthropic:*".parse(), Ok(Allowed { provider: "anthropic".into(), model: None }));
+        assert_eq!("ollama".parse(), Ok(Allowed { provider: "ollama".into(), model: None }));
+        assert!("openai:".parse::<Allowed>().unwrap_err().contains("no model"));
+        assert!(":gpt".parse::<Allowed>().is_err());
+    }
+
+    #[test]
+    fn the_cache_keeps_the_most_recently_used() {
+        let mut cache = Cache::default();
+        let key = |i: usize| (format!("p{i}"), None);
+        let first = cache.slot(key(0));
+        for i in 1..CACHE_CAP {
+            cache.slot(key(i));
+        }
+        // Touch the first, then one more: the second goes, not the first.
+        assert!(Arc::ptr_eq(&first, &cache.slot(key(0))));
+        cache.slot(key(CACHE_CAP));
+        assert_eq!(cache.slots.len(), CACHE_CAP);
+        assert!(cache.slots.contains_key(&key(0)) && !cache.slots.contains_key(&key(1)));
     }
 }

@@ -251,3 +251,36 @@ fn serve_records_frames_only_when_asked() {
     let slice: Value = serde_json::from_str(recorded[0]["context_slice"].as_str().unwrap()).unwrap();
     assert_eq!(slice["trace_id"], env["meta"]["trace_id"], "{recorded:#?}");
 }
+
+#[test]
+fn requests_choose_only_among_the_models_the_operator_allows() {
+    let work = Work::new();
+    let reply = json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "e"},
+                       "data": {"simplified_code": "x", "changes": [], "behavior_equivalence": true,
+                                "summary": "s", "rationale": "r"}})
+    .to_string();
+    let fake = FakeServer::start_with(vec![Reply::Chat(reply)], 0, Duration::ZERO).unwrap();
+    let base_url = fake.base_url();
+    let envs = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--allow-model", "openai:gpt-4o"], &envs);
+    let run = |extra: Value| {
+        let mut body = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        http(&s.addr, "POST", "/run", Some(&body), None)
+    };
+    let model_of = |i: usize| fake.received()[i].json()["model"].as_str().unwrap().to_owned();
+    assert_eq!(run(json!({})).0, 200);
+    assert_eq!(model_of(0), "gpt-4o-mini");
+    assert_eq!(run(json!({"model": "gpt-4o"})).0, 200);
+    assert_eq!(model_of(1), "gpt-4o");
+    for refused in
+        [json!({"model": "gpt-5"}), json!({"provider": "anthropic"}), json!({"provider": "openai", "model": "o3"})]
+    {
+        let (status, env) = run(refused.clone());
+        assert_eq!(status, 403, "{refused}: {env}");
+        assert_eq!(env["error"]["code"], "E4007", "{env}");
+        let message = env["error"]["message"].as_str().unwrap();
+        assert!(message.contains("not allowed") && message.contains("openai:gpt-4o"), "{message}");
+    }
+    assert_eq!(fake.received().len(), 2, "a refused request reaches no provider");
+}

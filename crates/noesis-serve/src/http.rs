@@ -428,7 +428,7 @@ async fn run_stream(State(st): St, body: Result<Bytes, BytesRejection>) -> Respo
     };
     // Refusals before the run keep their status; once the stream starts,
     // the outcome is in the envelope event.
-    let prepared = match st.service.prepare(request) {
+    let prepared = match st.service.prepare(request).await {
         Ok(p) => p,
         Err(envelope) => return envelope_response(&envelope),
     };

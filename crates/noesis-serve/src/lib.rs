@@ -14,11 +14,11 @@
 //! use std::sync::Arc;
 //! use noesis_llm::{Provider, TestModel};
 //! use noesis_modules::{Module, search::SearchPath};
-//! use noesis_serve::{ProviderSource, RunRequest, Service};
+//! use noesis_serve::{ProviderSource, RunRequest, Service, SourceError};
 //!
 //! struct Test;
 //! impl ProviderSource for Test {
-//!     fn provider(&self, _: Option<&str>, _: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, String> {
+//!     fn provider(&self, _: Option<&str>, _: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, SourceError> {
 //!         Ok(Arc::new(TestModel))
 //!     }
 //! }
@@ -41,4 +41,6 @@ pub mod mcp;
 pub mod service;
 
 pub use noesis_runtime::{CancellationToken, OnText};
-pub use service::{ModuleSummary, OnFinished, PreparedRun, ProviderSource, RunRequest, RunSettings, Service};
+pub use service::{
+    ModuleSummary, OnFinished, PreparedRun, ProviderSource, RunRequest, RunSettings, Service, SourceError,
+};

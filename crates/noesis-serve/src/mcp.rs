@@ -712,20 +712,20 @@ mod tests {
     use tokio::sync::mpsc;
 
     use super::{Mcp, PROTOCOL_VERSIONS};
-    use crate::service::{ProviderSource, Service};
+    use crate::service::{ProviderSource, Service, SourceError};
 
     /// The test model; `slow` is an OpenAI-style server that answers after
     /// a minute.
     struct Source(Option<String>);
 
     impl ProviderSource for Source {
-        fn provider(&self, name: Option<&str>, _: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, String> {
+        fn provider(&self, name: Option<&str>, _: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, SourceError> {
             match (name, &self.0) {
                 (None | Some("test"), _) => Ok(Arc::new(TestModel)),
-                (Some("slow"), Some(url)) => {
-                    Dialect::OpenAi.connect(EndpointConfig::new("slow", url, "m")).map_err(|e| e.to_string())
-                }
-                (Some(other), _) => Err(format!("unknown provider `{other}`")),
+                (Some("slow"), Some(url)) => Dialect::OpenAi
+                    .connect(EndpointConfig::new("slow", url, "m"))
+                    .map_err(|e| SourceError::Unavailable(e.to_string())),
+                (Some(other), _) => Err(format!("unknown provider `{other}`").into()),
             }
         }
     }

@@ -28,9 +28,33 @@ pub const NO_MODEL: &str = "noesis/none";
 /// (flags, config, environment); tests implement it with a fake server.
 pub trait ProviderSource: Send + Sync {
     /// The provider for a run of `module`. `name` and `model` are what the
-    /// request asked for (`None`: the source's default). The error is a
-    /// message for the caller, and must not hold a secret.
-    fn provider(&self, name: Option<&str>, model: Option<&str>, module: &Module) -> Result<Arc<dyn Provider>, String>;
+    /// request asked for (`None`: the source's default). The error's message
+    /// is for the caller, and must not hold a secret. It may block (a local
+    /// model loads from disk): the service calls it off the async workers.
+    fn provider(
+        &self,
+        name: Option<&str>,
+        model: Option<&str>,
+        module: &Module,
+    ) -> Result<Arc<dyn Provider>, SourceError>;
+}
+
+/// Why a [`ProviderSource`] gave no provider.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SourceError {
+    /// The request named a provider or model the operator does not allow
+    /// (E4007, HTTP 403).
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The provider could not be set up.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<String> for SourceError {
+    fn from(message: String) -> SourceError {
+        SourceError::Unavailable(message)
+    }
 }
 
 /// One run asked for: the module, its input and argument text, and
@@ -255,7 +279,7 @@ impl Service {
     /// the model. A front end that must answer differently before a run
     /// starts (an HTTP status, a stream that has not begun) uses this; the
     /// refusal is a stamped failure envelope.
-    pub fn prepare(&self, request: RunRequest) -> Result<PreparedRun, Value> {
+    pub async fn prepare(&self, request: RunRequest) -> Result<PreparedRun, Value> {
         let started = Instant::now();
         let module = self.module(&request.module)?;
         let input = match request.input {
@@ -268,13 +292,22 @@ impl Service {
             }
         };
         let asked = request.provider.is_some() || request.model.is_some();
-        let provider =
-            self.providers.provider(request.provider.as_deref(), request.model.as_deref(), &module).map_err(|e| {
-                // A provider the request named is the caller's to change; the
-                // server's own default failing is the server's.
-                let code = if asked { ErrorCode::E1004 } else { ErrorCode::E4001 };
-                refuse(Failure::new(code, format!("no provider for this run: {e}")), started)
-            })?;
+        // Setting a provider up may block (a local model loads from disk).
+        let (source, chosen) = (Arc::clone(&self.providers), Arc::clone(&module));
+        let (name, model) = (request.provider.clone(), request.model.clone());
+        let found = tokio::task::spawn_blocking(move || source.provider(name.as_deref(), model.as_deref(), &chosen))
+            .await
+            .unwrap_or_else(|e| Err(SourceError::Unavailable(format!("setting the provider up failed: {e}"))));
+        let provider = found.map_err(|e| {
+            // A provider the request named is the caller's to change; the
+            // server's own default failing is the server's.
+            let code = match e {
+                SourceError::NotAllowed(_) => ErrorCode::E4007,
+                SourceError::Unavailable(_) if asked => ErrorCode::E1004,
+                SourceError::Unavailable(_) => ErrorCode::E4001,
+            };
+            refuse(Failure::new(code, format!("no provider for this run: {e}")), started)
+        })?;
         let options = RunOptions {
             arguments: request.args,
             max_tokens: self.settings.max_tokens,
@@ -308,7 +341,7 @@ impl Service {
     /// E2002 envelope. Dropping the future drops the provider call too.
     /// `@call`s and `composition:` run as `noesis run` runs them.
     pub async fn run(&self, request: RunRequest, on_text: Option<OnText>, cancel: Option<CancellationToken>) -> Value {
-        match self.prepare(request) {
+        match self.prepare(request).await {
             Ok(prepared) => prepared.run(self, on_text, cancel).await.envelope,
             Err(refusal) => refusal,
         }
@@ -323,7 +356,7 @@ impl Service {
         on_text: Option<OnText>,
         cancel: Option<CancellationToken>,
     ) -> Value {
-        let record = match self.prepare(request) {
+        let record = match self.prepare(request).await {
             Ok(prepared) => prepared.run(self, on_text, cancel).await,
             Err(refusal) => return refusal,
         };
@@ -420,7 +453,7 @@ struct RequestProviders {
 
 impl ProviderFor for RequestProviders {
     fn provider_for(&self, module: &Module) -> Result<Option<Arc<dyn Provider>>, String> {
-        self.source.provider(self.name.as_deref(), self.model.as_deref(), module).map(Some)
+        self.source.provider(self.name.as_deref(), self.model.as_deref(), module).map(Some).map_err(|e| e.to_string())
     }
 }
 

@@ -12,7 +12,7 @@ use noesis_llm::{EndpointConfig, OpenAiCompatible, Provider, RetryPolicy};
 use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
 use noesis_serve::http::{ServeConfig, ServeError, Server};
-use noesis_serve::{ProviderSource, Service};
+use noesis_serve::{ProviderSource, Service, SourceError};
 use noesis_testkit::{FakeServer, Reply, sse};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
@@ -23,16 +23,19 @@ struct Fake {
 }
 
 impl ProviderSource for Fake {
-    fn provider(&self, name: Option<&str>, model: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, String> {
+    fn provider(&self, name: Option<&str>, model: Option<&str>, _: &Module) -> Result<Arc<dyn Provider>, SourceError> {
+        if let Some(n) = name.filter(|n| *n == "forbidden") {
+            return Err(SourceError::NotAllowed(format!("`{n}` is not allowed on this server")));
+        }
         if let Some(n) = name.filter(|n| *n != "openai") {
-            return Err(format!("unknown provider `{n}`"));
+            return Err(format!("unknown provider `{n}`").into());
         }
         let mut cfg = EndpointConfig::openai(model.unwrap_or("gpt-4o-mini"));
         cfg.base_url.clone_from(&self.base_url);
         cfg.api_key = Some("sk-test".into());
         cfg.http.retry = RetryPolicy::none();
         cfg.http.timeout = Duration::from_secs(30);
-        Ok(Arc::new(OpenAiCompatible::new(cfg).map_err(|e| e.to_string())?))
+        Ok(Arc::new(OpenAiCompatible::new(cfg).map_err(|e| SourceError::Unavailable(e.to_string()))?))
     }
 }
 
@@ -183,6 +186,11 @@ async fn run_answers_with_the_envelope_and_a_status_per_outcome() {
     let (status, env) = post(&url, &json!({"module": "code-simplifier", "provider": "nope"})).await;
     assert_eq!(status, 422);
     assert_failure(&env, "E1004");
+    // One the operator does not allow: 403 E4007.
+    let (status, env) = post(&url, &json!({"module": "code-simplifier", "provider": "forbidden"})).await;
+    assert_eq!(status, 403, "{env}");
+    assert_failure(&env, "E4007");
+    assert!(env["error"]["message"].as_str().unwrap().contains("not allowed"), "{env}");
     let (status, env) = post(&url, &json!({"module": "missing-module"})).await;
     assert_eq!(status, 404);
     assert_failure(&env, "E4006");

@@ -10,7 +10,7 @@ use noesis_serve::Service;
 use noesis_serve::mcp::{Mcp, PROTOCOL_VERSIONS};
 use tokio::sync::mpsc;
 
-use super::serve::{HostArgs, Providers};
+use super::serve::HostArgs;
 use crate::out;
 use crate::provider::env;
 
@@ -33,7 +33,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let settings = a.host.settings(&config)?;
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.
-    let providers = Providers::new(a.host.provider.clone(), config);
+    let providers = a.host.providers(config)?;
     // A provider that cannot be set up is a configuration error: exit 2
     // now, before a client has connected, not on its first run.
     let default = providers.get(&a.host.provider, None)?;

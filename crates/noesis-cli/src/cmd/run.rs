@@ -146,7 +146,7 @@ pub(crate) fn execute_module(search: &SearchPath, a: Args, composing: &Composing
         context: Some(crate::memory::ProjectContext::options()),
         ..RunOptions::default()
     };
-    let children = super::serve::Providers::new(a.provider.clone(), config.clone());
+    let children = crate::provider::Providers::new(a.provider.clone(), config.clone());
     children.seed(&a.provider, Some((&module.name, Some(module.policy.tier.as_str()))), Arc::clone(&provider));
     let options = ComposeOptions {
         run: run_options,

@@ -1,23 +1,21 @@
 //! `noesis serve`: the HTTP API of `noesis-serve`, with providers chosen
 //! the way `noesis run` chooses them.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use noesis_llm::Provider;
 use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
-use noesis_runtime::compose::{ComposeRecord, ProviderFor};
+use noesis_runtime::compose::ComposeRecord;
 use noesis_serve::http::{AccessLog, ServeConfig, Server};
-use noesis_serve::{OnFinished, ProviderSource, RunSettings, Service};
+use noesis_serve::{OnFinished, RunSettings, Service};
 
 use crate::config::Config;
 use crate::out;
 use crate::provider::env;
-use crate::provider::{ProviderArgs, budget, choose, prices, select};
+use crate::provider::{Allowed, ProviderArgs, Providers, budget, prices};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -72,9 +70,30 @@ pub(crate) struct HostArgs {
     /// a store write per request costs throughput.
     #[arg(long)]
     pub(crate) frames: bool,
+    /// A provider (and model) requests may choose besides the default:
+    /// `openai:gpt-4o`, `anthropic:*` (any model), repeatable. Without any,
+    /// requests may only use the default provider and model; the rest is
+    /// refused with 403 (E4007), since runs are billed to the operator's keys.
+    #[arg(long = "allow-model", value_name = "PROVIDER[:MODEL]")]
+    pub(crate) allow_model: Vec<String>,
 }
 
 impl HostArgs {
+    /// The server's providers: requests choose only among the operator's
+    /// default and what `--allow-model` / `[serve] allow_models` allow.
+    pub(crate) fn providers(&self, config: Config) -> anyhow::Result<Providers> {
+        let mut allowed = Vec::new();
+        for (text, from) in self
+            .allow_model
+            .iter()
+            .map(|t| (t, "--allow-model"))
+            .chain(config.serve.allow_models.iter().map(|t| (t, "serve.allow_models in the config")))
+        {
+            allowed.push(text.parse::<Allowed>().map_err(|e| anyhow::anyhow!("{from}: {e}"))?);
+        }
+        Ok(Providers::for_server(self.provider.clone(), config, allowed))
+    }
+
     /// The settings every run of the server uses.
     pub(crate) fn settings(&self, config: &Config) -> anyhow::Result<RunSettings> {
         let on_finished = self.frames.then(|| {
@@ -97,85 +116,10 @@ impl HostArgs {
     }
 }
 
-/// Providers made so far, by (provider, model).
-type Made = HashMap<(String, Option<String>), Arc<dyn Provider>>;
-
-/// Providers as `noesis run` picks them, with the request's provider and
-/// model layered over the flags. One provider per (provider, model) for the
-/// server's life, so runs share its HTTP connections and concurrency cap.
-pub(crate) struct Providers {
-    flags: ProviderArgs,
-    config: Config,
-    made: Mutex<Made>,
-}
-
-impl Providers {
-    pub(crate) fn new(flags: ProviderArgs, config: Config) -> Providers {
-        Providers { flags, config, made: Mutex::new(HashMap::new()) }
-    }
-
-    pub(crate) fn get(
-        &self,
-        args: &ProviderArgs,
-        module: Option<(&str, Option<&str>)>,
-    ) -> anyhow::Result<Arc<dyn Provider>> {
-        let (name, model, source) = choose(args, &self.config, module, &env);
-        if source == crate::provider::Source::Default && name != "local" && args.replay.is_none() {
-            anyhow::bail!("{}", crate::provider::NO_PROVIDER);
-        }
-        let key = (name.clone(), model.clone());
-        // Held while a provider is made: a miss is rare, and two requests
-        // must not load the local model twice.
-        let mut made = self.made.lock().map_err(|_| anyhow::anyhow!("provider cache poisoned"))?;
-        if let Some(p) = made.get(&key) {
-            return Ok(Arc::clone(p));
-        }
-        let pinned = ProviderArgs { provider: Some(name), model, ..args.clone() };
-        let provider = select(&pinned, &self.config, None)?;
-        made.insert(key, Arc::clone(&provider));
-        Ok(provider)
-    }
-}
-
-impl Providers {
-    /// Puts a provider already made for `module` in the cache, so the
-    /// modules a run calls share it (one connection pool, one cap) when
-    /// their route picks the same provider and model.
-    pub(crate) fn seed(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>, provider: Arc<dyn Provider>) {
-        let (name, model, _) = choose(args, &self.config, module, &env);
-        if let Ok(mut made) = self.made.lock() {
-            made.entry((name, model)).or_insert(provider);
-        }
-    }
-}
-
-/// The modules a `noesis run` calls get providers as the run's own module
-/// does: flags, then the environment, then routes by tier and name.
-impl ProviderFor for Providers {
-    fn provider_for(&self, module: &Module) -> Result<Option<Arc<dyn Provider>>, String> {
-        self.get(&self.flags, Some((&module.name, Some(module.policy.tier.as_str()))))
-            .map(Some)
-            .map_err(|e| format!("{e:#}"))
-    }
-}
-
-impl ProviderSource for Providers {
-    fn provider(&self, name: Option<&str>, model: Option<&str>, module: &Module) -> Result<Arc<dyn Provider>, String> {
-        let mut args = self.flags.clone();
-        if let Some(n) = name {
-            args.provider = Some(n.to_owned());
-        }
-        if let Some(m) = model {
-            args.model = Some(m.to_owned());
-        }
-        self.get(&args, Some((&module.name, Some(module.policy.tier.as_str())))).map_err(|e| format!("{e:#}"))
-    }
-}
-
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
     let settings = a.host.settings(&config)?;
-    let providers = Providers::new(a.host.provider.clone(), config);
+    let providers = a.host.providers(config)?;
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request.
     let default = providers.get(&a.host.provider, None)?;
