@@ -143,8 +143,19 @@ impl Pending {
     }
 
     async fn try_record(self, envelope: &Value, steps: &[StepTrace]) -> anyhow::Result<()> {
-        let cwd = std::env::current_dir()?;
         let (project, store) = context().await?;
+        self.write(&project, store.as_ref(), envelope, steps).await
+    }
+
+    /// Writes the frames of a run into `store`, for `project`.
+    async fn write(
+        self,
+        project: &Project,
+        store: &dyn Store,
+        envelope: &Value,
+        steps: &[StepTrace],
+    ) -> anyhow::Result<()> {
+        let cwd = std::env::current_dir()?;
         let evidence: Vec<Evidence> = self
             .files
             .iter()
@@ -204,6 +215,73 @@ impl Pending {
         all.extend(frames.into_iter().flatten());
         store.insert_frames(&all).await?;
         Ok(())
+    }
+}
+
+/// One writer of the frames of a server's runs: a thread of its own with
+/// one open store and the project identified once, fed through a bounded
+/// queue. A full queue makes the finishing run wait (backpressure), never
+/// drops a frame; [`FrameWriter::finish`] writes what is queued before the
+/// server exits, so no run a client saw finish goes unrecorded.
+pub(crate) struct FrameWriter {
+    queue: std::sync::Mutex<Option<std::sync::mpsc::SyncSender<Job>>>,
+    thread: std::sync::Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+type Job = (Pending, Value, Vec<StepTrace>);
+
+/// Runs waiting to be written, at most.
+const WRITER_QUEUE: usize = 256;
+
+impl FrameWriter {
+    pub(crate) fn start() -> FrameWriter {
+        let (queue, jobs) = std::sync::mpsc::sync_channel::<Job>(WRITER_QUEUE);
+        let thread = std::thread::spawn(move || {
+            let rt = match runtime() {
+                Ok(rt) => rt,
+                Err(e) => return out::note(&format!("warning: served runs are not recorded as frames: {e:#}")),
+            };
+            rt.block_on(async {
+                let mut opened: Option<(Project, Box<dyn Store>)> = None;
+                for (pending, envelope, steps) in jobs {
+                    if opened.is_none() {
+                        match context().await {
+                            Ok(c) => opened = Some(c),
+                            Err(e) => {
+                                out::note(&format!("warning: the run was not recorded as a frame: {e:#}"));
+                                continue;
+                            }
+                        }
+                    }
+                    if let Some((project, store)) = &opened
+                        && let Err(e) = pending.write(project, store.as_ref(), &envelope, &steps).await
+                    {
+                        out::note(&format!("warning: the run was not recorded as a frame: {e:#}"));
+                    }
+                }
+            });
+        });
+        FrameWriter { queue: std::sync::Mutex::new(Some(queue)), thread: std::sync::Mutex::new(Some(thread)) }
+    }
+
+    /// Queues a finished run (waits while the queue is full).
+    pub(crate) fn record(&self, pending: Pending, envelope: Value, steps: Vec<StepTrace>) {
+        // The sender is cloned so a full queue blocks this run only.
+        let queue = self.queue.lock().ok().and_then(|q| q.clone());
+        if queue.is_none_or(|q| q.send((pending, envelope, steps)).is_err()) {
+            out::note("warning: the run was not recorded as a frame: the frame writer stopped");
+        }
+    }
+
+    /// Writes everything queued, then stops; later runs are not recorded.
+    pub(crate) fn finish(&self) {
+        if let Ok(mut q) = self.queue.lock() {
+            q.take();
+        }
+        let thread = self.thread.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
     }
 }
 

@@ -284,3 +284,36 @@ fn requests_choose_only_among_the_models_the_operator_allows() {
     }
     assert_eq!(fake.received().len(), 2, "a refused request reaches no provider");
 }
+
+#[test]
+fn every_run_a_client_saw_finish_is_recorded_before_the_server_exits() {
+    let work = Work::new();
+    let fake = FakeServer::start_with(vec![Reply::Chat(good_reply())], 0, Duration::ZERO).unwrap();
+    let base_url = fake.base_url();
+    let envs = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let mut s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--frames"], &envs);
+    let runs = 12;
+    let addr = s.addr.clone();
+    let clients: Vec<_> = (0..runs)
+        .map(|i| {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let run = json!({"module": "code-simplifier", "input": {"code": format!("x = {i} + 0")}});
+                http(&addr, "POST", "/run", Some(&run), None).0
+            })
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+    // A graceful stop right after the answers: the queued frames are written first.
+    let pid = s.child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {}", s.stderr.lock().unwrap());
+    let o = output(work.noesis().args(["frames", "list", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let frames = o.json();
+    assert_eq!(frames.as_array().unwrap().len(), runs, "{}", s.stderr.lock().unwrap());
+    assert!(!s.stderr.lock().unwrap().contains("not recorded"), "{}", s.stderr.lock().unwrap());
+}

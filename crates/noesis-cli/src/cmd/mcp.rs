@@ -30,7 +30,8 @@ pub(crate) struct Args {
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
-    let settings = a.host.settings(&config)?;
+    let frames = a.host.frame_writer();
+    let settings = a.host.settings(&config, frames.clone())?;
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.
     let providers = a.host.providers(config)?;
@@ -88,6 +89,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     rt.block_on(mcp.serve(lines, answers));
     // Blocking module loads may still be finishing; the answers are sent.
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
+    if let Some(w) = frames {
+        // The session is over: what its runs queued is written before exit.
+        w.finish();
+    }
     if writer.join().is_err() {
         anyhow::bail!("noesis mcp: the stdout writer failed");
     }

@@ -79,6 +79,11 @@ pub(crate) struct HostArgs {
 }
 
 impl HostArgs {
+    /// The frame writer `--frames` asks for: one thread, one store.
+    pub(crate) fn frame_writer(&self) -> Option<Arc<crate::memory::FrameWriter>> {
+        self.frames.then(|| Arc::new(crate::memory::FrameWriter::start()))
+    }
+
     /// The server's providers: requests choose only among the operator's
     /// default and what `--allow-model` / `[serve] allow_models` allow.
     pub(crate) fn providers(&self, config: Config) -> anyhow::Result<Providers> {
@@ -94,14 +99,18 @@ impl HostArgs {
         Ok(Providers::for_server(self.provider.clone(), config, allowed))
     }
 
-    /// The settings every run of the server uses.
-    pub(crate) fn settings(&self, config: &Config) -> anyhow::Result<RunSettings> {
-        let on_finished = self.frames.then(|| {
-            OnFinished(Arc::new(|module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
+    /// The settings every run of the server uses; with `--frames`, finished
+    /// runs go to `writer` (see [`HostArgs::frame_writer`]).
+    pub(crate) fn settings(
+        &self,
+        config: &Config,
+        writer: Option<Arc<crate::memory::FrameWriter>>,
+    ) -> anyhow::Result<RunSettings> {
+        let on_finished = writer.map(|writer| {
+            OnFinished(Arc::new(move |module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
                 let pending = crate::memory::Pending::new(&module.name, input, Vec::new());
-                let (envelope, steps) = (record.envelope.clone(), record.steps.clone());
-                // Off the request's thread: the store write never delays the answer.
-                std::thread::spawn(move || pending.record(&envelope, &steps));
+                // Written by the one writer thread: the answer never waits for the store.
+                writer.record(pending, record.envelope.clone(), record.steps.clone());
             }))
         });
         Ok(RunSettings {
@@ -118,7 +127,8 @@ impl HostArgs {
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
-    let settings = a.host.settings(&config)?;
+    let writer = a.host.frame_writer();
+    let settings = a.host.settings(&config, writer.clone())?;
     let providers = a.host.providers(config)?;
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request.
@@ -141,6 +151,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             default.model()
         ));
         server.run(shutdown_signal()).await?;
+        if let Some(w) = writer {
+            // Every run is over: what they queued is written before exit.
+            tokio::task::spawn_blocking(move || w.finish()).await?;
+        }
         out::note("noesis serve: stopped");
         anyhow::Ok(ExitCode::SUCCESS)
     })
