@@ -237,7 +237,7 @@ impl Service {
             .list()
             .into_iter()
             .map(|l| {
-                let location = location(&l.found);
+                let location = location(&self.search, &l.found);
                 match self.cache.get(&l.name, &l.found) {
                     Ok(m) => ModuleSummary {
                         name: m.name.clone(),
@@ -270,6 +270,9 @@ impl Service {
     pub fn info(&self, name: &str) -> Result<Value, Value> {
         let m = self.module(name)?;
         let mut info = m.summary();
+        if !m.location.to_string_lossy().starts_with("builtin:") {
+            info["location"] = json!(shown(&self.search, &m.location));
+        }
         info["input_schema"] = json!(m.input.as_ref().map(|s| standalone(&s.schema, &m.schema)));
         info["data_schema"] = json!(m.data.as_ref().map(|s| standalone(&s.schema, &m.schema)));
         Ok(info)
@@ -489,11 +492,24 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
-fn location(found: &Found) -> String {
+/// Where a module was found, as a client may see it: its folder relative
+/// to the search-path entry that holds it, never the server's absolute path.
+fn location(search: &SearchPath, found: &Found) -> String {
     match found {
-        Found::Dir(p) => p.display().to_string(),
+        Found::Dir(p) => shown(search, p),
         Found::Builtin(n) => format!("builtin:{n}"),
     }
+}
+
+fn shown(search: &SearchPath, dir: &Path) -> String {
+    search
+        .dirs
+        .iter()
+        .find_map(|d| dir.strip_prefix(d).ok())
+        .map(|rel| rel.display().to_string())
+        .filter(|rel| !rel.is_empty())
+        .or_else(|| dir.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default()
 }
 
 /// A schema section that stands on its own: `#/$defs/…` references point at

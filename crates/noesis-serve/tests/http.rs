@@ -145,6 +145,32 @@ async fn health_modules_and_info() {
 }
 
 #[tokio::test]
+async fn module_listings_never_show_the_servers_paths() {
+    let fake = FakeServer::start(vec![]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let module = dir.path().join("greeter");
+    std::fs::create_dir_all(&module).unwrap();
+    std::fs::write(
+        module.join("module.yaml"),
+        "name: greeter\nversion: 1.0.0\nresponsibility: Greets\ntier: exploration\n",
+    )
+    .unwrap();
+    std::fs::write(module.join("prompt.md"), "Greet.").unwrap();
+    let search = SearchPath { dirs: vec![dir.path().to_path_buf()] };
+    let s = start_with(&fake.base_url(), search, |_| {}).await;
+    let secret = dir.path().display().to_string();
+    let (status, list) = body(client().get(s.url("/modules")).send().await.unwrap()).await;
+    assert_eq!(status, 200);
+    assert!(!list.to_string().contains(&secret), "{list}");
+    let greeter = list["modules"].as_array().unwrap().iter().find(|m| m["name"] == "greeter").unwrap();
+    assert_eq!(greeter["location"], "greeter", "{greeter}");
+    let (status, info) = body(client().get(s.url("/modules/greeter")).send().await.unwrap()).await;
+    assert_eq!(status, 200, "{info}");
+    assert!(!info.to_string().contains(&secret), "{info}");
+    assert_eq!(info["location"], "greeter");
+}
+
+#[tokio::test]
 async fn run_answers_with_the_envelope_and_a_status_per_outcome() {
     let fake = FakeServer::start(vec![
         Reply::Chat(good_reply()),
