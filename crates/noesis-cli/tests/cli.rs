@@ -121,3 +121,33 @@ fn legacy_layouts_load_and_run() {
     assert_eq!(env["meta"]["confidence"], 0.8);
     crate::support::assert_valid_envelope(&env);
 }
+
+#[test]
+fn advisory_manifest_fields_take_unknown_values_with_a_warning() {
+    let w = Work::new();
+    // As the reference repository's ui-component-generator has it.
+    w.write(
+        "gen/module.yaml",
+        "name: gen\nversion: 1.0.0\nresponsibility: Generates\ntier: decision\nruntime_requirements:\n  preferred_capabilities:\n    - code_generation\n",
+    );
+    w.write("gen/prompt.md", "Generate.");
+    let o = output(w.noesis().args(["validate", "./gen"]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.starts_with("valid: gen 1.0.0"), "{}", o.stdout);
+    assert!(
+        o.stderr.contains("warning:") && o.stderr.contains("/runtime_requirements/preferred_capabilities/0"),
+        "{}",
+        o.stderr
+    );
+    // It runs, too.
+    let o = output(w.noesis().args(["run", "./gen", "--provider", "test"]));
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    // A field the runtime acts on stays strict.
+    w.write(
+        "gen/module.yaml",
+        "name: gen\nversion: 1.0.0\nresponsibility: Generates\ntier: decision\nruntime_requirements:\n  max_input_tokens: lots\n",
+    );
+    let o = output(w.noesis().args(["validate", "./gen"]));
+    assert_ne!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("max_input_tokens"), "{}", o.stderr);
+}

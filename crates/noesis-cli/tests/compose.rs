@@ -195,3 +195,39 @@ fn a_called_module_follows_its_own_route() {
     assert_eq!(openai2.received().len(), 2);
     assert_eq!(ollama.received().len(), 1, "no new call went to ollama");
 }
+
+#[test]
+fn a_called_module_is_found_beside_its_caller_before_the_search_path() {
+    let w = Work::new();
+    let pair = |name: &str, prompt: &str| {
+        let dir = format!("elsewhere/pair/{name}");
+        w.write(
+            &format!("{dir}/module.yaml"),
+            &format!("name: {name}\nversion: 1.0.0\nresponsibility: r\ntier: exploration\n"),
+        );
+        w.write(&format!("{dir}/prompt.md"), prompt);
+        w.write(&format!("{dir}/schema.json"), SCHEMA);
+    };
+    pair("analyzer", "Analyse, then: @call:spec");
+    pair("spec", "Write the spec.");
+    // A broken module of the same name on the search path: had it been
+    // used, the call would fail.
+    w.write("cognitive/modules/spec/module.yaml", "name: [broken\n");
+    let compose =
+        || output(w.noesis().args(["compose", "./elsewhere/pair/analyzer", "--provider", "test", "--trace", "json"]));
+    let spec_status = |o: &crate::support::Output| {
+        let steps: Vec<Value> = o.stderr.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        steps.iter().find(|s| s["module"] == "spec").map(|s| s["outcome"]["status"].as_str().unwrap_or("").to_owned())
+    };
+    let o = compose();
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(spec_status(&o).as_deref(), Some("ok"), "{}", o.stderr);
+    // Without the sibling, the search path is consulted (and its broken spec fails the call)...
+    std::fs::remove_dir_all(w.path().join("elsewhere/pair/spec")).unwrap();
+    let o = compose();
+    assert_ne!(spec_status(&o).as_deref(), Some("ok"), "{}", o.stderr);
+    // ...and a good one there answers.
+    module(&w, "spec", "", "The spec from the search path.");
+    let o = compose();
+    assert_eq!(spec_status(&o).as_deref(), Some("ok"), "{}", o.stderr);
+}

@@ -41,7 +41,7 @@ pub use builtin::BUILTIN;
 pub use check::{Checked, check_input, check_reply};
 pub use code::{ErrorCode, Recoverable};
 pub use envelope::{EXPLAIN_MAX_CHARS, Failure, truncate_chars, validate_envelope};
-pub use loader::{Format, LoadError, Module, Section, Source, load, load_dir};
+pub use loader::{ADVISORY_FIELDS, Format, LoadError, Module, Section, Source, load, load_dir};
 pub use manifest::{ContextMode, EnumStrategy, Manifest, Policy, RiskRule, Strictness, Tier, validate_manifest};
 pub use parse::{Found, extract_json};
 pub use prompt::{ENVELOPE_INSTRUCTION, PromptParts, build_prompt};

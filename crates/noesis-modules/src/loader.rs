@@ -78,6 +78,18 @@ pub struct Module {
     pub meta: Option<Section>,
     /// `#/error`.
     pub error: Option<Section>,
+    /// Problems in fields the runtime does not act on (see
+    /// [`ADVISORY_FIELDS`]): the module loads, and `noesis validate` lists them.
+    pub warnings: Vec<String>,
+}
+
+/// Manifest fields that only advise (the runtime does not act on them): a
+/// value outside what the schema lists is a warning, not an error, so a
+/// module written for another runtime still loads. Pointers into module.yaml.
+pub const ADVISORY_FIELDS: &[&str] = &["/runtime_requirements/preferred_capabilities"];
+
+fn advisory(pointer: &str) -> bool {
+    ADVISORY_FIELDS.iter().any(|f| pointer == *f || pointer.strip_prefix(f).is_some_and(|rest| rest.starts_with('/')))
 }
 
 /// Why a module could not be loaded. Every variant names the file.
@@ -254,9 +266,15 @@ fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
         // v2.0 and v2.1 predate `tier`: its absence is what marks them.
         violations.retain(|v| !(v.pointer == "/tier" && v.keyword == "required"));
     }
+    // Advisory fields take any value, with a warning.
+    let (advice, violations): (Vec<_>, Vec<_>) = violations.into_iter().partition(|v| advisory(&v.pointer));
     if !violations.is_empty() {
         return Err(LoadError::Manifest { path, violations });
     }
+    let warnings: Vec<String> = advice
+        .iter()
+        .map(|v| format!("{}: field {}: {} (advisory: noted, not enforced)", path.display(), v.pointer, v.message))
+        .collect();
     let manifest = to_manifest(path, raw)?;
     let prompt =
         source.read("prompt.md")?.ok_or_else(|| LoadError::MissingPrompt { path: source.path("prompt.md") })?;
@@ -264,7 +282,9 @@ fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
         Some(t) => parse_json(source.path("schema.json"), &t)?,
         None => json!({}),
     };
-    finish(source, format, manifest, prompt, schema)
+    let mut module = finish(source, format, manifest, prompt, schema)?;
+    module.warnings = warnings;
+    Ok(module)
 }
 
 pub(crate) fn split_front_matter(text: &str) -> Option<(&str, &str)> {
@@ -414,7 +434,20 @@ fn finish(
         policy.auto_wrap = true;
     }
     let name = if manifest.name.is_empty() { source.dir_name() } else { manifest.name.clone() };
-    Ok(Module { name, location: source.root(), format, manifest, policy, prompt, schema, input, data, meta, error })
+    Ok(Module {
+        name,
+        location: source.root(),
+        format,
+        manifest,
+        policy,
+        prompt,
+        schema,
+        input,
+        data,
+        meta,
+        error,
+        warnings: Vec::new(),
+    })
 }
 
 /// `./schema.json#/data` → (None, "/data"); `./other.json#/x` → (Some("other.json"), "/x").

@@ -91,6 +91,15 @@ pub trait Resolver: Send + Sync {
     // implementations stay one line.
     #[allow(clippy::result_large_err)]
     fn resolve(&self, name: &str) -> Result<Arc<Module>, Failure>;
+
+    /// The module called `name` as `caller` names it. By default the same
+    /// as [`Resolver::resolve`]; a resolver over folders looks beside the
+    /// caller's own folder first.
+    #[allow(clippy::result_large_err)]
+    fn resolve_from(&self, name: &str, caller: &Module) -> Result<Arc<Module>, Failure> {
+        let _ = caller;
+        self.resolve(name)
+    }
 }
 
 /// A [`Resolver`] over a search path that loads each module once.
@@ -120,6 +129,31 @@ impl Resolver for SearchResolver {
         })?;
         let module = Arc::new(module);
         self.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_owned(), Arc::clone(&module));
+        Ok(module)
+    }
+
+    /// A module next to the caller's own folder wins over the search path,
+    /// so `noesis run path/to/product-analyzer` finds its sibling
+    /// `ui-spec-generator` wherever the pair lives.
+    fn resolve_from(&self, name: &str, caller: &Module) -> Result<Arc<Module>, Failure> {
+        let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..";
+        let sibling = caller
+            .location
+            .parent()
+            .filter(|_| plain && !caller.location.to_string_lossy().starts_with("builtin:"))
+            .map(|parent| parent.join(name))
+            .filter(|dir| ["module.yaml", "MODULE.md", "module.md"].iter().any(|m| dir.join(m).is_file()));
+        let Some(dir) = sibling else { return self.resolve(name) };
+        let key = dir.to_string_lossy().into_owned();
+        if let Some(m) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
+            return Ok(Arc::clone(m));
+        }
+        let module = noesis_modules::load_dir(&dir).map_err(|e| {
+            Failure::new(ErrorCode::E4006, format!("module `{name}` beside its caller cannot be loaded: {e}"))
+                .suggest("Fix the module (noesis validate).")
+        })?;
+        let module = Arc::new(module);
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(key, Arc::clone(&module));
         Ok(module)
     }
 }
@@ -925,7 +959,7 @@ impl Exec<'_> {
             self.finish(step, &envelope, outcome);
             Attempt { envelope, emitted: Map::new(), module: name.to_owned(), mode: ContextMode::Fork, step }
         };
-        let module = match self.resolver.resolve(name) {
+        let module = match self.resolver.resolve_from(name, &frame.node.module) {
             Ok(m) => m,
             Err(f) => return refuse(f, true),
         };

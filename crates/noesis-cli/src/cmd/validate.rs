@@ -30,7 +30,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let mut problems = Vec::new();
+    let mut problems = module.warnings.clone();
     if let noesis_modules::search::Found::Dir(dir) =
         search.resolve(&name).unwrap_or(noesis_modules::search::Found::Builtin(""))
     {
