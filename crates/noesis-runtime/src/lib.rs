@@ -646,6 +646,35 @@ mod tests {
         assert_ne!(r.envelope["error"]["code"], "E4001", "{}", r.envelope);
     }
 
+    /// The codes the runtime never raises itself (E1006, E2005, E2006,
+    /// E3002, E3006) are the model's to report: a reply carrying one comes
+    /// back as that failure, valid, with its code kept.
+    #[test]
+    fn model_reported_codes_pass_through_as_valid_failures() {
+        // A module that leaves its error codes open (no error schema).
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("module.yaml"),
+            "name: open\nversion: 1.0.0\nresponsibility: r\ntier: decision\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("prompt.md"), "Answer.").unwrap();
+        let m = noesis_modules::load_dir(dir.path()).unwrap();
+        for code in ["E1006", "E2005", "E2006", "E3002", "E3006"] {
+            let reply = json!({"ok": false, "meta": {"confidence": 0.4, "risk": "medium", "explain": "the model says so"},
+                               "error": {"code": code, "message": "reported by the model"}});
+            let r = block(run(
+                &m,
+                &Scripted::new(vec![reply.to_string()]),
+                json!({"code": "x = 1"}),
+                &RunOptions::default(),
+            ));
+            assert_eq!(r.envelope["ok"], false, "{code}: {}", r.envelope);
+            assert_eq!(r.envelope["error"]["code"], code, "{}", r.envelope);
+            assert!(validate_envelope(&r.envelope).is_empty(), "{code}: {}", r.envelope);
+        }
+    }
+
     #[test]
     fn length_cut_is_e2003_and_input_failure_is_e1002() {
         let m = Where::Builtin("code-simplifier").load().unwrap();
