@@ -14,7 +14,7 @@ use crate::provider::ProviderArgs;
 const DEFAULT_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 fn home(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    env("NOESIS_HOME").map(PathBuf::from).or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".noesis")))
+    crate::memory::home_from(env)
 }
 
 /// The model file a local run uses: `--model-path`, else

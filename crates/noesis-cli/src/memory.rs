@@ -24,13 +24,16 @@ pub(crate) fn configure(flag: Option<String>) {
     let _ = STORE_FLAG.set(flag.filter(|s| !s.is_empty()));
 }
 
-/// `$NOESIS_HOME`, else `~/.noesis`.
+/// `$NOESIS_HOME`, else `$HOME/.noesis`, reading variables through `env`
+/// (blank counts as unset). The one place the CLI decides where its home is.
+pub(crate) fn home_from(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    let set = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    set("NOESIS_HOME").map(PathBuf::from).or_else(|| set("HOME").map(|h| PathBuf::from(h).join(".noesis")))
+}
+
+/// [`home_from`] the process environment.
 pub(crate) fn home() -> anyhow::Result<PathBuf> {
-    if let Some(h) = std::env::var_os("NOESIS_HOME").filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(h));
-    }
-    let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).context("neither NOESIS_HOME nor HOME is set")?;
-    Ok(PathBuf::from(home).join(".noesis"))
+    home_from(&|k| std::env::var(k).ok()).context("neither NOESIS_HOME nor HOME is set")
 }
 
 /// The store URL in force.
@@ -419,5 +422,20 @@ impl noesis_runtime::ContextStore for ProjectContext {
             created_at_ms: r.created_at.millis(),
             expires_at_ms: r.expires_at.map(Timestamp::millis),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_is_noesis_home_else_dot_noesis_in_home() {
+        let env = |vars: &'static [(&str, &str)]| {
+            move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned())
+        };
+        assert_eq!(home_from(&env(&[("NOESIS_HOME", "/n"), ("HOME", "/h")])), Some(PathBuf::from("/n")));
+        assert_eq!(home_from(&env(&[("NOESIS_HOME", " "), ("HOME", "/h")])), Some(PathBuf::from("/h/.noesis")));
+        assert_eq!(home_from(&env(&[("HOME", "")])), None);
     }
 }

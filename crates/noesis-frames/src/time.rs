@@ -47,62 +47,24 @@ impl Timestamp {
 }
 
 fn parse(t: &str) -> Option<Timestamp> {
-    let t = t.strip_suffix('Z').or_else(|| t.strip_suffix("+00:00"))?;
-    let (date, time) = t.split_once('T')?;
-    let mut d = date.splitn(3, '-');
-    let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
-    let (hms, frac) = time.split_once('.').unwrap_or((time, ""));
-    let mut h = hms.splitn(3, ':');
-    let (hh, mm, ss): (i64, i64, i64) = (h.next()?.parse().ok()?, h.next()?.parse().ok()?, h.next()?.parse().ok()?);
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 || hh < 0 || mm < 0 {
+    // UTC only: a frame's times are compared as numbers, never shown in a
+    // zone, so another offset is more likely a mistake than a wish.
+    if !(t.ends_with('Z') || t.ends_with("+00:00")) || !t.contains('T') {
         return None;
     }
-    let ms = if frac.is_empty() {
-        0
-    } else {
-        if !frac.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let digits: String = frac.chars().chain("000".chars()).take(3).collect();
-        digits.parse::<i64>().ok()?
-    };
-    let days = days_from_civil(y, m, day);
-    Some(Timestamp(((days * 24 + hh) * 60 + mm) * 60_000 + ss * 1000 + ms))
-}
-
-/// Days since 1970-01-01 for a proleptic Gregorian date (H. Hinnant's
-/// algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (if m <= 2 { yoe + era * 400 + 1 } else { yoe + era * 400 }, m, d)
+    let ts: jiff::Timestamp = t.parse().ok()?;
+    Some(Timestamp(ts.as_millisecond()))
 }
 
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let days = self.0.div_euclid(86_400_000);
-        let rest = self.0.rem_euclid(86_400_000);
-        let (y, m, d) = civil_from_days(days);
-        let (h, rest) = (rest / 3_600_000, rest % 3_600_000);
-        let (mi, rest) = (rest / 60_000, rest % 60_000);
-        let (s, ms) = (rest / 1000, rest % 1000);
-        write!(f, "{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}Z")
+        // jiff covers years -9999..=9999; a stored value beyond is clamped.
+        let ts = jiff::Timestamp::from_millisecond(self.0).unwrap_or(if self.0 < 0 {
+            jiff::Timestamp::MIN
+        } else {
+            jiff::Timestamp::MAX
+        });
+        write!(f, "{}", ts.strftime("%Y-%m-%dT%H:%M:%S.%3fZ"))
     }
 }
 
@@ -136,11 +98,30 @@ mod tests {
         }
         assert_eq!(Timestamp::parse("2025-11-21T11:03:00Z").unwrap().millis(), 1_763_722_980_000);
         assert_eq!(Timestamp::parse("2025-11-21T11:03:00.5Z").unwrap().millis(), 1_763_722_980_500);
+        assert_eq!(Timestamp::parse("2025-11-21T11:03:00+00:00").unwrap().millis(), 1_763_722_980_000);
+        // Beyond what a calendar date can hold: shown clamped, never a panic.
+        assert!(Timestamp::from_millis(i64::MAX).to_string().starts_with("9999-12-30T"));
+        assert!(
+            Timestamp::from_millis(i64::MIN).to_string().contains("9999-01-0"),
+            "{}",
+            Timestamp::from_millis(i64::MIN)
+        );
     }
 
     #[test]
     fn rejects_other_forms() {
-        for bad in ["", "2025-11-21", "2025-13-01T00:00:00Z", "2025-11-21T11:03:00", "2025-11-21T25:00:00Z", "x"] {
+        for bad in [
+            "",
+            "2025-11-21",
+            "2025-13-01T00:00:00Z",
+            "2025-11-21T11:03:00",
+            "2025-11-21T25:00:00Z",
+            "x",
+            // The hand-written parser took these as the next month's days.
+            "2025-02-30T00:00:00Z",
+            "2025-04-31T00:00:00Z",
+            "2025-11-21T11:03:00+02:00",
+        ] {
             let e = Timestamp::parse(bad).unwrap_err().to_string();
             assert!(e.contains(&format!("`{bad}`")), "{e}");
         }

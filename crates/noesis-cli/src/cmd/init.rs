@@ -90,22 +90,22 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
   }
 }
 "#;
-    // Write into a temporary sibling and rename, so a failure never leaves a
-    // half-written module behind.
-    let tmp = a.dir.join(format!(".{}.init-tmp", a.name));
+    // Written into a fresh temporary sibling and renamed into place, so a
+    // failure never leaves a half-written module behind (the temporary
+    // folder removes itself), and two runs at once never share one.
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("cannot create {}", a.dir.display()))?;
     let write = || -> std::io::Result<()> {
-        std::fs::create_dir_all(tmp.join("tests"))?;
-        std::fs::write(tmp.join("module.yaml"), &manifest)?;
-        std::fs::write(tmp.join("prompt.md"), PROMPT.replace("{name}", &a.name))?;
-        std::fs::write(tmp.join("schema.json"), SCHEMA)?;
-        std::fs::write(tmp.join("tests/case1.input.json"), "{\n  \"query\": \"an example request\"\n}\n")?;
-        std::fs::write(tmp.join("tests/case1.expected.json"), expected)?;
-        std::fs::rename(&tmp, &dir)
+        let tmp = tempfile::Builder::new().prefix(&format!(".{}.init-", a.name)).tempdir_in(&a.dir)?;
+        let tmp_path = tmp.path();
+        std::fs::create_dir_all(tmp_path.join("tests"))?;
+        std::fs::write(tmp_path.join("module.yaml"), &manifest)?;
+        std::fs::write(tmp_path.join("prompt.md"), PROMPT.replace("{name}", &a.name))?;
+        std::fs::write(tmp_path.join("schema.json"), SCHEMA)?;
+        std::fs::write(tmp_path.join("tests/case1.input.json"), "{\n  \"query\": \"an example request\"\n}\n")?;
+        std::fs::write(tmp_path.join("tests/case1.expected.json"), expected)?;
+        std::fs::rename(tmp_path, &dir)
     };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e).with_context(|| format!("cannot create {}", dir.display()));
-    }
+    write().with_context(|| format!("cannot create {}", dir.display()))?;
     noesis_modules::load_dir(&dir).with_context(|| format!("{} was created but does not validate", dir.display()))?;
     out::data(&format!("created {}", dir.display()))?;
     out::note(&format!("next: edit {0}/prompt.md and {0}/schema.json, then `noesis validate {0}`", dir.display()));

@@ -49,10 +49,7 @@ fn is_module_dir(p: &Path) -> bool {
 }
 
 fn noesis_home() -> anyhow::Result<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    env("NOESIS_HOME")
-        .or_else(|| env("HOME").map(|h| h.join(".noesis")))
-        .ok_or_else(|| anyhow!("cannot place the backup: set NOESIS_HOME or HOME"))
+    crate::memory::home().map_err(|_| anyhow!("cannot place the backup: set NOESIS_HOME or HOME"))
 }
 
 /// `20261121T110300Z`: sortable, and valid in a file name everywhere.
