@@ -42,7 +42,7 @@ pub(crate) async fn sqlite() -> TestStore {
     TestStore { store, url, _dir: Some(dir), schema: None }
 }
 
-async fn admin(base: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
+pub(crate) async fn admin(base: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
     sqlx::any::install_default_drivers();
     sqlx::any::AnyPoolOptions::new()
         .max_connections(1)

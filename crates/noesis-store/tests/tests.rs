@@ -10,3 +10,4 @@ mod behaviour;
 mod context;
 mod processes;
 mod scenario;
+mod tls;
