@@ -12,7 +12,7 @@
 //! ```
 //! use noesis_llm::{ChatRequest, Message, Provider, Scripted};
 //! let p = Scripted::new(vec!["{\"ok\": true}".to_owned()]);
-//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! let reply = rt.block_on(p.chat(&ChatRequest::new(vec![Message::user("hi")]))).unwrap();
 //! assert_eq!(reply.text, "{\"ok\": true}");
 //! ```

@@ -449,23 +449,28 @@ fn add_usage(envelope: &mut Value, steps: &[StepTrace]) {
     meta.insert("usage".into(), out);
 }
 
-/// Cancels a token when a duration passes, unless dropped first. A plain
-/// thread, so a composition needs no timer from the async runtime.
+/// Cancels a token when a duration passes, unless dropped first: a task on
+/// the async runtime's timer (a composition runs on a runtime with time
+/// enabled, as every noesis front end builds it), aborted on drop.
 struct Timer {
-    _stop: std::sync::mpsc::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 impl Timer {
     fn start(after: Duration, token: CancellationToken, fired: Arc<AtomicBool>) -> Option<Timer> {
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let spawned =
-            std::thread::Builder::new().name("noesis-timeout".into()).stack_size(64 * 1024).spawn(move || {
-                if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(after) {
-                    fired.store(true, Ordering::SeqCst);
-                    token.cancel();
-                }
-            });
-        spawned.ok().map(|_| Timer { _stop: tx })
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let task = runtime.spawn(async move {
+            tokio::time::sleep(after).await;
+            fired.store(true, Ordering::SeqCst);
+            token.cancel();
+        });
+        Some(Timer { task })
     }
 }
 

@@ -15,7 +15,7 @@
 //! use noesis_runtime::{run, RunOptions};
 //! let module = Found::Builtin("code-simplifier").load().unwrap();
 //! let input = serde_json::json!({"code": "x = 1"});
-//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! let record = rt.block_on(run(&module, &TestModel, input, &RunOptions::default()));
 //! assert_eq!(record.envelope["ok"], true);
 //! ```
@@ -579,7 +579,7 @@ mod tests {
     use noesis_modules::search::Found as Where;
 
     fn block<F: std::future::Future>(f: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //!     input: Some(serde_json::json!({"code": "x = 1 + 0"})),
 //!     ..RunRequest::default()
 //! };
-//! let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+//! let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
 //! let envelope = rt.block_on(service.run(request, None, None));
 //! assert_eq!(envelope["ok"], true);
 //! let unknown = rt.block_on(service.run(RunRequest { module: "nope".into(), ..RunRequest::default() }, None, None));
