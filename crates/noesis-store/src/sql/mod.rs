@@ -1,0 +1,572 @@
+//! [`SqlStore`]: one implementation of [`Store`] over sqlx's `Any` driver,
+//! for SQLite and PostgreSQL. All SQL is portable (`$n` placeholders, TEXT,
+//! BIGINT, DOUBLE PRECISION); the few differences (transaction start,
+//! auto-increment keys, pragmas) are switched on [`Backend`].
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use noesis_frames::{
+    CausalFrame, Changeset, Evidence, FileEntry, FileRef, FileRole, FrameId, Invalidation, InvalidationCondition,
+    SessionArtifacts, Status, StatusChange, Timestamp, Timestamps,
+};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection, Executor, Row};
+
+use crate::error::{Context, StoreError};
+use crate::filter::{Arg, FrameFilter, ids_sql};
+use crate::{Backend, Store, migrate};
+
+/// A store in a SQLite file or a PostgreSQL database.
+#[derive(Debug, Clone)]
+pub struct SqlStore {
+    pool: AnyPool,
+    backend: Backend,
+    url: String,
+}
+
+/// How long a SQLite writer waits for another to finish.
+const BUSY_TIMEOUT_MS: u64 = 30_000;
+
+/// Rows per multi-row INSERT (keeps well under both back ends' bind limits).
+const CHUNK: usize = 400;
+
+/// `postgres://user:secret@host/db` → `postgres://user:***@host/db`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let Some((auth, host)) = rest.split_once('@') else { return url.to_owned() };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+/// Percent-encodes what sqlx's SQLite URL parser would misread in a path.
+fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b.is_ascii_control() || b" \"#<>?`{}%".contains(&b) {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    out
+}
+
+/// The back end and the URL to hand sqlx. A bare path is a SQLite file
+/// (created, with its folder, when missing).
+pub(crate) fn parse_url(url: &str) -> Result<(Backend, String), StoreError> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok((Backend::Postgres, url.to_owned()));
+    }
+    let path = if let Some(rest) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+        if rest.contains('?') {
+            // The caller chose the parameters.
+            return Ok((Backend::Sqlite, url.to_owned()));
+        }
+        rest.to_owned()
+    } else if url.contains("://") || url.is_empty() {
+        return Err(StoreError::BadUrl(redact(url)));
+    } else {
+        url.to_owned()
+    };
+    if path.is_empty() || path == ":memory:" {
+        return Err(StoreError::BadUrl(url.to_owned()));
+    }
+    let p = std::path::Path::new(&path);
+    let abs = if p.is_absolute() {
+        p.to_owned()
+    } else {
+        std::env::current_dir().map_err(|_| StoreError::BadUrl(url.to_owned()))?.join(p)
+    };
+    if let Some(dir) = abs.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Invalid(format!("store {}: cannot create its folder {}: {e}", abs.display(), dir.display()))
+        })?;
+    }
+    let text = abs.to_str().ok_or_else(|| StoreError::BadUrl(url.to_owned()))?;
+    Ok((Backend::Sqlite, format!("sqlite://{}?mode=rwc", encode_path(text))))
+}
+
+impl SqlStore {
+    /// Opens (creating when needed) a store and brings its schema up to date.
+    /// `url` is `sqlite://PATH`, a plain file path, or
+    /// `postgres://USER@HOST[:PORT]/DB` (add
+    /// `?options[search_path]=SCHEMA` to use a schema other than `public`;
+    /// it must exist).
+    ///
+    /// # Errors
+    /// [`StoreError::BadUrl`], [`StoreError::Open`] when the database cannot
+    /// be reached, [`StoreError::NewerSchema`] when a newer noesis wrote it.
+    pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
+        sqlx::any::install_default_drivers();
+        let (backend, conn_url) = parse_url(url)?;
+        let shown = redact(url);
+        let open_err = |source: sqlx::Error| StoreError::Open { url: shown.clone(), source: Box::new(source) };
+        let options = AnyConnectOptions::from_str(&conn_url).map_err(open_err)?;
+        // One direct connection first: a pool would retry until its timeout
+        // and report only that; this names the real cause at once.
+        sqlx::AnyConnection::connect_with(&options).await.map_err(open_err)?.close().await.map_err(open_err)?;
+        let pool = match backend {
+            Backend::Sqlite => AnyPoolOptions::new()
+                .max_connections(4)
+                .acquire_timeout(Duration::from_secs(120))
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}"))).await?;
+                        conn.execute("PRAGMA synchronous = NORMAL").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                        // Cascades sort and deduplicate in temporary b-trees:
+                        // keep them, and a 32 MiB page cache, in memory.
+                        conn.execute("PRAGMA temp_store = MEMORY").await?;
+                        conn.execute("PRAGMA cache_size = -32768").await?;
+                        Ok(())
+                    })
+                }),
+            Backend::Postgres => AnyPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(30)),
+        }
+        .connect_with(options)
+        .await
+        .map_err(open_err)?;
+        let store = SqlStore { pool, backend, url: shown };
+        if backend == Backend::Sqlite {
+            store.wal().await?;
+        }
+        // Up to date is the common case: a read settles it without taking
+        // the write lock (every `noesis run` opens the store).
+        let current: Result<i64, _> =
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM noesis_migrations").fetch_one(&store.pool).await;
+        if current.is_ok_and(|v| v == migrate::LATEST) {
+            return Ok(store);
+        }
+        let mut tx = store.write().await?;
+        migrate::run(&mut tx, backend, &store.url).await?;
+        tx.commit().await.ctx(|| "commit migrations".into())?;
+        Ok(store)
+    }
+
+    /// WAL lets readers and one writer work at once; switching needs a moment
+    /// alone with the file, so it is retried while others hold it.
+    async fn wal(&self) -> Result<(), StoreError> {
+        let deadline = std::time::Instant::now() + Duration::from_millis(BUSY_TIMEOUT_MS);
+        loop {
+            match sqlx::query_scalar::<_, String>("PRAGMA journal_mode = WAL").fetch_one(&self.pool).await {
+                Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+                Ok(mode) => {
+                    return Err(StoreError::Invalid(format!("{}: cannot use WAL (journal mode {mode})", self.url)));
+                }
+                Err(e) if crate::error::is_busy(&e) && std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => return Err(StoreError::Sql { context: "set WAL mode".into(), source: Box::new(e) }),
+            }
+        }
+    }
+
+    /// A write transaction: SQLite takes the write lock at once (`BEGIN
+    /// IMMEDIATE`, waiting up to the busy timeout), so a transaction that
+    /// reads then writes never fails half-way on another writer.
+    async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+        .ctx(|| "begin a write".into())
+    }
+
+    /// Closes the pool (pending writes finish first).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+mod read;
+mod rows;
+mod write;
+
+use rows::*;
+
+/// `($1, $2), ($3, $4)` for `rows` rows of `cols` columns.
+fn placeholders(rows: usize, cols: usize) -> String {
+    let mut s = String::with_capacity(rows * cols * 5);
+    for r in 0..rows {
+        if r > 0 {
+            s.push_str(", ");
+        }
+        s.push('(');
+        for c in 0..cols {
+            if c > 0 {
+                s.push_str(", ");
+            }
+            s.push('$');
+            s.push_str(&(r * cols + c + 1).to_string());
+        }
+        s.push(')');
+    }
+    s
+}
+
+/// 64 random-enough bits (the low half of a UUID v7) for a batch number.
+fn uuid_like_u64() -> u64 {
+    let id = FrameId::generate();
+    let hex: String = id.as_str().chars().filter(char::is_ascii_hexdigit).collect();
+    u64::from_str_radix(&hex[hex.len() - 16..], 16).unwrap_or(1)
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn describe(&self) -> &str {
+        &self.url
+    }
+
+    async fn ensure_project(&self, project_id: &str, root: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO projects (project_id, root, created_at) VALUES ($1, $2, $3) \
+             ON CONFLICT (project_id) DO UPDATE SET root = excluded.root",
+        )
+        .bind(project_id.to_owned())
+        .bind(root.to_owned())
+        .bind(Timestamp::now().millis())
+        .execute(&self.pool)
+        .await
+        .ctx(|| format!("register project {project_id}"))?;
+        Ok(())
+    }
+
+    async fn insert_frames(&self, frames: &[CausalFrame]) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        self.insert_tx(&mut tx, frames).await?;
+        tx.commit().await.ctx(|| "commit frames".into())
+    }
+
+    async fn apply(&self, changes: &Changeset) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        self.insert_tx(&mut tx, &changes.frames).await?;
+        for u in &changes.statuses {
+            if u.change.status == Status::Invalidated {
+                // Through the cascade, so nothing live stays under it.
+                let now = Self::lookup(&mut tx, &u.frame_id, &HashMap::new()).await?;
+                if now.status != u.from || !u.from.can_become(Status::Invalidated) {
+                    return Err(noesis_frames::FramesError::Transition {
+                        frame_id: u.frame_id.clone(),
+                        from: now.status,
+                        to: Status::Invalidated,
+                    }
+                    .into());
+                }
+                let seed =
+                    Invalidation { frame_id: u.frame_id.clone(), reason: u.change.reason.clone().unwrap_or_default() };
+                Self::invalidate_tx(&mut tx, self.backend, &[seed], u.change.session_id.as_deref(), u.change.at)
+                    .await?;
+            } else {
+                Self::status_tx(&mut tx, u).await?;
+            }
+        }
+        tx.commit().await.ctx(|| "commit changes".into())
+    }
+
+    async fn frame(&self, id: &FrameId) -> Result<Option<CausalFrame>, StoreError> {
+        let mut v =
+            self.load("SELECT seq FROM frames WHERE frame_id = $1", &[Arg::Text(id.as_str().to_owned())]).await?;
+        Ok(v.pop())
+    }
+
+    async fn resolve(&self, project_id: Option<&str>, prefix: &str) -> Result<FrameId, StoreError> {
+        if prefix.is_empty() || !prefix.chars().all(|c| c.is_ascii_alphanumeric() || c == '-') {
+            return Err(noesis_frames::FramesError::BadId(prefix.to_owned()).into());
+        }
+        let mut sql = String::from("SELECT frame_id FROM frames WHERE frame_id LIKE $1");
+        if project_id.is_some() {
+            sql += " AND project_id = $2";
+        }
+        sql += " ORDER BY frame_id LIMIT 2";
+        let mut q = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql)).bind(format!("{}%", prefix.to_lowercase()));
+        if let Some(p) = project_id {
+            q = q.bind(p.to_owned());
+        }
+        let found = q.fetch_all(&self.pool).await.ctx(|| format!("look up frame {prefix}"))?;
+        match found.as_slice() {
+            [one] => id_of(one.clone()),
+            [] => Err(StoreError::Invalid(match project_id {
+                Some(p) => format!("no frame {prefix} in project {p}"),
+                None => format!("no frame {prefix}"),
+            })),
+            _ => Err(StoreError::Invalid(format!("`{prefix}` names more than one frame; give more of the id"))),
+        }
+    }
+
+    async fn frames(&self, filter: &FrameFilter) -> Result<Vec<CausalFrame>, StoreError> {
+        let (sql, args) = ids_sql(filter);
+        self.load(&sql, &args).await
+    }
+
+    async fn count(&self, filter: &FrameFilter) -> Result<u64, StoreError> {
+        let (sql, args) = ids_sql(filter);
+        let mut q = sqlx::query_scalar::<_, i64>(AssertSqlSafe(format!("SELECT COUNT(*) FROM ({sql}) AS c")));
+        for a in args {
+            q = match a {
+                Arg::Text(t) => q.bind(t),
+                Arg::Int(i) => q.bind(i),
+            };
+        }
+        let n = q.fetch_one(&self.pool).await.ctx(|| "count frames".into())?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn invalidate(
+        &self,
+        seeds: &[Invalidation],
+        session_id: Option<&str>,
+        at: Timestamp,
+    ) -> Result<Vec<Invalidation>, StoreError> {
+        let mut tx = self.write().await?;
+        let hit = Self::invalidate_tx(&mut tx, self.backend, seeds, session_id, at).await?;
+        tx.commit().await.ctx(|| "commit the invalidation".into())?;
+        Ok(hit)
+    }
+
+    async fn file_conditions(&self, project_id: &str) -> Result<Vec<(FrameId, FileRef)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT f.frame_id, ff.path, ff.hash FROM frame_files ff JOIN frames f ON f.seq = ff.frame_seq \
+             JOIN frame_state st ON st.seq = f.seq \
+             WHERE f.project_id = $1 AND st.status <> 'invalidated' ORDER BY f.frame_id, ff.path",
+        )
+        .bind(project_id.to_owned())
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "read file conditions".into())?;
+        let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    id_of(r.try_get(0).map_err(corrupt)?)?,
+                    FileRef { path: r.try_get(1).map_err(corrupt)?, hash: r.try_get(2).map_err(corrupt)? },
+                ))
+            })
+            .collect()
+    }
+
+    async fn expired(&self, project_id: &str, now: Timestamp) -> Result<Vec<(FrameId, Timestamp)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT f.frame_id, f.expires_at FROM frames f JOIN frame_state st ON st.seq = f.seq \
+             WHERE f.project_id = $1 AND st.status <> 'invalidated' \
+             AND f.expires_at IS NOT NULL AND f.expires_at <= $2 ORDER BY f.frame_id",
+        )
+        .bind(project_id.to_owned())
+        .bind(now.millis())
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "read expired frames".into())?;
+        let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
+        rows.iter()
+            .map(|r| {
+                Ok((id_of(r.try_get(0).map_err(corrupt)?)?, Timestamp::from_millis(r.try_get(1).map_err(corrupt)?)))
+            })
+            .collect()
+    }
+
+    async fn begin_session(
+        &self,
+        session: &SessionArtifacts,
+        root: &CausalFrame,
+        seeds: &[Invalidation],
+    ) -> Result<Vec<Invalidation>, StoreError> {
+        if session.root_frame_id.as_ref() != Some(&root.frame_id) || root.parent_id.is_some() {
+            return Err(StoreError::Invalid(format!(
+                "session {}: the root frame must be a root and be named by root_frame_id",
+                session.session_id
+            )));
+        }
+        let mut tx = self.write().await?;
+        self.insert_tx(&mut tx, std::slice::from_ref(root)).await?;
+        let scope = serde_json::to_string(&session.scope).unwrap_or_else(|_| "[]".into());
+        sqlx::query(
+            "INSERT INTO sessions (session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at, n_files) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(session.session_id.clone())
+        .bind(session.project_id.clone())
+        .bind(session.initial_prompt.clone())
+        .bind(scope)
+        .bind(root.frame_id.as_str().to_owned())
+        .bind(session.conversation_log.clone())
+        .bind(session.created_at.millis())
+        .bind(i64::try_from(session.files.len()).unwrap_or(i64::MAX))
+        .execute(&mut *tx)
+        .await
+        .ctx(|| format!("insert session {}", session.session_id))?;
+        let files: Vec<(&String, &FileEntry)> = session.files.iter().collect();
+        for chunk in files.chunks(CHUNK) {
+            let sql = format!(
+                "INSERT INTO session_files (session_id, path, hash, role) VALUES {}",
+                placeholders(chunk.len(), 4)
+            );
+            let mut q = sqlx::query(AssertSqlSafe(sql));
+            for (path, e) in chunk {
+                q = q.bind(session.session_id.clone()).bind((*path).clone()).bind(e.hash.clone()).bind(e.role.as_str());
+            }
+            q.execute(&mut *tx).await.ctx(|| format!("insert the files of session {}", session.session_id))?;
+        }
+        let hit =
+            Self::invalidate_tx(&mut tx, self.backend, seeds, Some(&session.session_id), session.created_at).await?;
+        tx.commit().await.ctx(|| format!("commit session {}", session.session_id))?;
+        Ok(hit)
+    }
+
+    async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError> {
+        Ok(self.sessions_where("session_id", session_id, 1).await?.pop())
+    }
+
+    async fn latest_session_root(&self, project_id: &str) -> Result<Option<FrameId>, StoreError> {
+        let root: Option<Option<String>> = sqlx::query_scalar(
+            "SELECT root_frame_id FROM sessions WHERE project_id = $1 ORDER BY created_at DESC, session_id DESC LIMIT 1",
+        )
+        .bind(project_id.to_owned())
+        .fetch_optional(&self.pool)
+        .await
+        .ctx(|| "read the latest session".into())?;
+        root.flatten().map(id_of).transpose()
+    }
+
+    async fn sessions(&self, project_id: &str, limit: u32) -> Result<Vec<SessionArtifacts>, StoreError> {
+        self.sessions_where("project_id", project_id, limit).await
+    }
+
+    async fn invalidated_in_session(&self, session_id: &str) -> Result<Vec<Invalidation>, StoreError> {
+        let mut conn = self.pool.acquire().await.ctx(|| "connect".into())?;
+        let all = Self::invalidations(
+            &mut conn,
+            self.backend,
+            "st.invalidated_session = $1",
+            &[Arg::Text(session_id.to_owned())],
+        )
+        .await?;
+        Ok(all.into_iter().map(|(inv, _)| inv).collect())
+    }
+
+    async fn put_context(&self, row: &crate::ContextRow) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        crate::context::put(&mut tx, row).await?;
+        tx.commit().await.ctx(|| format!("commit context `{}`", row.key))
+    }
+
+    async fn latest_context(&self, query: &crate::ContextQuery<'_>) -> Result<Option<crate::ContextRow>, StoreError> {
+        crate::context::latest(&self.pool, query).await
+    }
+
+    async fn check(&self) -> Result<Vec<String>, StoreError> {
+        let mut problems = Vec::new();
+        let checks: [(&str, &str); 10] = [
+            (
+                "frame without status history",
+                "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_status s WHERE s.frame_seq = f.seq)",
+            ),
+            (
+                "frame without state",
+                "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_state st WHERE st.seq = f.seq)",
+            ),
+            (
+                "status differs from the last history entry",
+                "SELECT f.frame_id FROM frames f JOIN frame_state st ON st.seq = f.seq \
+                 JOIN frame_status s ON s.frame_seq = f.seq \
+                 WHERE s.seq = (SELECT MAX(s2.seq) FROM frame_status s2 WHERE s2.frame_seq = f.seq) \
+                 AND s.status <> st.status AND st.status <> 'invalidated'",
+            ),
+            (
+                "status disagrees with the invalidation record",
+                "SELECT f.frame_id FROM frames f JOIN frame_state st ON st.seq = f.seq \
+                 WHERE (st.status = 'invalidated') <> (st.invalidated_at IS NOT NULL)",
+            ),
+            (
+                "file conditions missing",
+                "SELECT f.frame_id FROM frames f WHERE f.n_files <> (SELECT COUNT(*) FROM frame_files ff WHERE ff.frame_seq = f.seq)",
+            ),
+            (
+                "dependencies missing",
+                "SELECT f.frame_id FROM frames f WHERE f.n_deps <> \
+                 (SELECT COUNT(*) FROM frame_edges e WHERE e.dst = f.seq AND e.kind = 1)",
+            ),
+            (
+                "parent edge missing",
+                "SELECT f.frame_id FROM frames f WHERE f.parent_seq IS NOT NULL AND NOT EXISTS \
+                 (SELECT 1 FROM frame_edges e WHERE e.src = f.parent_seq AND e.dst = f.seq AND e.kind = 0)",
+            ),
+            (
+                "depth is not the parent's + 1",
+                "SELECT c.frame_id FROM frames c JOIN frames p ON p.seq = c.parent_seq WHERE c.depth <> p.depth + 1",
+            ),
+            (
+                "live frame under an invalidated parent",
+                "SELECT c.frame_id FROM frames c JOIN frame_state cs ON cs.seq = c.seq \
+                 JOIN frame_state ps ON ps.seq = c.parent_seq \
+                 WHERE ps.status = 'invalidated' AND cs.status <> 'invalidated'",
+            ),
+            (
+                "session files missing",
+                "SELECT s.session_id FROM sessions s WHERE s.n_files <> \
+                 (SELECT COUNT(*) FROM session_files sf WHERE sf.session_id = s.session_id)",
+            ),
+        ];
+        for (what, sql) in checks {
+            let ids: Vec<String> =
+                sqlx::query_scalar(sql).fetch_all(&self.pool).await.ctx(|| format!("check: {what}"))?;
+            for id in ids.into_iter().take(20) {
+                problems.push(format!("{what}: {id}"));
+            }
+        }
+        if self.backend == Backend::Sqlite {
+            let ok: String = sqlx::query_scalar("PRAGMA integrity_check")
+                .fetch_one(&self.pool)
+                .await
+                .ctx(|| "integrity check".into())?;
+            if ok != "ok" {
+                problems.push(format!("integrity_check: {ok}"));
+            }
+            let fk =
+                sqlx::query("PRAGMA foreign_key_check").fetch_all(&self.pool).await.ctx(|| "foreign keys".into())?;
+            if !fk.is_empty() {
+                problems.push(format!("{} rows break a foreign key", fk.len()));
+            }
+        }
+        Ok(problems)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(parse_url("postgres://u@h/db").unwrap().0, Backend::Postgres);
+        assert_eq!(
+            parse_url("sqlite:///x/y.db?mode=ro").unwrap(),
+            (Backend::Sqlite, "sqlite:///x/y.db?mode=ro".into())
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a b#?.db");
+        let (b, u) = parse_url(p.to_str().unwrap()).unwrap();
+        assert_eq!(b, Backend::Sqlite);
+        assert!(u.ends_with("a%20b%23%3F.db?mode=rwc"), "{u}");
+        let (_, u) = parse_url(&format!("sqlite://{}", dir.path().join("sub/s.db").display())).unwrap();
+        assert!(u.ends_with("sub/s.db?mode=rwc"), "{u}");
+        assert!(dir.path().join("sub").is_dir(), "the folder is created");
+        for bad in ["", "mysql://x", "http://h", "sqlite::memory:"] {
+            assert!(matches!(parse_url(bad), Err(StoreError::BadUrl(_))), "{bad}");
+        }
+        assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[test]
+    fn placeholder_lists() {
+        assert_eq!(placeholders(2, 2), "($1, $2), ($3, $4)");
+    }
+}
