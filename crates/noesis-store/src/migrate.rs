@@ -1,8 +1,17 @@
-//! Versioned migrations. Each runs once, in a transaction, under a lock
-//! (SQLite `BEGIN IMMEDIATE`, PostgreSQL an advisory lock), so several
-//! processes opening a fresh store at once apply it exactly once.
+//! Versioned migrations through `sqlx::migrate` (its `_sqlx_migrations`
+//! table, checksums and missing-version check), run inside one write
+//! transaction of ours: SQLite `BEGIN IMMEDIATE` (sqlx takes no lock on
+//! SQLite, so several processes opening a fresh store at once would race),
+//! PostgreSQL an advisory lock; sqlx's own per-migration transactions
+//! become savepoints inside it. A store made by the hand-written runner of
+//! earlier builds (`noesis_migrations`) is adopted: its versions are marked
+//! applied without running them again.
+
+use std::borrow::Cow;
 
 use sqlx::AnyConnection;
+use sqlx::SqlSafeStr;
+use sqlx::migrate::{MigrateError, Migration as SqlxMigration, MigrationType, Migrator};
 
 use crate::Backend;
 use crate::error::{Context, StoreError};
@@ -50,6 +59,56 @@ pub(crate) fn statements(sql: &str, backend: Backend) -> Vec<String> {
     text.split(';').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
 }
 
+/// The migrations for `backend`, as sqlx runs them.
+fn migrator(backend: Backend) -> Migrator {
+    let migrations = MIGRATIONS
+        .iter()
+        .map(|m| {
+            let sql = statements(m.sql, backend).join(";\n");
+            SqlxMigration::new(
+                m.version,
+                Cow::Borrowed(m.name),
+                MigrationType::Simple,
+                sqlx::AssertSqlSafe(sql).into_sql_str(),
+                false,
+            )
+        })
+        .collect();
+    let mut migrator = Migrator::with_migrations(migrations);
+    // The caller's transaction holds the lock.
+    migrator.locking = false;
+    migrator
+}
+
+/// The latest version recorded by the hand-written runner of earlier
+/// builds, if this store was made by one.
+async fn legacy_version(conn: &mut AnyConnection, backend: Backend) -> Result<Option<i64>, StoreError> {
+    let exists: i64 = match backend {
+        Backend::Sqlite => sqlx::query_scalar("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'noesis_migrations'"),
+        Backend::Postgres => sqlx::query_scalar(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'noesis_migrations' AND table_schema = current_schema()",
+        ),
+    }
+    .fetch_one(&mut *conn)
+    .await
+    .ctx(|| "look for an earlier migrations table".into())?;
+    if exists == 0 {
+        return Ok(None);
+    }
+    let v: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM noesis_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .ctx(|| "read the earlier schema version".into())?;
+    Ok(Some(v))
+}
+
+fn migrate_error(e: MigrateError, url: &str) -> StoreError {
+    match e {
+        MigrateError::VersionMissing(found) => StoreError::NewerSchema { url: url.to_owned(), found, known: LATEST },
+        other => StoreError::Invalid(format!("store {url}: migrations: {other}")),
+    }
+}
+
 /// Brings the schema up to [`LATEST`] inside the caller's transaction.
 pub(crate) async fn run(conn: &mut AnyConnection, backend: Backend, url: &str) -> Result<(), StoreError> {
     if backend == Backend::Postgres {
@@ -58,35 +117,19 @@ pub(crate) async fn run(conn: &mut AnyConnection, backend: Backend, url: &str) -
             .await
             .ctx(|| "lock for migrations".into())?;
     }
-    sqlx::query(
-        "CREATE TABLE IF NOT EXISTS noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)",
-    )
-    .execute(&mut *conn)
-    .await
-    .ctx(|| "create the migrations table".into())?;
-    let current: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM noesis_migrations")
-        .fetch_one(&mut *conn)
-        .await
-        .ctx(|| "read the schema version".into())?;
-    if current > LATEST {
-        return Err(StoreError::NewerSchema { url: url.to_owned(), found: current, known: LATEST });
-    }
-    for m in MIGRATIONS.iter().filter(|m| m.version > current) {
-        for stmt in statements(m.sql, backend) {
-            sqlx::query(sqlx::AssertSqlSafe(stmt))
-                .execute(&mut *conn)
-                .await
-                .ctx(|| format!("migration {} ({})", m.version, m.name))?;
+    let migrator = migrator(backend);
+    if let Some(old) = legacy_version(conn, backend).await? {
+        if old > LATEST {
+            return Err(StoreError::NewerSchema { url: url.to_owned(), found: old, known: LATEST });
         }
-        sqlx::query("INSERT INTO noesis_migrations (version, name, applied_at) VALUES ($1, $2, $3)")
-            .bind(m.version)
-            .bind(m.name)
-            .bind(noesis_frames::Timestamp::now().millis())
+        // Adopt: what the old runner applied is marked applied, not re-run.
+        migrator.run_direct(Some(old), &mut *conn, true).await.map_err(|e| migrate_error(e, url))?;
+        sqlx::query("DROP TABLE noesis_migrations")
             .execute(&mut *conn)
             .await
-            .ctx(|| format!("record migration {}", m.version))?;
+            .ctx(|| "retire the earlier migrations table".into())?;
     }
-    Ok(())
+    migrator.run_direct(None, &mut *conn, false).await.map_err(|e| migrate_error(e, url))
 }
 
 #[cfg(test)]

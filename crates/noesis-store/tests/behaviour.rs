@@ -48,6 +48,7 @@ both!(
     file_conditions_and_expiry,
     prefixes_resolve,
     migrations_run_once_and_refuse_newer_schemas,
+    stores_of_the_earlier_runner_are_adopted,
     check_finds_partial_frames,
 );
 
@@ -447,10 +448,65 @@ async fn migrations_run_once_and_refuse_newer_schemas(t_: &TestStore) {
     let again = noesis_store::SqlStore::open(&t_.url).await.unwrap();
     assert_eq!(again.count(&FrameFilter::project(P)).await.unwrap(), 1);
     again.close().await;
-    raw(&t_.url, "INSERT INTO noesis_migrations (version, name, applied_at) VALUES (999, 'from the future', 0)").await;
+    let blob = if t_.url.starts_with("postgres") { "'\\x00'::bytea" } else { "X'00'" };
+    raw(
+        &t_.url,
+        &format!(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES (999, 'from the future', TRUE, {blob}, 0)"
+        ),
+    )
+    .await;
     let e = noesis_store::SqlStore::open(&t_.url).await.unwrap_err();
     assert!(matches!(e, StoreError::NewerSchema { found: 999, known: noesis_store::SCHEMA_VERSION, .. }), "{e}");
     assert!(e.to_string().contains("upgrade noesis"), "{e}");
+}
+
+/// A store made by the hand-written migration runner of earlier builds
+/// (`noesis_migrations`) is adopted: nothing is re-run, its data stays,
+/// and a later version is still applied.
+async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    s.insert_frames(&[root_frame("kept")]).await.unwrap();
+    let legacy = |versions: &str| {
+        format!(
+            "DROP TABLE _sqlx_migrations; \
+             CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
+             INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
+        )
+    };
+    for sql in legacy("(1, 'frames', 0), (2, 'emitted context', 0)").split("; ") {
+        raw(&t_.url, sql).await;
+    }
+    let again = noesis_store::SqlStore::open(&t_.url).await.unwrap();
+    assert_eq!(again.count(&FrameFilter::project(P)).await.unwrap(), 1);
+    again.close().await;
+    // Adopted: sqlx's table holds both versions, the old one is gone.
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&t_.url).await.unwrap();
+    let applied: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success").fetch_one(&pool).await.unwrap();
+    assert_eq!(applied, 2);
+    assert!(sqlx::query("SELECT 1 FROM noesis_migrations").fetch_optional(&pool).await.is_err());
+    pool.close().await;
+    // An old store at version 1 gets version 2 applied.
+    raw(&t_.url, "DROP TABLE context_entries").await;
+    for sql in legacy("(1, 'frames', 0)").split("; ") {
+        raw(&t_.url, sql).await;
+    }
+    let again = noesis_store::SqlStore::open(&t_.url).await.unwrap();
+    again.close().await;
+    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&t_.url).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM context_entries").fetch_one(&pool).await.unwrap();
+    assert_eq!(rows, 0, "migration 2 ran on the version-1 store");
+    pool.close().await;
+    // A newer earlier-runner store is refused the same way.
+    for sql in legacy("(1, 'frames', 0), (77, 'future', 0)").split("; ") {
+        raw(&t_.url, sql).await;
+    }
+    let e = noesis_store::SqlStore::open(&t_.url).await.unwrap_err();
+    assert!(matches!(e, StoreError::NewerSchema { found: 77, .. }), "{e}");
 }
 
 async fn check_finds_partial_frames(t_: &TestStore) {

@@ -93,7 +93,7 @@ async fn count(t_: &TestStore) -> i64 {
 /// A store written before migration 2 gains the table when next opened.
 async fn context_table_added_to_a_version_1_store(t_: &TestStore) {
     raw(&t_.url, "DROP TABLE context_entries").await;
-    raw(&t_.url, "DELETE FROM noesis_migrations WHERE version = 2").await;
+    raw(&t_.url, "DELETE FROM _sqlx_migrations WHERE version = 2").await;
     let reopened = noesis_store::SqlStore::open(&t_.url).await.unwrap();
     reopened.put_context(&row("p", "k", "session_state", 0, None)).await.unwrap();
     assert_eq!(key_of(&reopened, q("session_state", 1)).await.as_deref(), Some("k"));

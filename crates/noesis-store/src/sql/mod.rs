@@ -138,7 +138,9 @@ impl SqlStore {
         // Up to date is the common case: a read settles it without taking
         // the write lock (every `noesis run` opens the store).
         let current: Result<i64, _> =
-            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM noesis_migrations").fetch_one(&store.pool).await;
+            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
+                .fetch_one(&store.pool)
+                .await;
         if current.is_ok_and(|v| v == migrate::LATEST) {
             return Ok(store);
         }
