@@ -50,14 +50,18 @@
 #![deny(missing_docs)]
 
 mod config;
+mod memory;
 mod record;
 mod run;
 mod tool;
+mod workspace;
 
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
+pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
 pub use record::{CallRecord, CallStatus};
 pub use run::{
     Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, NO_RESULT, Outcome, Pending, RunUsage,
     SCHEMA_VERSION, StepError, StopReason, ToolOutput, Verdict,
 };
 pub use tool::{Effects, ToolDecl};
+pub use workspace::{ConfineError, Workspace};
