@@ -49,6 +49,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod builtin;
 mod config;
 mod memory;
 mod record;
