@@ -214,3 +214,281 @@ mod tests {
         assert!(out.content.len() < MAX_READ_BYTES + 100);
     }
 }
+
+/// Most paths `glob` returns and matches `grep` returns.
+pub const MAX_MATCHES: usize = 200;
+/// Most bytes of a command's output kept (stdout and stderr each).
+pub const MAX_OUTPUT_BYTES: usize = 32 * 1024;
+
+/// The declarations of the search tools.
+pub fn search_tools() -> Vec<ToolDecl> {
+    vec![
+        ToolDecl::read_only(
+            "glob",
+            "Lists the workspace files whose path matches a glob such as `src/**/*.rs` (.gitignore honoured).",
+            json!({"type": "object", "properties": {"pattern": {"type": "string"}}, "required": ["pattern"], "additionalProperties": false}),
+        ),
+        ToolDecl::read_only(
+            "grep",
+            "Searches the workspace's files for a regular expression; `path` narrows to a file or folder, `glob` to matching paths. Prints path:line: text.",
+            json!({"type": "object", "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}, "glob": {"type": "string"}},
+                   "required": ["pattern"], "additionalProperties": false}),
+        ),
+    ]
+}
+
+/// Runs the search tool `name`; `None` when it is not one of them.
+pub fn run_search_tool(workspace: &Workspace, name: &str, args: &Value) -> Option<ToolOutput> {
+    let text = |k: &str| args.get(k).and_then(Value::as_str);
+    let out = match name {
+        "glob" => glob(workspace, text("pattern").unwrap_or_default()),
+        "grep" => grep(workspace, text("pattern").unwrap_or_default(), text("path"), text("glob")),
+        _ => return None,
+    };
+    Some(out.unwrap_or_else(ToolOutput::error))
+}
+
+fn matcher(pattern: &str) -> Result<globset::GlobMatcher, String> {
+    globset::GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| format!("`{pattern}` is not a glob: {e}"))
+}
+
+/// Files under `dir` (inside the workspace), .gitignore and hidden files
+/// honoured as ripgrep does, in path order.
+fn files(ws: &Workspace, dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = ignore::WalkBuilder::new(dir)
+        .require_git(false)
+        .follow_links(false)
+        .build()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_some_and(|t| t.is_file()))
+        .map(ignore::DirEntry::into_path)
+        .filter(|p| p.starts_with(ws.root()))
+        .collect();
+    out.sort();
+    out
+}
+
+fn glob(ws: &Workspace, pattern: &str) -> Result<ToolOutput, String> {
+    let m = matcher(pattern)?;
+    let found: Vec<String> = files(ws, ws.root()).iter().map(|p| ws.shown(p)).filter(|rel| m.is_match(rel)).collect();
+    Ok(ToolOutput::ok(capped(found, "paths")))
+}
+
+fn capped(mut lines: Vec<String>, what: &str) -> String {
+    let total = lines.len();
+    if total == 0 {
+        return format!("no {what} matched");
+    }
+    lines.truncate(MAX_MATCHES);
+    let mut out = lines.join("\n");
+    if total > MAX_MATCHES {
+        out.push_str(&format!("\n[… {} more {what}]", total - MAX_MATCHES));
+    }
+    out
+}
+
+fn grep(ws: &Workspace, pattern: &str, path: Option<&str>, glob: Option<&str>) -> Result<ToolOutput, String> {
+    use grep_searcher::sinks::UTF8;
+    let regex =
+        grep_regex::RegexMatcher::new(pattern).map_err(|e| format!("`{pattern}` is not a regular expression: {e}"))?;
+    let root = ws.confine(path.unwrap_or(".")).map_err(|e| e.to_string())?;
+    let only = glob.map(matcher).transpose()?;
+    let mut lines = Vec::new();
+    let mut searcher =
+        grep_searcher::SearcherBuilder::new().binary_detection(grep_searcher::BinaryDetection::quit(0)).build();
+    for file in files(ws, &root) {
+        let rel = ws.shown(&file);
+        if only.as_ref().is_some_and(|m| !m.is_match(&rel)) {
+            continue;
+        }
+        // A file that cannot be read as text is skipped, as ripgrep does.
+        let _ = searcher.search_path(
+            &regex,
+            &file,
+            UTF8(|line, text| {
+                lines.push(format!("{rel}:{line}: {}", crate::tool::clip(text.trim_end(), 300)));
+                Ok(lines.len() <= MAX_MATCHES)
+            }),
+        );
+        if lines.len() > MAX_MATCHES {
+            break;
+        }
+    }
+    Ok(ToolOutput::ok(capped(lines, "matches")))
+}
+
+/// The `run_command` tool's declaration.
+pub fn command_tool() -> ToolDecl {
+    ToolDecl::read_only(
+        "run_command",
+        "Runs a command in the workspace (no shell: the line is split into words) if the operator allows it; prints the exit code and the output.",
+        json!({"type": "object", "properties": {
+            "command": {"type": "string"},
+            "cwd": {"type": "string"},
+            "timeout_s": {"type": "integer", "minimum": 1, "maximum": 3600}
+        }, "required": ["command"], "additionalProperties": false}),
+    )
+    .with_effects(Effects { runs_commands: true, ..Effects::default() })
+}
+
+/// Runs a command if its words begin with the words of an `allowed` entry
+/// (`cargo test` allows `cargo test -p x`, not `cargo publish`).
+pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value) -> ToolOutput {
+    let line = args.get("command").and_then(Value::as_str).unwrap_or_default();
+    let Some(argv) = shlex::split(line).filter(|a| !a.is_empty()) else {
+        return ToolOutput::error(format!("`{line}` is not a command line (unbalanced quotes, or empty)"));
+    };
+    let permitted =
+        allowed.iter().filter_map(|a| shlex::split(a)).any(|prefix| !prefix.is_empty() && argv.starts_with(&prefix));
+    if !permitted {
+        return ToolOutput::error(format!(
+            "`{}` is not allowed here; the operator allows: {}",
+            argv[0],
+            if allowed.is_empty() { "no commands".to_owned() } else { allowed.join(", ") }
+        ));
+    }
+    let cwd = match ws.confine(args.get("cwd").and_then(Value::as_str).unwrap_or(".")) {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(e.to_string()),
+    };
+    let timeout = std::time::Duration::from_secs(args.get("timeout_s").and_then(Value::as_u64).unwrap_or(120));
+    let mut command = std::process::Command::new(&argv[0]);
+    // Its own process group, so a timeout kills what it started too (a
+    // grandchild would otherwise hold the output pipes open).
+    #[cfg(unix)]
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let child = command
+        .args(&argv[1..])
+        .current_dir(&cwd)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return ToolOutput::error(format!("`{}` could not start: {e}", argv[0])),
+    };
+    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = std::io::Read::read_to_end(&mut p, &mut buf);
+            }
+            buf
+        })
+    };
+    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
+    let started = std::time::Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if started.elapsed() >= timeout => {
+                kill_group(&mut child);
+                let _ = child.wait();
+                break None;
+            }
+            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            Err(e) => return ToolOutput::error(format!("waiting for `{}`: {e}", argv[0])),
+        }
+    };
+    let text = |h: std::thread::JoinHandle<Vec<u8>>| {
+        cut(String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned(), MAX_OUTPUT_BYTES)
+    };
+    let (stdout, stderr) = (text(out), text(err));
+    match status {
+        Some(s) => {
+            let code = s.code().map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
+            let body = format!("exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+            if s.success() { ToolOutput::ok(body) } else { ToolOutput::error(body) }
+        }
+        None => ToolOutput::error(format!(
+            "timed out after {} s and was killed\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+            timeout.as_secs()
+        )),
+    }
+}
+
+/// Kills the child and its process group.
+fn kill_group(child: &mut std::process::Child) {
+    #[cfg(unix)]
+    {
+        // No libc binding here: kill(1) takes a negative pid as a group.
+        let group = format!("-{}", child.id());
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &group])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+    let _ = child.kill();
+}
+
+#[cfg(test)]
+mod search_and_command_tests {
+    use super::*;
+
+    fn ws() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src/deep")).unwrap();
+        std::fs::write(dir.path().join("src/lib.rs"), "fn main() {}\n// TODO: more\n").unwrap();
+        std::fs::write(dir.path().join("src/deep/x.rs"), "let todo = 1;\n").unwrap();
+        std::fs::write(dir.path().join("notes.md"), "TODO: write\n").unwrap();
+        std::fs::write(dir.path().join(".gitignore"), "target/\n").unwrap();
+        std::fs::create_dir(dir.path().join("target")).unwrap();
+        std::fs::write(dir.path().join("target/gen.rs"), "// TODO: generated\n").unwrap();
+        let w = Workspace::new(dir.path()).unwrap();
+        (dir, w)
+    }
+
+    #[test]
+    fn glob_and_grep_honour_gitignore_and_narrowing() {
+        let (_d, w) = ws();
+        let g = run_search_tool(&w, "glob", &json!({"pattern": "src/**/*.rs"})).unwrap();
+        assert_eq!(g.content, "src/deep/x.rs\nsrc/lib.rs");
+        let all = run_search_tool(&w, "grep", &json!({"pattern": "TODO"})).unwrap();
+        assert_eq!(all.content, "notes.md:1: TODO: write\nsrc/lib.rs:2: // TODO: more", "target/ is ignored");
+        let narrowed =
+            run_search_tool(&w, "grep", &json!({"pattern": "(?i)todo", "path": "src", "glob": "**/deep/*"})).unwrap();
+        assert_eq!(narrowed.content, "src/deep/x.rs:1: let todo = 1;");
+        let none = run_search_tool(&w, "grep", &json!({"pattern": "absent"})).unwrap();
+        assert_eq!(none.content, "no matches matched");
+        let bad = run_search_tool(&w, "grep", &json!({"pattern": "("})).unwrap();
+        assert!(bad.is_error && bad.content.contains("not a regular expression"));
+        let out = run_search_tool(&w, "grep", &json!({"pattern": "x", "path": "../"})).unwrap();
+        assert!(out.is_error && out.content.contains("leaves the workspace"));
+    }
+
+    #[test]
+    fn commands_run_only_when_allowed_without_a_shell() {
+        let (d, w) = ws();
+        let allowed = vec!["echo".to_owned(), "sh -c".to_owned(), "false".to_owned()];
+        let ok = run_command(&w, &allowed, &json!({"command": "echo 'a b' ; rm -rf x"}));
+        assert!(!ok.is_error && ok.content.starts_with("exit code 0\n--- stdout\na b ; rm -rf x"), "{}", ok.content);
+        let failed = run_command(&w, &allowed, &json!({"command": "false"}));
+        assert!(failed.is_error && failed.content.starts_with("exit code 1"), "{}", failed.content);
+        let refused = run_command(&w, &allowed, &json!({"command": "rm -rf src"}));
+        assert!(refused.is_error && refused.content.contains("not allowed") && refused.content.contains("echo"));
+        assert!(d.path().join("src").exists());
+        // What the command started goes with it: a grandchild that outlived
+        // its shell would leave a mark a second later.
+        let slow = run_command(
+            &w,
+            &allowed,
+            &json!({"command": "sh -c '(sleep 2; touch grandchild-lived) & sleep 30'", "timeout_s": 1}),
+        );
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        assert!(!d.path().join("grandchild-lived").exists(), "the grandchild outlived the timeout");
+        assert!(slow.is_error && slow.content.starts_with("timed out after 1 s"), "{}", slow.content);
+        let outside = run_command(&w, &allowed, &json!({"command": "echo x", "cwd": "/"}));
+        assert!(outside.is_error && outside.content.contains("outside the workspace"));
+        let quotes = run_command(&w, &allowed, &json!({"command": "echo 'open"}));
+        assert!(quotes.is_error && quotes.content.contains("not a command line"));
+        let big = run_command(&w, &allowed, &json!({"command": "sh -c 'head -c 100000 /dev/zero | tr \"\\\\0\" x'"}));
+        assert!(big.content.contains("more bytes"), "{}", &big.content[..200.min(big.content.len())]);
+    }
+}
