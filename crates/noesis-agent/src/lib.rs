@@ -51,6 +51,7 @@
 
 pub mod builtin;
 mod config;
+mod driver;
 mod memory;
 mod record;
 mod run;
@@ -58,6 +59,7 @@ mod tool;
 mod workspace;
 
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
+pub use driver::{Toolbox, drive};
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
 pub use record::{CallRecord, CallStatus};
 pub use run::{

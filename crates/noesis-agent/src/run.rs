@@ -81,6 +81,8 @@ pub enum StopReason {
     FormatErrors,
     /// The same call kept giving the same result after a correction.
     Repeated,
+    /// The model could not be reached (after the provider's own retries).
+    Provider,
 }
 
 /// How a run ended. The transcript and usage stay in the run.
@@ -975,6 +977,20 @@ When you have the answer, reply with it as plain text and call no tool.",
             }
             self.step += 1;
         }
+        Ok(())
+    }
+
+    /// The model request failed for good (the provider has retried what
+    /// it retries): the run stops with the reason, resumable by a driver
+    /// that asks again.
+    pub fn on_model_error(&mut self, message: &str) -> Result<(), StepError> {
+        if self.outcome.is_some() {
+            return Err(StepError::Finished);
+        }
+        if !self.awaiting_reply {
+            return Err(StepError::UnexpectedReply(self.phase_name()));
+        }
+        self.stop(StopReason::Provider, message.to_owned());
         Ok(())
     }
 

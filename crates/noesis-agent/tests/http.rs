@@ -1,0 +1,94 @@
+//! A whole run over real HTTP: the OpenAI wire format from the fake server
+//! on 127.0.0.1, the built-in tools on a real temporary workspace. Read,
+//! edit, run a command, answer — each reply and each result checkpointed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use noesis_agent::{Action, AgentRun, ApprovalPolicy, CallStatus, Outcome, RunConfig, Toolbox, Workspace, drive};
+use noesis_llm::{EndpointConfig, OpenAiCompatible, RetryPolicy};
+use noesis_testkit::{FakeServer, Reply, chat_completion};
+use serde_json::{Value, json};
+
+fn tool_call(id: &str, name: &str, args: Value) -> Reply {
+    let mut body = chat_completion("", "tool_calls");
+    body["choices"][0]["message"] = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}}
+    ]});
+    Reply::Status(200, body.to_string(), vec![])
+}
+
+fn provider(server: &FakeServer) -> OpenAiCompatible {
+    let mut cfg = EndpointConfig::openai("gpt-test");
+    cfg.base_url = server.base_url();
+    cfg.api_key = Some("sk-test".into());
+    cfg.http.retry = RetryPolicy::none();
+    cfg.http.timeout = Duration::from_secs(30);
+    OpenAiCompatible::new(cfg).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_edit_run_and_answer_over_openai_http() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "teh cat\n").unwrap();
+    let server = FakeServer::start(vec![
+        tool_call("c1", "read_file", json!({"path": "a.txt"})),
+        tool_call("c2", "edit_file", json!({"path": "a.txt", "old": "teh", "new": "the"})),
+        tool_call("c3", "run_command", json!({"command": "cat a.txt"})),
+        Reply::Chat("Fixed: it now reads `the cat`.".into()),
+    ])
+    .unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec!["cat".into()]));
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("r1", "Fix the typo in a.txt and show it.", config, 0);
+    let mut stored: Vec<Value> = Vec::new();
+    let end = drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |r| stored.push(r.to_json())).await;
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "Fixed: it now reads `the cat`.".into() }));
+    assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "the cat\n");
+    assert!(run.calls.iter().all(|c| c.status == CallStatus::Completed), "{:?}", run.calls);
+    assert!(run.calls[2].result.as_deref().unwrap().contains("the cat"));
+    // What the model saw: its calls sent back, each answered right after it.
+    let requests = server.received();
+    assert_eq!(requests.len(), 4);
+    let last = requests[3].json();
+    let messages = last["messages"].as_array().unwrap();
+    let tool_results: Vec<&str> =
+        messages.iter().filter(|m| m["role"] == "tool").map(|m| m["tool_call_id"].as_str().unwrap()).collect();
+    assert_eq!(tool_results, ["c1", "c2", "c3"]);
+    assert!(last["tools"].as_array().unwrap().iter().any(|t| t["function"]["name"] == "grep"));
+    // Every checkpoint is a run that continues where it stood.
+    assert!(stored.len() >= 8, "{}", stored.len());
+    for s in &stored {
+        AgentRun::from_json(s).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_for_approval_and_an_unreachable_model_stops_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let server =
+        FakeServer::start(vec![tool_call("w", "write_file", json!({"path": "b.txt", "content": "x"}))]).unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let config = RunConfig { tools: tools.decls(), ..RunConfig::default() };
+    let mut run = AgentRun::new("r2", "Write b.txt.", config, 0);
+    let end = drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |_| {}).await;
+    assert!(matches!(end, Action::AwaitApproval(ref p) if p[0].call_id == "w"), "{end:?}");
+    assert!(!dir.path().join("b.txt").exists(), "nothing is written before approval");
+    drop(server);
+    // The model's server is gone: after approval the run stops, typed.
+    let Action::AwaitApproval(p) = end else { unreachable!() };
+    run.decide(&[noesis_agent::Decision {
+        call_id: p[0].call_id.clone(),
+        tool: p[0].tool.clone(),
+        arguments_hash: p[0].arguments_hash.clone(),
+        verdict: noesis_agent::Verdict::Approve,
+    }])
+    .unwrap();
+    let dead = FakeServer::start(vec![Reply::Reset]).unwrap();
+    let end = drive(&mut run, &provider(&dead), &tools, &|| 0, &|_| 0.0, &mut |_| {}).await;
+    assert_eq!(std::fs::read_to_string(dir.path().join("b.txt")).unwrap(), "x", "the approved write ran");
+    assert!(
+        matches!(end, Action::Done(Outcome::Stopped { reason: noesis_agent::StopReason::Provider, .. })),
+        "{end:?}"
+    );
+}
