@@ -92,3 +92,75 @@ async fn a_write_waits_for_approval_and_an_unreachable_model_stops_the_run() {
         "{end:?}"
     );
 }
+
+fn cfg(name: &str, base: String, model: &str) -> EndpointConfig {
+    let mut c = EndpointConfig::new(name, &base, model);
+    c.api_key = Some("k".into());
+    c.http.retry = RetryPolicy::none();
+    c.http.timeout = Duration::from_secs(30);
+    c
+}
+
+fn ok(v: Value) -> Reply {
+    Reply::Status(200, v.to_string(), vec![])
+}
+
+/// Two read-only calls in one turn (run together), their results sent back
+/// in the provider's own format, then the answer — for each wire format.
+async fn two_reads_then_answer(provider: &dyn noesis_llm::Provider, server: &FakeServer, tools: &Arc<Toolbox>) {
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("r", "What do a.txt and b.txt say?", config, 0);
+    let end = drive(&mut run, provider, tools, &|| 0, &|_| 0.0, &mut |_| {}).await;
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "Both say hi.".into() }), "{:?}", run.calls);
+    assert_eq!(run.calls.len(), 2);
+    assert!(run.calls.iter().all(|c| c.status == CallStatus::Completed));
+    let second = server.received()[1].body.clone();
+    assert!(second.contains("hi from a") && second.contains("hi from b"), "{second}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn anthropic_gemini_and_ollama_wire_formats_carry_the_same_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "hi from a").unwrap();
+    std::fs::write(dir.path().join("b.txt"), "hi from b").unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+
+    let anthropic = |content: Value, stop: &str| {
+        ok(json!({"id": "m", "type": "message", "role": "assistant", "model": "claude-test", "content": content,
+                  "stop_reason": stop, "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}}))
+    };
+    let server = FakeServer::start(vec![
+        anthropic(
+            json!([{"type": "tool_use", "id": "toolu_a", "name": "read_file", "input": {"path": "a.txt"}},
+                   {"type": "tool_use", "id": "toolu_b", "name": "read_file", "input": {"path": "b.txt"}}]),
+            "tool_use",
+        ),
+        anthropic(json!([{"type": "text", "text": "Both say hi."}]), "end_turn"),
+    ])
+    .unwrap();
+    let p = noesis_llm::Anthropic::new(cfg("anthropic", format!("http://{}", server.addr()), "claude-test")).unwrap();
+    two_reads_then_answer(&p, &server, &tools).await;
+
+    let gemini_text = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Both say hi."}]}, "finishReason": "STOP"}]});
+    let server = FakeServer::start(vec![
+        ok(json!({"candidates": [{"content": {"role": "model", "parts": [
+            {"functionCall": {"name": "read_file", "args": {"path": "a.txt"}}},
+            {"functionCall": {"name": "read_file", "args": {"path": "b.txt"}}}
+        ]}, "finishReason": "STOP"}]})),
+        ok(gemini_text),
+    ])
+    .unwrap();
+    let p = noesis_llm::Gemini::new(cfg("gemini", format!("http://{}/v1beta", server.addr()), "gemini-test")).unwrap();
+    two_reads_then_answer(&p, &server, &tools).await;
+
+    let server = FakeServer::start(vec![
+        ok(json!({"model": "llama3.2", "message": {"role": "assistant", "content": "", "tool_calls": [
+            {"function": {"name": "read_file", "arguments": {"path": "a.txt"}}},
+            {"function": {"name": "read_file", "arguments": {"path": "b.txt"}}}
+        ]}, "done_reason": "stop", "done": true})),
+        ok(json!({"model": "llama3.2", "message": {"role": "assistant", "content": "Both say hi."}, "done_reason": "stop", "done": true})),
+    ])
+    .unwrap();
+    let p = noesis_llm::Ollama::new(cfg("ollama", format!("http://{}", server.addr()), "llama3.2")).unwrap();
+    two_reads_then_answer(&p, &server, &tools).await;
+}
