@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 pub mod builtin;
+mod cognitive;
 mod config;
 mod driver;
 mod memory;
@@ -58,6 +59,9 @@ mod run;
 mod tool;
 mod workspace;
 
+pub use cognitive::{
+    CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
+};
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
 pub use driver::{Toolbox, drive};
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};

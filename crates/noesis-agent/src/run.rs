@@ -83,6 +83,8 @@ pub enum StopReason {
     Repeated,
     /// The model could not be reached (after the provider's own retries).
     Provider,
+    /// A call needs a person's approval and the driver cannot ask one.
+    NeedsApproval,
 }
 
 /// How a run ended. The transcript and usage stay in the run.

@@ -164,3 +164,38 @@ async fn anthropic_gemini_and_ollama_wire_formats_carry_the_same_run() {
     let p = noesis_llm::Ollama::new(cfg("ollama", format!("http://{}", server.addr()), "llama3.2")).unwrap();
     two_reads_then_answer(&p, &server, &tools).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_loop_remembers_across_cycles() {
+    use noesis_agent::{CognitiveConfig, CognitiveLoop, MemoryKind, ReactAgent, ThoughtStep};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "the answer is 42").unwrap();
+    let server = FakeServer::start(vec![
+        tool_call("c1", "read_file", json!({"path": "a.txt"})),
+        Reply::Chat("It says 42.".into()),
+        Reply::Chat("You asked about a.txt; it says 42.".into()),
+    ])
+    .unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let mut agent =
+        ReactAgent::new(Arc::new(provider(&server)), tools, CognitiveConfig::react().with_max_iterations(4));
+    // Phase by phase: perceive, think (a tool call), act (its observation), think (the answer).
+    let p = agent.perceive("What does a.txt say?").await;
+    let plan = agent.think(&p).await;
+    assert!(matches!(&plan.steps[..], [ThoughtStep::Call(c)] if c.name == "read_file"), "{plan:?}");
+    let acted = agent.act(&plan).await;
+    assert_eq!(acted.observations[0].content, "the answer is 42");
+    assert!(acted.outcome.is_none());
+    let plan = agent.think(&p).await;
+    assert_eq!(plan.final_answer.as_deref(), Some("It says 42."));
+    let done = agent.act(&plan).await;
+    assert_eq!(done.outcome, Some(Outcome::Answer { text: "It says 42.".into() }));
+    let kinds: Vec<MemoryKind> = agent.memory_buffer().recent(10).iter().map(|i| i.kind).collect();
+    assert_eq!(kinds, [MemoryKind::User, MemoryKind::Observation, MemoryKind::Response]);
+    // The next cycle sees what the agent remembers.
+    let outcome = agent.run_cycle("What did I ask before?").await;
+    assert_eq!(outcome, Outcome::Answer { text: "You asked about a.txt; it says 42.".into() });
+    let last = server.received()[2].json();
+    let task = last["messages"].as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap()["content"].clone();
+    assert!(task.as_str().unwrap().contains("[observed] read_file: the answer is 42"), "{task}");
+}
