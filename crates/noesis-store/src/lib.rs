@@ -30,6 +30,7 @@
 //! (the algebra does) beyond running the cascade it is asked to.
 #![deny(missing_docs)]
 
+mod agent;
 mod context;
 mod error;
 mod filter;
@@ -40,6 +41,7 @@ mod sql;
 use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, Timestamp};
 
+pub use agent::{AgentState, AgentSummary};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
@@ -146,6 +148,17 @@ pub trait Store: Send + Sync {
     /// after `not_before`, and whose user and session (when set) are the
     /// query's.
     async fn latest_context(&self, query: &ContextQuery<'_>) -> Result<Option<ContextRow>, StoreError>;
+
+    /// Stores one state of an agent run and moves its summary to it, in one
+    /// transaction.
+    async fn save_agent_state(&self, state: &AgentState) -> Result<(), StoreError>;
+
+    /// An agent run's latest state, or its state at `step` (the last one
+    /// stored at or before it).
+    async fn agent_state(&self, run_id: &str, step: Option<i64>) -> Result<Option<AgentState>, StoreError>;
+
+    /// A project's agent runs, most recently changed first.
+    async fn agent_runs(&self, project_id: &str, limit: u32) -> Result<Vec<AgentSummary>, StoreError>;
 }
 
 /// Opens a store from a URL or path (see [`SqlStore::open`]).

@@ -32,10 +32,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../migrations/0001_frames.sql"),
     },
     Migration { version: 2, name: "emitted context", sql: include_str!("../migrations/0002_context.sql") },
+    Migration { version: 3, name: "agent runs", sql: include_str!("../migrations/0003_agent_runs.sql") },
 ];
 
 /// The latest schema version this build knows.
-pub(crate) const LATEST: i64 = 2;
+pub(crate) const LATEST: i64 = 3;
 
 /// The statements of a migration for a back end: comments dropped, split on
 /// `;`, `{serial}`, `{frame_key}` and `{state_key}` replaced.

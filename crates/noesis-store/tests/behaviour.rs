@@ -49,6 +49,7 @@ both!(
     prefixes_resolve,
     migrations_run_once_and_refuse_newer_schemas,
     stores_of_the_earlier_runner_are_adopted,
+    agent_run_states_are_kept_by_step,
     check_finds_partial_frames,
 );
 
@@ -471,7 +472,8 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     s.insert_frames(&[root_frame("kept")]).await.unwrap();
     let legacy = |versions: &str| {
         format!(
-            "DROP TABLE _sqlx_migrations; \
+            // Tables of later versions did not exist in the earlier runner's day.
+            "DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )
@@ -487,7 +489,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(&t_.url).await.unwrap();
     let applied: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success").fetch_one(&pool).await.unwrap();
-    assert_eq!(applied, 2);
+    assert_eq!(applied, noesis_store::SCHEMA_VERSION, "versions 1 and 2 adopted, the rest applied");
     assert!(sqlx::query("SELECT 1 FROM noesis_migrations").fetch_optional(&pool).await.is_err());
     pool.close().await;
     // An old store at version 1 gets version 2 applied.
@@ -507,6 +509,43 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     }
     let e = noesis_store::SqlStore::open(&t_.url).await.unwrap_err();
     assert!(matches!(e, StoreError::NewerSchema { found: 77, .. }), "{e}");
+}
+
+async fn agent_run_states_are_kept_by_step(t_: &TestStore) {
+    use noesis_store::AgentState;
+    let s = &t_.store;
+    project(s).await;
+    let state = |step: i64, status: &str| AgentState {
+        run_id: "run-1".into(),
+        project_id: P.into(),
+        task: "fix the bug".into(),
+        status: status.into(),
+        step,
+        forked_from: None,
+        state: serde_json::json!({"schema_version": 1, "step": step}),
+        at: step * 10,
+    };
+    assert_eq!(s.agent_state("run-1", None).await.unwrap(), None);
+    for (step, status) in [(1, "running"), (4, "awaiting_approval"), (9, "done")] {
+        s.save_agent_state(&state(step, status)).await.unwrap();
+    }
+    // A retried checkpoint of the same step keeps the last.
+    s.save_agent_state(&state(9, "done")).await.unwrap();
+    let latest = s.agent_state("run-1", None).await.unwrap().unwrap();
+    assert_eq!((latest.step, latest.status.as_str(), &latest.state["step"]), (9, "done", &serde_json::json!(9)));
+    // At a step: the last state stored at or before it (what fork and replay start from).
+    let at = s.agent_state("run-1", Some(5)).await.unwrap().unwrap();
+    assert_eq!((at.step, &at.state["step"]), (4, &serde_json::json!(4)));
+    assert_eq!(s.agent_state("run-1", Some(0)).await.unwrap(), None);
+    let forked =
+        AgentState { run_id: "run-2".into(), forked_from: Some("run-1".into()), at: 100, ..state(4, "running") };
+    s.save_agent_state(&forked).await.unwrap();
+    let runs = s.agent_runs(P, 10).await.unwrap();
+    let listed: Vec<(&str, i64, Option<&str>)> =
+        runs.iter().map(|r| (r.run_id.as_str(), r.latest_step, r.forked_from.as_deref())).collect();
+    assert_eq!(listed, [("run-2", 4, Some("run-1")), ("run-1", 9, None)]);
+    // The original is untouched by the fork.
+    assert_eq!(s.agent_state("run-1", None).await.unwrap().unwrap().step, 9);
 }
 
 async fn check_finds_partial_frames(t_: &TestStore) {

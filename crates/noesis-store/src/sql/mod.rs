@@ -137,11 +137,13 @@ impl SqlStore {
         }
         // Up to date is the common case: a read settles it without taking
         // the write lock (every `noesis run` opens the store).
-        let current: Result<i64, _> =
-            sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM _sqlx_migrations WHERE success")
-                .fetch_one(&store.pool)
-                .await;
-        if current.is_ok_and(|v| v == migrate::LATEST) {
+        // Versions run 1..=LATEST without gaps, so all applied and none
+        // newer means the highest is LATEST and there are LATEST of them.
+        let current = sqlx::query("SELECT COALESCE(MAX(version), 0), COUNT(*) FROM _sqlx_migrations WHERE success")
+            .fetch_one(&store.pool)
+            .await
+            .and_then(|r| Ok((r.try_get::<i64, _>(0)?, r.try_get::<i64, _>(1)?)));
+        if current.is_ok_and(|(max, count)| max == migrate::LATEST && count == migrate::LATEST) {
             return Ok(store);
         }
         let mut tx = store.write().await?;
@@ -461,6 +463,20 @@ impl Store for SqlStore {
 
     async fn latest_context(&self, query: &crate::ContextQuery<'_>) -> Result<Option<crate::ContextRow>, StoreError> {
         crate::context::latest(&self.pool, query).await
+    }
+
+    async fn save_agent_state(&self, state: &crate::AgentState) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        crate::agent::save(&mut tx, state).await?;
+        tx.commit().await.ctx(|| format!("commit agent run {}", state.run_id))
+    }
+
+    async fn agent_state(&self, run_id: &str, step: Option<i64>) -> Result<Option<crate::AgentState>, StoreError> {
+        crate::agent::load(&self.pool, run_id, step).await
+    }
+
+    async fn agent_runs(&self, project_id: &str, limit: u32) -> Result<Vec<crate::AgentSummary>, StoreError> {
+        crate::agent::list(&self.pool, project_id, limit).await
     }
 
     async fn check(&self) -> Result<Vec<String>, StoreError> {
