@@ -84,9 +84,11 @@ pub struct Module {
 }
 
 /// Manifest fields that only advise (the runtime does not act on them): a
-/// value outside what the schema lists is a warning, not an error, so a
-/// module written for another runtime still loads. Pointers into module.yaml.
-pub const ADVISORY_FIELDS: &[&str] = &["/runtime_requirements/preferred_capabilities"];
+/// value outside what the schema lists, or of another shape, is a warning,
+/// not an error, so a module written for another runtime still loads.
+/// Pointers into module.yaml. Fields the runtime acts on (`tier`,
+/// `policies`, `runtime_requirements.max_input_tokens`, …) stay strict.
+pub const ADVISORY_FIELDS: &[&str] = &["/runtime_requirements/preferred_capabilities", "/failure/contract"];
 
 fn advisory(pointer: &str) -> bool {
     ADVISORY_FIELDS.iter().any(|f| pointer == *f || pointer.strip_prefix(f).is_some_and(|rest| rest.starts_with('/')))
