@@ -557,6 +557,25 @@ mod tests {
     }
 
     #[test]
+    fn hostile_yaml_is_a_typed_error() {
+        // An alias bomb (9^9 nodes once expanded) and nesting past any stack.
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        let mut prev = 'a';
+        for n in 'b'..='i' {
+            bomb.push_str(&format!("{n}: &{n} [{}]\n", vec![format!("*{prev}"); 9].join(", ")));
+            prev = n;
+        }
+        bomb.push_str("name: m\nversion: 1.0.0\nresponsibility: r\ntier: decision\n");
+        let deep = format!("name: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        for yaml in [bomb, deep] {
+            let yaml: &'static str = Box::leak(yaml.into_boxed_str());
+            let files: &'static [(&str, &str)] = Box::leak(Box::new([("module.yaml", yaml), ("prompt.md", "p")]));
+            let err = load(Source::Embedded { name: "m", files }).unwrap_err();
+            assert!(matches!(err, LoadError::Yaml { .. }), "{err}");
+        }
+    }
+
+    #[test]
     fn io_refs() {
         assert_eq!(split_ref("./schema.json#/data"), (None, "/data".to_owned()));
         assert_eq!(split_ref("#/input"), (None, "/input".to_owned()));
