@@ -119,12 +119,18 @@ fn classify(inner: &str) -> CallArgs {
 }
 
 /// `prompt` with each directive replaced by the text given for it
-/// (`replacements[i]` for `calls[i]`, which must come from
-/// [`find_calls`] on the same prompt).
+/// (`replacements[i]` for `calls[i]`, which come from [`find_calls`] on the
+/// same prompt). A call whose span does not fit the prompt (out of range,
+/// out of order, or splitting a character) is left as written rather than
+/// panicking, as is a call without a replacement.
 pub fn replace_calls(prompt: &str, calls: &[Call], replacements: &[String]) -> String {
     let mut out = String::with_capacity(prompt.len());
     let mut at = 0;
     for (call, text) in calls.iter().zip(replacements) {
+        let fits = call.span.start >= at && prompt.get(call.span.clone()).is_some();
+        if !fits {
+            continue;
+        }
         out.push_str(&prompt[at..call.span.start]);
         out.push_str(text);
         at = call.span.end;
@@ -166,6 +172,24 @@ mod tests {
         assert_eq!(calls("@call:m({not json})")[0].1, CallArgs::Text("{not json}".into()));
         assert_eq!(calls("(@call:m)")[0].2, "@call:m");
         assert_eq!(calls("é@call:m(ü)")[0].1, CallArgs::Text("ü".into()));
+    }
+
+    #[test]
+    fn calls_of_another_prompt_are_left_alone() {
+        // Found by prop_replace_calls_never_panics_on_calls_of_another_prompt:
+        // slicing with a foreign span panicked.
+        let foreign = find_calls("@call:a");
+        assert_eq!(replace_calls("", &foreign, &["x".into()]), "");
+        let inside_a_char = Call { name: "m".into(), args: CallArgs::None, span: 1..2 };
+        assert_eq!(replace_calls("é!", &[inside_a_char], &["x".into()]), "é!");
+        let backwards = [
+            Call { name: "m".into(), args: CallArgs::None, span: 2..3 },
+            Call { name: "m".into(), args: CallArgs::None, span: 0..1 },
+        ];
+        assert_eq!(replace_calls("abc", &backwards, &["X".into(), "Y".into()]), "abX");
+        #[allow(clippy::reversed_empty_ranges)]
+        let inverted = Call { name: "m".into(), args: CallArgs::None, span: 2..1 };
+        assert_eq!(replace_calls("abc", &[inverted], &["X".into()]), "abc");
     }
 
     #[test]

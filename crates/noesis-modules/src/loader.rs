@@ -84,9 +84,11 @@ pub struct Module {
 }
 
 /// Manifest fields that only advise (the runtime does not act on them): a
-/// value outside what the schema lists is a warning, not an error, so a
-/// module written for another runtime still loads. Pointers into module.yaml.
-pub const ADVISORY_FIELDS: &[&str] = &["/runtime_requirements/preferred_capabilities"];
+/// value outside what the schema lists, or of another shape, is a warning,
+/// not an error, so a module written for another runtime still loads.
+/// Pointers into module.yaml. Fields the runtime acts on (`tier`,
+/// `policies`, `runtime_requirements.max_input_tokens`, …) stay strict.
+pub const ADVISORY_FIELDS: &[&str] = &["/runtime_requirements/preferred_capabilities", "/failure/contract"];
 
 fn advisory(pointer: &str) -> bool {
     ADVISORY_FIELDS.iter().any(|f| pointer == *f || pointer.strip_prefix(f).is_some_and(|rest| rest.starts_with('/')))
@@ -552,6 +554,25 @@ mod tests {
         ];
         let err = load(Source::Embedded { name: "m", files }).unwrap_err();
         assert!(err.to_string().contains("field /tier"), "{err}");
+    }
+
+    #[test]
+    fn hostile_yaml_is_a_typed_error() {
+        // An alias bomb (9^9 nodes once expanded) and nesting past any stack.
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        let mut prev = 'a';
+        for n in 'b'..='i' {
+            bomb.push_str(&format!("{n}: &{n} [{}]\n", vec![format!("*{prev}"); 9].join(", ")));
+            prev = n;
+        }
+        bomb.push_str("name: m\nversion: 1.0.0\nresponsibility: r\ntier: decision\n");
+        let deep = format!("name: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        for yaml in [bomb, deep] {
+            let yaml: &'static str = Box::leak(yaml.into_boxed_str());
+            let files: &'static [(&str, &str)] = Box::leak(Box::new([("module.yaml", yaml), ("prompt.md", "p")]));
+            let err = load(Source::Embedded { name: "m", files }).unwrap_err();
+            assert!(matches!(err, LoadError::Yaml { .. }), "{err}");
+        }
     }
 
     #[test]

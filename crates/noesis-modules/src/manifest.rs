@@ -145,6 +145,7 @@ pub struct Enums {
 #[allow(missing_docs)]
 #[derive(Debug, Clone, Deserialize, Default)]
 pub struct Failure {
+    #[serde(default, deserialize_with = "advisory_string")]
     pub contract: Option<String>,
     pub partial_allowed: Option<bool>,
     pub must_return_error_schema: Option<bool>,
@@ -155,8 +156,32 @@ pub struct Failure {
 pub struct RuntimeRequirements {
     pub structured_output: Option<bool>,
     pub max_input_tokens: Option<u64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "advisory_strings")]
     pub preferred_capabilities: Vec<String>,
+}
+
+// Advisory fields (`loader::ADVISORY_FIELDS`) must not refuse a module for
+// their shape either: the schema check has already turned a wrong shape
+// into a warning, so the typed view keeps what it can use.
+
+/// A string, or `None` for anything else.
+fn advisory_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => Some(s),
+        _ => None,
+    })
+}
+
+/// The strings of a list (a lone string is a list of one); other items and
+/// other shapes are dropped.
+fn advisory_strings<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(match Value::deserialize(d)? {
+        Value::String(s) => vec![s],
+        Value::Array(items) => {
+            items.into_iter().filter_map(|v| if let Value::String(s) = v { Some(s) } else { None }).collect()
+        }
+        _ => Vec::new(),
+    })
 }
 
 #[allow(missing_docs)]

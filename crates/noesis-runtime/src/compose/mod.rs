@@ -59,7 +59,9 @@
 //! step past its `requires[].timeout_ms`, or any step still running when
 //! the root's `composition.timeout_ms` (60 s) is up, is cancelled in flight
 //! (the provider call is dropped) and is E2002; a step not yet started by
-//! then does not start.
+//! then does not start. A step the dataflow gives something other than an
+//! object is E1001; a composition block that does not parse (only a module
+//! built in code can have one: the loader refuses it) is E1004.
 //!
 //! # Context
 //! A child sees a copy of its caller's `_context`. What a child emits
@@ -83,80 +85,6 @@ use noesis_modules::{ContextMode, ErrorCode, Failure, Module, Strictness, trunca
 use serde_json::{Map, Value, json};
 
 use crate::{CancellationToken, Instant, RunOptions, RunRecord, run, stamp};
-
-/// Finds modules by name for `@call` and composition steps.
-pub trait Resolver: Send + Sync {
-    /// The module called `name`; a missing one is an E4006 failure.
-    // A failure is rare and becomes an envelope at once: kept unboxed so
-    // implementations stay one line.
-    #[allow(clippy::result_large_err)]
-    fn resolve(&self, name: &str) -> Result<Arc<Module>, Failure>;
-
-    /// The module called `name` as `caller` names it. By default the same
-    /// as [`Resolver::resolve`]; a resolver over folders looks beside the
-    /// caller's own folder first.
-    #[allow(clippy::result_large_err)]
-    fn resolve_from(&self, name: &str, caller: &Module) -> Result<Arc<Module>, Failure> {
-        let _ = caller;
-        self.resolve(name)
-    }
-}
-
-/// A [`Resolver`] over a search path that loads each module once.
-#[derive(Debug)]
-pub struct SearchResolver {
-    search: SearchPath,
-    cache: Mutex<HashMap<String, Arc<Module>>>,
-}
-
-impl SearchResolver {
-    /// A resolver over `search`.
-    pub fn new(search: SearchPath) -> SearchResolver {
-        SearchResolver { search, cache: Mutex::new(HashMap::new()) }
-    }
-}
-
-impl Resolver for SearchResolver {
-    #[allow(clippy::result_large_err)]
-    fn resolve(&self, name: &str) -> Result<Arc<Module>, Failure> {
-        if let Some(m) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(name) {
-            return Ok(Arc::clone(m));
-        }
-        let found = self.search.resolve(name).map_err(|e| Failure::new(ErrorCode::E4006, e.to_string()))?;
-        let module = found.load().map_err(|e| {
-            Failure::new(ErrorCode::E4006, format!("module `{name}` was found but cannot be loaded: {e}"))
-                .suggest("Fix the module (noesis validate) or remove it from the search path.")
-        })?;
-        let module = Arc::new(module);
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_owned(), Arc::clone(&module));
-        Ok(module)
-    }
-
-    /// A module next to the caller's own folder wins over the search path,
-    /// so `noesis run path/to/product-analyzer` finds its sibling
-    /// `ui-spec-generator` wherever the pair lives.
-    fn resolve_from(&self, name: &str, caller: &Module) -> Result<Arc<Module>, Failure> {
-        let plain = !name.is_empty() && !name.contains(['/', '\\']) && name != "." && name != "..";
-        let sibling = caller
-            .location
-            .parent()
-            .filter(|_| plain && !caller.location.to_string_lossy().starts_with("builtin:"))
-            .map(|parent| parent.join(name))
-            .filter(|dir| ["module.yaml", "MODULE.md", "module.md"].iter().any(|m| dir.join(m).is_file()));
-        let Some(dir) = sibling else { return self.resolve(name) };
-        let key = dir.to_string_lossy().into_owned();
-        if let Some(m) = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key) {
-            return Ok(Arc::clone(m));
-        }
-        let module = noesis_modules::load_dir(&dir).map_err(|e| {
-            Failure::new(ErrorCode::E4006, format!("module `{name}` beside its caller cannot be loaded: {e}"))
-                .suggest("Fix the module (noesis validate).")
-        })?;
-        let module = Arc::new(module);
-        self.cache.lock().unwrap_or_else(PoisonError::into_inner).insert(key, Arc::clone(&module));
-        Ok(module)
-    }
-}
 
 /// Settings for [`execute`].
 #[derive(Debug, Clone, Default)]
@@ -449,31 +377,6 @@ fn add_usage(envelope: &mut Value, steps: &[StepTrace]) {
     meta.insert("usage".into(), out);
 }
 
-/// Cancels a token when a duration passes, unless dropped first: a task on
-/// the async runtime's timer (a composition runs on a runtime with time
-/// enabled, as every noesis front end builds it), aborted on drop.
-struct Timer {
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Timer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Timer {
-    fn start(after: Duration, token: CancellationToken, fired: Arc<AtomicBool>) -> Option<Timer> {
-        let runtime = tokio::runtime::Handle::try_current().ok()?;
-        let task = runtime.spawn(async move {
-            tokio::time::sleep(after).await;
-            fired.store(true, Ordering::SeqCst);
-            token.cancel();
-        });
-        Some(Timer { task })
-    }
-}
-
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 struct Exec<'a> {
@@ -605,9 +508,13 @@ struct State {
 
 mod exec;
 mod output;
+mod resolve;
 mod steps;
+mod timer;
 
 use output::*;
+pub use resolve::{Resolver, SearchResolver};
+use timer::Timer;
 
 #[cfg(test)]
 mod tests {
