@@ -8,7 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
-use crate::run::ToolOutput;
+use crate::run::{ToolEvidence, ToolOutput};
 use crate::tool::{Effects, ToolDecl};
 use crate::workspace::Workspace;
 
@@ -73,6 +73,7 @@ pub fn run_file_tool(workspace: &Workspace, name: &str, args: &Value) -> Option<
 fn read_file(ws: &Workspace, path: &str, start: Option<u64>, end: Option<u64>) -> Result<ToolOutput, String> {
     let real = ws.confine(path).map_err(|e| e.to_string())?;
     let bytes = std::fs::read(&real).map_err(|e| format!("{path}: {e}"))?;
+    let read = file_evidence(ws, &real, &bytes);
     let text = String::from_utf8(bytes).map_err(|_| format!("{path}: not a UTF-8 text file"))?;
     let text = match (start, end) {
         (None, None) => text,
@@ -85,7 +86,13 @@ fn read_file(ws: &Workspace, path: &str, start: Option<u64>, end: Option<u64>) -
             text.lines().skip(s - 1).take(e - s + 1).collect::<Vec<_>>().join("\n")
         }
     };
-    Ok(ToolOutput::ok(cut(text, MAX_READ_BYTES)))
+    Ok(ToolOutput::ok(cut(text, MAX_READ_BYTES)).with_evidence(read))
+}
+
+/// The whole file's hash, whatever part of it was shown: a conclusion drawn
+/// from lines 3–5 is stale once the file changes anywhere, by rule.
+fn file_evidence(ws: &Workspace, real: &Path, bytes: &[u8]) -> ToolEvidence {
+    ToolEvidence::File { path: ws.shown(real), blake3: noesis_frames::scan::hash_bytes(bytes) }
 }
 
 fn cut(text: String, max: usize) -> String {
@@ -133,7 +140,11 @@ fn write_atomically(real: &Path, content: &str) -> Result<(), String> {
 fn write_file(ws: &Workspace, path: &str, content: &str) -> Result<ToolOutput, String> {
     let real = ws.confine(path).map_err(|e| e.to_string())?;
     write_atomically(&real, content)?;
-    Ok(ToolOutput::ok(format!("wrote {} ({} bytes)", ws.shown(&real), content.len())))
+    Ok(ToolOutput::ok(format!("wrote {} ({} bytes)", ws.shown(&real), content.len())).with_evidence(file_evidence(
+        ws,
+        &real,
+        content.as_bytes(),
+    )))
 }
 
 fn edit_file(ws: &Workspace, path: &str, old: &str, new: &str) -> Result<ToolOutput, String> {
@@ -145,8 +156,13 @@ fn edit_file(ws: &Workspace, path: &str, old: &str, new: &str) -> Result<ToolOut
     match text.matches(old).count() {
         0 => Err(format!("{path}: the text to replace does not occur in the file; read it and copy the text exactly")),
         1 => {
-            write_atomically(&real, &text.replacen(old, new, 1))?;
-            Ok(ToolOutput::ok(format!("edited {}", ws.shown(&real))))
+            let edited = text.replacen(old, new, 1);
+            write_atomically(&real, &edited)?;
+            Ok(ToolOutput::ok(format!("edited {}", ws.shown(&real))).with_evidence(file_evidence(
+                ws,
+                &real,
+                edited.as_bytes(),
+            )))
         }
         n => Err(format!("{path}: the text to replace occurs {n} times; include more context so it occurs once")),
     }
@@ -171,15 +187,26 @@ mod tests {
     #[test]
     fn read_list_write_and_edit() {
         let (dir, w) = ws();
-        assert_eq!(run(&w, "read_file", json!({"path": "a.txt"})), ToolOutput::ok("one\ntwo\nthree\n"));
+        let hash = |text: &str| noesis_frames::scan::hash_bytes(text.as_bytes());
+        let cited = |path: &str, text: &str| ToolEvidence::File { path: path.into(), blake3: hash(text) };
+        let whole = cited("a.txt", "one\ntwo\nthree\n");
+        assert_eq!(
+            run(&w, "read_file", json!({"path": "a.txt"})),
+            ToolOutput::ok("one\ntwo\nthree\n").with_evidence(whole.clone())
+        );
+        // A line range cites the whole file: it is stale once any of it changes.
         assert_eq!(
             run(&w, "read_file", json!({"path": "a.txt", "start_line": 2, "end_line": 3})),
-            ToolOutput::ok("two\nthree")
+            ToolOutput::ok("two\nthree").with_evidence(whole)
         );
         assert_eq!(run(&w, "list_dir", json!({"path": "."})), ToolOutput::ok("a.txt\nsub/"));
-        assert!(!run(&w, "write_file", json!({"path": "sub/new/b.txt", "content": "hi"})).is_error);
+        let wrote = run(&w, "write_file", json!({"path": "sub/new/b.txt", "content": "hi"}));
+        assert!(!wrote.is_error);
+        assert_eq!(wrote.evidence, [cited("sub/new/b.txt", "hi")]);
         assert_eq!(std::fs::read_to_string(dir.path().join("sub/new/b.txt")).unwrap(), "hi");
-        assert!(!run(&w, "edit_file", json!({"path": "a.txt", "old": "two", "new": "2"})).is_error);
+        let edited = run(&w, "edit_file", json!({"path": "a.txt", "old": "two", "new": "2"}));
+        assert!(!edited.is_error);
+        assert_eq!(edited.evidence, [cited("a.txt", "one\n2\nthree\n")]);
         assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "one\n2\nthree\n");
         assert!(run_file_tool(&w, "rm", &json!({})).is_none());
     }
@@ -400,16 +427,23 @@ pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value) -> ToolOutp
         cut(String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned(), MAX_OUTPUT_BYTES)
     };
     let (stdout, stderr) = (text(out), text(err));
+    let ran = |exit_code: Option<i32>| ToolEvidence::Command {
+        command: line.to_owned(),
+        exit_code,
+        output_blake3: noesis_frames::scan::hash_bytes(format!("{stdout}\0{stderr}").as_bytes()),
+    };
     match status {
         Some(s) => {
             let code = s.code().map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
             let body = format!("exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
-            if s.success() { ToolOutput::ok(body) } else { ToolOutput::error(body) }
+            let evidence = ran(s.code());
+            if s.success() { ToolOutput::ok(body) } else { ToolOutput::error(body) }.with_evidence(evidence)
         }
         None => ToolOutput::error(format!(
             "timed out after {} s and was killed\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
             timeout.as_secs()
-        )),
+        ))
+        .with_evidence(ran(None)),
     }
 }
 
@@ -469,8 +503,18 @@ mod search_and_command_tests {
         let allowed = vec!["echo".to_owned(), "sh -c".to_owned(), "false".to_owned()];
         let ok = run_command(&w, &allowed, &json!({"command": "echo 'a b' ; rm -rf x"}));
         assert!(!ok.is_error && ok.content.starts_with("exit code 0\n--- stdout\na b ; rm -rf x"), "{}", ok.content);
+        let printed = noesis_frames::scan::hash_bytes("a b ; rm -rf x\n\0".as_bytes());
+        assert_eq!(
+            ok.evidence,
+            [ToolEvidence::Command {
+                command: "echo 'a b' ; rm -rf x".into(),
+                exit_code: Some(0),
+                output_blake3: printed
+            }]
+        );
         let failed = run_command(&w, &allowed, &json!({"command": "false"}));
         assert!(failed.is_error && failed.content.starts_with("exit code 1"), "{}", failed.content);
+        assert!(matches!(failed.evidence[..], [ToolEvidence::Command { exit_code: Some(1), .. }]));
         let refused = run_command(&w, &allowed, &json!({"command": "rm -rf src"}));
         assert!(refused.is_error && refused.content.contains("not allowed") && refused.content.contains("echo"));
         assert!(d.path().join("src").exists());
@@ -484,6 +528,8 @@ mod search_and_command_tests {
         std::thread::sleep(std::time::Duration::from_secs(3));
         assert!(!d.path().join("grandchild-lived").exists(), "the grandchild outlived the timeout");
         assert!(slow.is_error && slow.content.starts_with("timed out after 1 s"), "{}", slow.content);
+        assert!(matches!(slow.evidence[..], [ToolEvidence::Command { exit_code: None, .. }]));
+        assert!(refused.evidence.is_empty(), "nothing ran");
         let outside = run_command(&w, &allowed, &json!({"command": "echo x", "cwd": "/"}));
         assert!(outside.is_error && outside.content.contains("outside the workspace"));
         let quotes = run_command(&w, &allowed, &json!({"command": "echo 'open"}));

@@ -1,42 +1,80 @@
 //! Driving an [`AgentRun`] for real: the model through a `noesis_llm`
-//! provider, the tools through a [`Toolbox`], the run handed to `checkpoint`
-//! after every change (to be stored before the next step, so a crash loses
-//! nothing). Read-only calls of a batch run concurrently on the blocking
-//! pool; results are reported in call order.
+//! provider, the tools through a [`Toolbox`], the run handed to a
+//! [`Checkpoint`] after every change and before the next step (a failed
+//! checkpoint stops the drive: nothing runs that is not on record).
+//! Read-only calls of a batch run concurrently on the blocking pool;
+//! results are reported in call order.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Instant;
 
-use noesis_llm::Provider;
+use noesis_llm::{ChatResponse, Provider};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use crate::builtin;
 use crate::run::{Action, AgentRun, Invocation, ToolOutput};
 use crate::tool::ToolDecl;
 use crate::workspace::Workspace;
 
-/// The built-in tools over one workspace.
-#[derive(Debug, Clone)]
+/// A tool the host adds to the built-ins: its declaration and what runs
+/// it (blocking; it is called on the blocking pool).
+pub type ToolFn = Arc<dyn Fn(&Value) -> ToolOutput + Send + Sync>;
+
+/// The tools of a run: the built-ins over one workspace, and any the host
+/// adds (a module runner, frame search, a sub-agent).
+#[derive(Clone)]
 pub struct Toolbox {
     workspace: Workspace,
     allowed_commands: Vec<String>,
+    extra: BTreeMap<String, (ToolDecl, ToolFn)>,
+}
+
+impl std::fmt::Debug for Toolbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Toolbox")
+            .field("workspace", &self.workspace)
+            .field("allowed_commands", &self.allowed_commands)
+            .field("extra", &self.extra.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 impl Toolbox {
     /// The tools over `workspace`; `run_command` runs only what
     /// `allowed_commands` allows (leading words).
     pub fn new(workspace: Workspace, allowed_commands: Vec<String>) -> Toolbox {
-        Toolbox { workspace, allowed_commands }
+        Toolbox { workspace, allowed_commands, extra: BTreeMap::new() }
     }
 
-    /// Every tool's declaration.
+    /// Adds (or replaces) a host tool.
+    #[must_use]
+    pub fn with_tool(mut self, decl: ToolDecl, run: ToolFn) -> Toolbox {
+        self.extra.insert(decl.name.clone(), (decl, run));
+        self
+    }
+
+    /// The workspace the tools are confined to.
+    pub fn workspace(&self) -> &Workspace {
+        &self.workspace
+    }
+
+    /// Every tool's declaration: the built-ins, then the host's.
     pub fn decls(&self) -> Vec<ToolDecl> {
         let mut all = builtin::file_tools();
         all.extend(builtin::search_tools());
         all.push(builtin::command_tool());
+        all.retain(|d| !self.extra.contains_key(&d.name));
+        all.extend(self.extra.values().map(|(d, _)| d.clone()));
         all
     }
 
     /// Runs one call (blocking).
     pub fn run(&self, call: &Invocation) -> ToolOutput {
+        if let Some((_, run)) = self.extra.get(&call.tool) {
+            return run(&call.arguments);
+        }
         if call.tool == "run_command" {
             return builtin::run_command(&self.workspace, &self.allowed_commands, &call.arguments);
         }
@@ -46,58 +84,200 @@ impl Toolbox {
     }
 }
 
-/// Drives `run` until it is done or waits for a person (the returned
-/// action says which). `now` is the clock in milliseconds; `price` prices a
-/// reply in dollars; `checkpoint` sees the run after each change.
+/// Where the driver keeps the run after every change. Implemented for any
+/// `FnMut(&AgentRun)` (a checkpoint that cannot fail).
+#[async_trait::async_trait]
+pub trait Checkpoint: Send {
+    /// Stores `run`; an error stops the drive before the next step.
+    async fn save(&mut self, run: &AgentRun) -> Result<(), String>;
+}
+
+#[async_trait::async_trait]
+impl<F: FnMut(&AgentRun) + Send> Checkpoint for F {
+    async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
+        self(run);
+        Ok(())
+    }
+}
+
+/// A step of a drive, as it happens, for a live view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Progress {
+    /// A model request goes out (0-based turn).
+    ModelCall {
+        /// The turn.
+        turn: u32,
+    },
+    /// Its reply came back.
+    ModelReply {
+        /// The turn.
+        turn: u32,
+        /// Tool calls it asked for.
+        tool_calls: usize,
+        /// How long it took.
+        ms: u64,
+    },
+    /// A tool call starts.
+    ToolStart {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Its arguments.
+        arguments: Value,
+    },
+    /// A tool call ended.
+    ToolEnd {
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool: String,
+        /// Whether it failed.
+        is_error: bool,
+        /// How long it took.
+        ms: u64,
+    },
+}
+
+/// The drive could not go on; the run is as last checkpointed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DriveError {
+    /// The run could not be stored.
+    #[error("the run could not be stored: {0}")]
+    Checkpoint(String),
+}
+
+/// What a drive needs besides the run: the model, the tools, a clock in
+/// milliseconds, a price per reply (dollars), a cancellation signal and an
+/// observer for live progress.
+pub struct Driver<'a> {
+    /// The model.
+    pub provider: &'a dyn Provider,
+    /// The tools.
+    pub tools: Arc<Toolbox>,
+    /// Milliseconds (any epoch, monotonic enough for budgets).
+    pub now: &'a (dyn Fn() -> u64 + Send + Sync),
+    /// Dollars for a reply.
+    pub price: &'a (dyn Fn(&ChatResponse) -> f64 + Send + Sync),
+    /// When cancelled, the run stops as cancelled (resumable): a model
+    /// request out is abandoned; a tool batch is let finish first, so its
+    /// results are on record.
+    pub cancel: Option<CancellationToken>,
+    /// Sees each step as it happens.
+    pub observe: Option<&'a (dyn Fn(&Progress) + Send + Sync)>,
+}
+
+impl<'a> Driver<'a> {
+    /// A driver with no cancellation, no observer, a zero clock and free
+    /// replies.
+    pub fn new(provider: &'a dyn Provider, tools: Arc<Toolbox>) -> Driver<'a> {
+        Driver { provider, tools, now: &|| 0, price: &|_| 0.0, cancel: None, observe: None }
+    }
+
+    fn note(&self, p: Progress) {
+        if let Some(observe) = self.observe {
+            observe(&p);
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.as_ref().is_some_and(CancellationToken::is_cancelled)
+    }
+
+    /// Drives `run` until it is done or waits for a person (the returned
+    /// action says which), checkpointing after every change.
+    pub async fn drive(&self, run: &mut AgentRun, checkpoint: &mut dyn Checkpoint) -> Result<Action, DriveError> {
+        loop {
+            if self.cancelled() {
+                run.cancel();
+            }
+            match run.next((self.now)()) {
+                Action::CallModel(request) => {
+                    checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    let turn = run.usage.turns;
+                    self.note(Progress::ModelCall { turn });
+                    let began = Instant::now();
+                    let reply = match &self.cancel {
+                        Some(token) => tokio::select! {
+                            r = self.provider.chat(&request) => Some(r),
+                            () = token.cancelled() => None,
+                        },
+                        None => Some(self.provider.chat(&request).await),
+                    };
+                    let reported = match reply {
+                        None => {
+                            run.cancel();
+                            Ok(())
+                        }
+                        Some(Ok(reply)) => {
+                            self.note(Progress::ModelReply {
+                                turn,
+                                tool_calls: reply.tool_calls.len(),
+                                ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+                            });
+                            run.on_model_reply(&reply, (self.price)(&reply))
+                        }
+                        Some(Err(e)) => run.on_model_error(&e.to_string()),
+                    };
+                    if let Err(e) = reported {
+                        // Only a driver bug gets here; the run says what.
+                        run.stop_for_driver(e.to_string());
+                    }
+                }
+                Action::ExecuteTools(batch) => {
+                    for call in &batch {
+                        let _ = run.started(&call.call_id, (self.now)());
+                    }
+                    // On record as running before anything runs: a crash
+                    // now makes them interrupted, never re-run.
+                    checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    let handles: Vec<_> = batch
+                        .into_iter()
+                        .map(|call| {
+                            self.note(Progress::ToolStart {
+                                call_id: call.call_id.clone(),
+                                tool: call.tool.clone(),
+                                arguments: call.arguments.clone(),
+                            });
+                            let tools = Arc::clone(&self.tools);
+                            let began = Instant::now();
+                            let meta = (call.call_id.clone(), call.tool.clone());
+                            (meta, began, tokio::task::spawn_blocking(move || tools.run(&call)))
+                        })
+                        .collect();
+                    for ((id, tool), began, handle) in handles {
+                        let output =
+                            handle.await.unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")));
+                        self.note(Progress::ToolEnd {
+                            call_id: id.clone(),
+                            tool,
+                            is_error: output.is_error,
+                            ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+                        });
+                        let _ = run.finished(&id, output, (self.now)());
+                        checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    }
+                }
+                other @ (Action::AwaitApproval(_) | Action::Done(_) | Action::Busy(_)) => {
+                    checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    return Ok(other);
+                }
+            }
+        }
+    }
+}
+
+/// Drives `run` with `provider` and `tools` (see [`Driver`]); `now` is the
+/// clock in milliseconds, `price` prices a reply in dollars, `checkpoint`
+/// sees the run after each change.
 pub async fn drive(
     run: &mut AgentRun,
     provider: &dyn Provider,
     tools: &Arc<Toolbox>,
-    now: &dyn Fn() -> u64,
-    price: &dyn Fn(&noesis_llm::ChatResponse) -> f64,
-    checkpoint: &mut dyn FnMut(&AgentRun),
-) -> Action {
-    loop {
-        match run.next(now()) {
-            Action::CallModel(request) => {
-                checkpoint(run);
-                let reported = match provider.chat(&request).await {
-                    Ok(reply) => run.on_model_reply(&reply, price(&reply)),
-                    Err(e) => run.on_model_error(&e.to_string()),
-                };
-                if let Err(e) = reported {
-                    // Only a driver bug gets here; the run says what.
-                    return Action::Done(crate::run::Outcome::Stopped {
-                        reason: crate::run::StopReason::Provider,
-                        detail: e.to_string(),
-                    });
-                }
-            }
-            Action::ExecuteTools(batch) => {
-                for call in &batch {
-                    if run.started(&call.call_id, now()).is_err() {
-                        continue;
-                    }
-                }
-                checkpoint(run);
-                let handles: Vec<_> = batch
-                    .into_iter()
-                    .map(|call| {
-                        let tools = Arc::clone(tools);
-                        let id = call.call_id.clone();
-                        (id, tokio::task::spawn_blocking(move || tools.run(&call)))
-                    })
-                    .collect();
-                for (id, handle) in handles {
-                    let output = handle.await.unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")));
-                    let _ = run.finished(&id, output, now());
-                    checkpoint(run);
-                }
-            }
-            other @ (Action::AwaitApproval(_) | Action::Done(_) | Action::Busy(_)) => {
-                checkpoint(run);
-                return other;
-            }
-        }
-    }
+    now: &(dyn Fn() -> u64 + Send + Sync),
+    price: &(dyn Fn(&ChatResponse) -> f64 + Send + Sync),
+    checkpoint: &mut dyn Checkpoint,
+) -> Result<Action, DriveError> {
+    let driver = Driver { provider, tools: Arc::clone(tools), now, price, cancel: None, observe: None };
+    driver.drive(run, checkpoint).await
 }

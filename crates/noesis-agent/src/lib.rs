@@ -55,6 +55,7 @@ mod config;
 mod driver;
 mod memory;
 mod record;
+mod replay;
 mod run;
 mod tool;
 mod workspace;
@@ -63,12 +64,13 @@ pub use cognitive::{
     CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
 };
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
-pub use driver::{Toolbox, drive};
+pub use driver::{Checkpoint, DriveError, Driver, Progress, ToolFn, Toolbox, drive};
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
 pub use record::{CallRecord, CallStatus};
+pub use replay::{Replayed, outcome_name, replay};
 pub use run::{
-    Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, NO_RESULT, Outcome, Pending, RunUsage,
-    SCHEMA_VERSION, StepError, StopReason, ToolOutput, Verdict,
+    Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, NO_RESULT, Outcome, Pending, RecordedCall,
+    ReplyRecord, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence, ToolOutput, Verdict,
 };
 pub use tool::{Effects, ToolDecl};
 pub use workspace::{ConfineError, Workspace};

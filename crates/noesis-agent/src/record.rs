@@ -93,6 +93,9 @@ pub struct CallRecord {
     pub started_ms: Option<u64>,
     /// See `started_ms`.
     pub finished_ms: Option<u64>,
+    /// What the result rests on, once it ran.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<crate::run::ToolEvidence>,
 }
 
 #[cfg(test)]

@@ -227,17 +227,68 @@ pub struct ToolOutput {
     pub content: String,
     /// Whether the tool failed.
     pub is_error: bool,
+    /// What the result rests on (files read with their hash, a command's
+    /// exit code, a module's envelope), for the call's frame.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<ToolEvidence>,
 }
 
 impl ToolOutput {
     /// A result.
     pub fn ok(content: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: content.into(), is_error: false }
+        ToolOutput { content: content.into(), is_error: false, evidence: Vec::new() }
     }
     /// A failure.
     pub fn error(content: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: content.into(), is_error: true }
+        ToolOutput { content: content.into(), is_error: true, evidence: Vec::new() }
     }
+    /// The same output resting on `evidence` too.
+    pub fn with_evidence(mut self, evidence: ToolEvidence) -> ToolOutput {
+        self.evidence.push(evidence);
+        self
+    }
+}
+
+/// Something a tool's result rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolEvidence {
+    /// A file read or written, by its workspace-relative path, with the
+    /// blake3 of its bytes at that moment.
+    File {
+        /// Relative to the workspace.
+        path: String,
+        /// blake3 hex digest.
+        blake3: String,
+    },
+    /// A command that ran.
+    Command {
+        /// The command line.
+        command: String,
+        /// Its exit code (none when killed).
+        exit_code: Option<i32>,
+        /// blake3 of what it printed (stdout, then stderr).
+        output_blake3: String,
+    },
+    /// A module run's envelope.
+    Envelope {
+        /// The module.
+        module: String,
+        /// Whether the envelope was `ok`.
+        ok: bool,
+        /// blake3 of the canonical envelope.
+        blake3: String,
+    },
+    /// A past frame the tool showed.
+    Frame {
+        /// The frame.
+        frame_id: String,
+    },
+    /// A child run.
+    SubAgent {
+        /// The child run's id.
+        run_id: String,
+    },
 }
 
 /// A report the run cannot accept in its present state; nothing changed.
@@ -333,6 +384,54 @@ pub struct AgentRun {
     budget_stop: Option<String>,
     /// Calls handed out by the last `ExecuteTools`; only these may start.
     dispatched: Vec<String>,
+    /// Every model reply as it came, so a replay can serve them again.
+    #[serde(default)]
+    pub replies: Vec<ReplyRecord>,
+    /// What the driver keeps with the run (its workspace, provider, session);
+    /// the run never reads it.
+    #[serde(default)]
+    pub host: Value,
+}
+
+/// A model reply as received: enough to serve it again in a replay.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyRecord {
+    /// The text.
+    pub text: String,
+    /// The model that answered.
+    pub model: String,
+    /// The calls, with the provider's ids.
+    pub tool_calls: Vec<RecordedCall>,
+    /// Tokens in and out, when reported.
+    pub usage: Option<noesis_llm::Usage>,
+    /// What the driver priced it at.
+    pub cost_usd: f64,
+}
+
+/// A tool call as the model sent it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecordedCall {
+    /// The provider's id.
+    pub id: String,
+    /// The tool.
+    pub name: String,
+    /// The arguments.
+    pub arguments: Value,
+}
+
+impl ReplyRecord {
+    /// The reply as a provider would return it.
+    pub fn to_response(&self) -> ChatResponse {
+        ChatResponse {
+            usage: self.usage,
+            tool_calls: self
+                .tool_calls
+                .iter()
+                .map(|c| ToolCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+                .collect(),
+            ..ChatResponse::text(self.text.clone(), self.model.clone(), noesis_llm::StructuredMode::Text)
+        }
+    }
 }
 
 const PLAN_PROMPT: &str = "First make a plan: reply with a numbered list of at most 7 short steps that accomplish \
@@ -368,6 +467,8 @@ impl AgentRun {
             corrected: false,
             budget_stop: None,
             dispatched: Vec::new(),
+            replies: Vec::new(),
+            host: Value::Null,
         }
     }
 
@@ -665,6 +766,17 @@ When you have the answer, reply with it as plain text and call no tool.",
             self.usage.output_tokens += u.output_tokens;
         }
         self.usage.cost_usd += cost_usd;
+        self.replies.push(ReplyRecord {
+            text: reply.text.clone(),
+            model: reply.model.clone(),
+            tool_calls: reply
+                .tool_calls
+                .iter()
+                .map(|c| RecordedCall { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+                .collect(),
+            usage: reply.usage,
+            cost_usd,
+        });
         self.step += 1;
         match self.phase.clone() {
             Phase::Plan => {
@@ -778,6 +890,7 @@ When you have the answer, reply with it as plain text and call no tool.",
             is_error: false,
             started_ms: None,
             finished_ms: None,
+            evidence: Vec::new(),
         };
         let refuse = |record: &mut CallRecord, status: CallStatus, text: String| {
             record.status = status;
@@ -890,6 +1003,7 @@ When you have the answer, reply with it as plain text and call no tool.",
         if let Some(c) = self.calls.iter_mut().find(|c| c.id == id) {
             c.finished_ms = Some(now_ms);
             c.is_error = output.is_error;
+            c.evidence = output.evidence;
             c.result = Some(if output.is_error {
                 failed_tool = Some(c.tool.clone());
                 format!("error: {}\nFix the problem and try again, or take another approach.", output.content)
@@ -899,6 +1013,26 @@ When you have the answer, reply with it as plain text and call no tool.",
         }
         if let Some(tool) = failed_tool {
             *self.failures.entry(tool).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// Reports call `id` finished exactly as `recorded` finished (status,
+    /// result text, evidence): a replay serving results from a record.
+    pub fn replay_result(&mut self, id: &str, recorded: &CallRecord, now_ms: u64) -> Result<(), StepError> {
+        if !matches!(recorded.status, CallStatus::Completed | CallStatus::Failed | CallStatus::Interrupted) {
+            return Err(StepError::Transition { id: id.into(), from: "running", to: recorded.status.as_str() });
+        }
+        self.transition(id, recorded.status)?;
+        let failed = recorded.is_error && recorded.status == CallStatus::Failed;
+        if let Some(c) = self.calls.iter_mut().find(|c| c.id == id) {
+            c.finished_ms = Some(now_ms);
+            c.is_error = recorded.is_error;
+            c.result.clone_from(&recorded.result);
+            c.evidence.clone_from(&recorded.evidence);
+        }
+        if failed {
+            *self.failures.entry(recorded.tool.clone()).or_default() += 1;
         }
         Ok(())
     }
@@ -996,6 +1130,14 @@ When you have the answer, reply with it as plain text and call no tool.",
         Ok(())
     }
 
+    /// Stops the run because its driver cannot go on (`detail` says why);
+    /// resumable like a provider failure.
+    pub fn stop_for_driver(&mut self, detail: String) {
+        if self.outcome.is_none() {
+            self.stop(StopReason::Provider, detail);
+        }
+    }
+
     /// Stops the run as cancelled (Ctrl-C); [`AgentRun::resume`] continues it.
     pub fn cancel(&mut self) {
         if self.outcome.is_none() {
@@ -1004,11 +1146,24 @@ When you have the answer, reply with it as plain text and call no tool.",
     }
 
     /// Continues a run loaded after a stop, a crash or a kill: a cancelled
-    /// run is reopened; calls that were running become interrupted results
+    /// run, or one the model's failure stopped, is reopened; calls that were running become interrupted results
     /// (or, for idempotent tools, run again); a model request that was out
     /// is simply asked again. Completed results are kept, never re-run.
     pub fn resume(&mut self) {
-        if self.outcome == Some(Outcome::Cancelled) {
+        self.reopen(false);
+    }
+
+    /// Like [`AgentRun::resume`], but every call that was running is handed
+    /// out again: for a replay, where results come from the record and
+    /// nothing really runs.
+    pub fn resume_for_replay(&mut self) {
+        self.reopen(true);
+    }
+
+    fn reopen(&mut self, rerun_all: bool) {
+        let reopen =
+            matches!(self.outcome, Some(Outcome::Cancelled | Outcome::Stopped { reason: StopReason::Provider, .. }));
+        if reopen {
             self.outcome = None;
             self.phase = match self.calls.iter().rev().find(|c| !c.status.is_final()) {
                 Some(c) => Phase::Act { turn: c.turn },
@@ -1021,7 +1176,7 @@ When you have the answer, reply with it as plain text and call no tool.",
         let idempotent: Vec<String> =
             self.config.tools.iter().filter(|t| t.idempotent).map(|t| t.name.clone()).collect();
         for c in self.calls.iter_mut().filter(|c| c.status == CallStatus::Running) {
-            if idempotent.contains(&c.tool) {
+            if rerun_all || idempotent.contains(&c.tool) {
                 c.status = CallStatus::Approved;
                 c.started_ms = None;
             } else {

@@ -42,7 +42,10 @@ async fn read_edit_run_and_answer_over_openai_http() {
     let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
     let mut run = AgentRun::new("r1", "Fix the typo in a.txt and show it.", config, 0);
     let mut stored: Vec<Value> = Vec::new();
-    let end = drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |r| stored.push(r.to_json())).await;
+    let end =
+        drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |r: &AgentRun| stored.push(r.to_json()))
+            .await
+            .unwrap();
     assert_eq!(end, Action::Done(Outcome::Answer { text: "Fixed: it now reads `the cat`.".into() }));
     assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "the cat\n");
     assert!(run.calls.iter().all(|c| c.status == CallStatus::Completed), "{:?}", run.calls);
@@ -71,7 +74,7 @@ async fn a_write_waits_for_approval_and_an_unreachable_model_stops_the_run() {
     let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
     let config = RunConfig { tools: tools.decls(), ..RunConfig::default() };
     let mut run = AgentRun::new("r2", "Write b.txt.", config, 0);
-    let end = drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |_| {}).await;
+    let end = drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
     assert!(matches!(end, Action::AwaitApproval(ref p) if p[0].call_id == "w"), "{end:?}");
     assert!(!dir.path().join("b.txt").exists(), "nothing is written before approval");
     drop(server);
@@ -85,7 +88,7 @@ async fn a_write_waits_for_approval_and_an_unreachable_model_stops_the_run() {
     }])
     .unwrap();
     let dead = FakeServer::start(vec![Reply::Reset]).unwrap();
-    let end = drive(&mut run, &provider(&dead), &tools, &|| 0, &|_| 0.0, &mut |_| {}).await;
+    let end = drive(&mut run, &provider(&dead), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
     assert_eq!(std::fs::read_to_string(dir.path().join("b.txt")).unwrap(), "x", "the approved write ran");
     assert!(
         matches!(end, Action::Done(Outcome::Stopped { reason: noesis_agent::StopReason::Provider, .. })),
@@ -110,7 +113,7 @@ fn ok(v: Value) -> Reply {
 async fn two_reads_then_answer(provider: &dyn noesis_llm::Provider, server: &FakeServer, tools: &Arc<Toolbox>) {
     let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
     let mut run = AgentRun::new("r", "What do a.txt and b.txt say?", config, 0);
-    let end = drive(&mut run, provider, tools, &|| 0, &|_| 0.0, &mut |_| {}).await;
+    let end = drive(&mut run, provider, tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
     assert_eq!(end, Action::Done(Outcome::Answer { text: "Both say hi.".into() }), "{:?}", run.calls);
     assert_eq!(run.calls.len(), 2);
     assert!(run.calls.iter().all(|c| c.status == CallStatus::Completed));

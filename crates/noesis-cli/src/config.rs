@@ -47,6 +47,22 @@ pub(crate) struct Config {
     /// What `serve` and `mcp` let requests choose.
     #[serde(default)]
     pub serve: ServeEntry,
+    /// Defaults of `noesis agent`.
+    #[serde(default)]
+    pub agent: AgentEntry,
+}
+
+/// `[agent]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AgentEntry {
+    /// Commands `run_command` may run, by leading words (`cargo test`).
+    #[serde(default)]
+    pub allow_commands: Vec<String>,
+    /// `ask`, `auto` or `never` when `--approve` is not given.
+    pub approve: Option<String>,
+    /// Model turns per run when `--max-iterations` is not given.
+    pub max_iterations: Option<u32>,
 }
 
 /// `[serve]`.
@@ -161,6 +177,11 @@ impl Config {
         if !over.serve.allow_models.is_empty() {
             self.serve.allow_models = over.serve.allow_models;
         }
+        if !over.agent.allow_commands.is_empty() {
+            self.agent.allow_commands = over.agent.allow_commands;
+        }
+        self.agent.approve = over.agent.approve.or(self.agent.approve);
+        self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
         self
     }
 
@@ -183,6 +204,11 @@ impl Config {
                     "policies.allow[{i}]: `{p}` is not a policy name (network, filesystem_write, side_effects, code_execution, …)"
                 )));
             }
+        }
+        if let Some(a) = &self.agent.approve
+            && !matches!(a.as_str(), "ask" | "auto" | "never")
+        {
+            return Err(bad(format!("agent.approve: `{a}` is not ask, auto or never")));
         }
         for (i, r) in self.routes.iter().enumerate() {
             if let Some(t) = &r.tier

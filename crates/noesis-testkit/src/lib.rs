@@ -50,6 +50,60 @@ pub enum Reply {
     Truncated(String),
     /// 200 with a complete body sent one byte every `interval`.
     Drip(String, Duration),
+    /// The reply computed from the request's JSON body, so the answer can
+    /// follow the conversation (a client restarted mid-run gets the reply
+    /// its history calls for, not the next one in a list).
+    Respond(Responder),
+}
+
+/// A function from a request body to a reply (see [`Reply::Respond`]).
+#[derive(Clone)]
+pub struct Responder(pub Arc<dyn Fn(&Value) -> Reply + Send + Sync>);
+
+impl std::fmt::Debug for Responder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Responder(..)")
+    }
+}
+
+impl Reply {
+    /// [`Reply::Respond`] from a closure.
+    pub fn respond(f: impl Fn(&Value) -> Reply + Send + Sync + 'static) -> Reply {
+        Reply::Respond(Responder(Arc::new(f)))
+    }
+}
+
+/// An OpenAI chat completion whose message asks for one tool call.
+pub fn tool_call_completion(id: &str, name: &str, arguments: &Value) -> Value {
+    let mut body = chat_completion("", "tool_calls");
+    body["choices"][0]["message"] = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": id, "type": "function", "function": {"name": name, "arguments": arguments.to_string()}}
+    ]});
+    body
+}
+
+/// A reply for an agent loop in the OpenAI format: while the conversation
+/// holds fewer than `rounds` tool results, one call of `tool` with
+/// `arguments(k)` (k counts from 0); then `answer`. It depends only on the
+/// request, so a run that is stopped and resumed gets the same script.
+pub fn tool_loop(
+    tool: &'static str,
+    rounds: usize,
+    arguments: impl Fn(usize) -> Value + Send + Sync + 'static,
+    answer: &'static str,
+) -> Reply {
+    Reply::respond(move |request| {
+        let done = request["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
+            .unwrap_or_default();
+        if done < rounds {
+            let body = tool_call_completion(&format!("call_{done}"), tool, &arguments(done));
+            Reply::Status(200, body.to_string(), vec![])
+        } else {
+            Reply::Chat(answer.to_owned())
+        }
+    })
 }
 
 /// A request the server received.
@@ -184,6 +238,7 @@ fn serve(stream: TcpStream, st: &State) {
         let Some(req) = read_request(&mut reader) else { return };
         let keep_alive = !req.headers.iter().any(|(k, v)| k == "connection" && v.eq_ignore_ascii_case("close"));
         let is_chat = req.method == "POST";
+        let body = if is_chat { req.json() } else { Value::Null };
         let listing = req.method == "GET"
             && (req.path.ends_with("/models") || req.path.ends_with("/api/tags") || req.path.contains("/models?"));
         if let Ok(mut r) = st.received.lock() {
@@ -207,6 +262,10 @@ fn serve(stream: TcpStream, st: &State) {
         } else {
             Reply::Status(404, json!({"error": {"message": "not found"}}).to_string(), vec![])
         };
+        let reply = match reply {
+            Reply::Respond(f) => (f.0)(&body),
+            other => other,
+        };
         let answered = answer(&mut out, reply);
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
         if !answered || !keep_alive {
@@ -226,6 +285,8 @@ fn answer(out: &mut TcpStream, reply: Reply) -> bool {
             answer(out, *inner)
         }
         Reply::Close => false,
+        // Resolved before answering; one that returns itself says nothing.
+        Reply::Respond(_) => write(out, 500, "a responder returned a responder", &[]),
         Reply::Reset => {
             // Linger 0 makes close() send RST instead of FIN.
             let _ = socket2::SockRef::from(&*out).set_linger(Some(Duration::ZERO));

@@ -1,3 +1,4 @@
+pub(crate) mod agent;
 pub(crate) mod compose;
 pub(crate) mod conformance;
 pub(crate) mod doctor;

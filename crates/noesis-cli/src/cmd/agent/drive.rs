@@ -1,0 +1,462 @@
+//! Starting, resuming and forking runs, and driving them: the model through
+//! the chosen provider, the tools over the workspace, every change stored
+//! before the next step, live steps on stderr, approvals asked in a
+//! terminal (or the run paused for `approve`/`deny`).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use noesis_agent::{
+    Action, AgentRun, ApprovalPolicy, Checkpoint, Decision, Driver, Limits, MemoryBuffer, MemoryKind, Outcome, Pending,
+    Progress, RunConfig, Strategy, Toolbox, Verdict, Workspace,
+};
+use noesis_llm::{ChatResponse, PriceTable, Provider};
+use noesis_modules::search::SearchPath;
+use noesis_runtime::CancellationToken;
+use noesis_store::{AgentState, Store};
+use serde_json::{Value, json};
+
+use super::{DriveArgs, StartArgs, exit_code, status};
+use crate::config::Config;
+use crate::out;
+use crate::provider::{ProviderArgs, prices, select};
+
+/// Milliseconds since the Unix epoch: runs are continued by other
+/// processes, so their clock must be the machine's, not a process's.
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+/// Stores each state of the run before the next step.
+pub(super) struct Keep<'a> {
+    pub(super) store: &'a dyn Store,
+    pub(super) project_id: String,
+}
+
+/// The stored form of `run` now.
+pub(super) fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
+    AgentState {
+        run_id: run.id.clone(),
+        project_id: project_id.to_owned(),
+        task: run.host.get("task").and_then(Value::as_str).unwrap_or(&run.task).to_owned(),
+        status: status(run).to_owned(),
+        step: i64::try_from(run.step).unwrap_or(i64::MAX),
+        forked_from: run.forked_from.as_ref().map(|(id, _)| id.clone()),
+        state: run.to_json(),
+        at: i64::try_from(now_ms()).unwrap_or(i64::MAX),
+    }
+}
+
+#[async_trait::async_trait]
+impl Checkpoint for Keep<'_> {
+    async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
+        self.store.save_agent_state(&state_of(run, &self.project_id)).await.map_err(|e| e.to_string())
+    }
+}
+
+/// Everything a drive needs besides the run.
+struct Ctx {
+    store: Box<dyn Store>,
+    project_id: String,
+    provider: Arc<dyn Provider>,
+    tools: Arc<Toolbox>,
+    prices: Arc<PriceTable>,
+    json: bool,
+    quiet: bool,
+}
+
+fn load_config() -> anyhow::Result<Config> {
+    Ok(crate::config::load(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()), &std::env::current_dir()?)?.config)
+}
+
+fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
+    match flag.or(config.agent.approve.as_deref()) {
+        Some("auto") => ApprovalPolicy::Auto,
+        Some("never") => ApprovalPolicy::Never,
+        _ => ApprovalPolicy::Ask,
+    }
+}
+
+/// The tools over `workspace`, with the host's own.
+fn toolbox(_search: &SearchPath, workspace: &Workspace, allow_commands: Vec<String>) -> Toolbox {
+    Toolbox::new(workspace.clone(), allow_commands)
+}
+
+pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
+    let task = a.task.clone().unwrap_or_default();
+    if task.trim().is_empty() {
+        bail!("the task is empty; say what the agent should do: noesis agent \"TASK\"");
+    }
+    let config = load_config()?;
+    let root = match &a.workspace {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().context("no current directory")?,
+    };
+    let workspace =
+        Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
+    let mut allow_commands = config.agent.allow_commands.clone();
+    allow_commands.extend(a.allow_commands.iter().cloned());
+    let tools = toolbox(search, &workspace, allow_commands.clone());
+    let all = tools.decls();
+    for name in a.tools.iter().chain(&a.no_tools) {
+        if !all.iter().any(|d| &d.name == name) {
+            let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+            bail!("--tool/--no-tool {name}: no such tool (the tools are {})", known.join(", "));
+        }
+    }
+    let offered = all
+        .into_iter()
+        .filter(|d| a.tools.is_empty() || a.tools.contains(&d.name))
+        .filter(|d| !a.no_tools.contains(&d.name))
+        .collect();
+    let strategy = match a.strategy.as_str() {
+        "single-shot" => Strategy::SingleShot,
+        "chain-of-thought" => Strategy::ChainOfThought,
+        _ => Strategy::React,
+    };
+    // Checks --max-cost; the run keeps the figures in its limits.
+    crate::provider::budget(&a.drive.provider, &config)?;
+    let limits = Limits {
+        max_turns: a.max_iterations.or(config.agent.max_iterations).unwrap_or(Limits::default().max_turns),
+        max_tool_calls: a.max_tool_calls,
+        max_tokens: a.drive.provider.max_total_tokens.or(config.budget.max_tokens),
+        max_cost_usd: a.drive.provider.max_cost.or(config.budget.max_cost_usd),
+        max_wall_ms: a.max_seconds.map(|s| s.saturating_mul(1000)),
+        ..Limits::default()
+    };
+    let run_config = RunConfig {
+        strategy,
+        system_prompt: a.system.clone(),
+        tools: if strategy == Strategy::SingleShot { Vec::new() } else { offered },
+        approval: approval(a.drive.approve.as_deref(), &config),
+        limits,
+        reflect: a.reflect,
+        ..RunConfig::default()
+    };
+    let provider = select(&a.drive.provider, &config, None)?;
+    let rt = crate::memory::runtime()?;
+    let (project, store) = rt.block_on(crate::memory::context())?;
+    let remembered = match &a.session {
+        Some(name) => rt.block_on(session_memory(store.as_ref(), &project.project_id, name))?,
+        None => String::new(),
+    };
+    let full_task =
+        if remembered.is_empty() { task.clone() } else { format!("{task}\n\nWhat you remember:\n{remembered}") };
+    let id = a.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+    if rt.block_on(store.agent_state(&id, None))?.is_some() {
+        bail!("--run-id {id}: a run with this id exists; resume it with `noesis agent resume {id}`");
+    }
+    let mut run = AgentRun::new(id, full_task, run_config, now_ms());
+    run.host = json!({
+        "task": task,
+        "workspace": workspace.root().to_string_lossy(),
+        "allow_commands": allow_commands,
+        "provider": provider.name(),
+        "model": provider.model(),
+        "session": a.session,
+        "project_id": project.project_id,
+    });
+    let ctx = Ctx {
+        store,
+        project_id: project.project_id,
+        provider,
+        tools: Arc::new(tools),
+        prices: prices(&config),
+        json: a.drive.json,
+        quiet: a.drive.quiet,
+    };
+    if !ctx.quiet {
+        out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
+    }
+    drive_to_end(&rt, &ctx, run, a.drive.approve.as_deref().map_or(run_policy_default(&config), |s| s == "ask"))
+}
+
+fn run_policy_default(config: &Config) -> bool {
+    approval(None, config) == ApprovalPolicy::Ask
+}
+
+/// What earlier runs of session `name` asked and answered, oldest first.
+async fn session_memory(store: &dyn Store, project_id: &str, name: &str) -> anyhow::Result<String> {
+    let mut memory = MemoryBuffer::new(20);
+    let runs = store.agent_runs(project_id, 200).await?;
+    for summary in runs.iter().rev() {
+        let Some(state) = store.agent_state(&summary.run_id, None).await? else { continue };
+        if state.state["host"]["session"].as_str() != Some(name) {
+            continue;
+        }
+        memory.push(MemoryKind::User, summary.task.clone());
+        if let Some(text) = state.state["outcome"]["text"].as_str() {
+            memory.push(MemoryKind::Response, text);
+        }
+    }
+    Ok(memory.to_context_string())
+}
+
+/// Sets the provider of a continued run: the flags' when they name one,
+/// else the one the run was started with.
+fn provider_for(run: &AgentRun, flags: &ProviderArgs, config: &Config) -> anyhow::Result<Arc<dyn Provider>> {
+    let mut flags = flags.clone();
+    if flags.provider.is_none() && crate::provider::env("LLM_PROVIDER").is_none() {
+        flags.provider = run.host["provider"].as_str().map(str::to_owned);
+        if flags.model.is_none() && crate::provider::env("LLM_MODEL").is_none() {
+            flags.model = run.host["model"].as_str().map(str::to_owned);
+        }
+    }
+    select(&flags, config, None)
+}
+
+fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<Ctx> {
+    let config = load_config()?;
+    let root = run.host["workspace"].as_str().map(PathBuf::from).context("the run does not name its workspace")?;
+    let workspace = Workspace::new(&root).with_context(|| format!("the run's workspace {}", root.display()))?;
+    let allow: Vec<String> = run.host["allow_commands"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let provider = provider_for(run, &d.provider, &config)?;
+    let (project, store) = rt.block_on(crate::memory::context())?;
+    let project_id = run.host["project_id"].as_str().map_or(project.project_id, str::to_owned);
+    Ok(Ctx {
+        store,
+        project_id,
+        provider,
+        tools: Arc::new(toolbox(search, &workspace, allow)),
+        prices: prices(&config),
+        json: d.json,
+        quiet: d.quiet,
+    })
+}
+
+pub(super) fn resume(search: &SearchPath, id: &str, d: DriveArgs) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (mut run, _) = super::manage::load_run(&rt, id, None)?;
+    if matches!(run.outcome, Some(Outcome::Answer { .. } | Outcome::Aborted { .. })) {
+        bail!("run {} is {}; there is nothing to resume (fork it to go on from a step)", run.id, status(&run));
+    }
+    let ctx = continued(search, &run, &d, &rt)?;
+    run.resume();
+    if let Some(p) = &d.approve {
+        run.config.approval = approval(Some(p), &Config::default());
+    }
+    let ask = run.config.approval == ApprovalPolicy::Ask;
+    drive_to_end(&rt, &ctx, run, ask)
+}
+
+pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: DriveArgs) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (mut run, stored) = super::manage::load_run(&rt, id, Some(at))?;
+    let original = run.id.clone();
+    run.id = uuid::Uuid::now_v7().to_string();
+    run.forked_from = Some((original.clone(), u64::try_from(stored.step).unwrap_or_default()));
+    run.resume();
+    let ctx = continued(search, &run, &d, &rt)?;
+    if let Some(p) = &d.approve {
+        run.config.approval = approval(Some(p), &Config::default());
+    }
+    if !ctx.quiet {
+        out::note(&format!("run {} forked from {original} at step {}", run.id, stored.step));
+    }
+    if no_run {
+        rt.block_on(ctx.store.save_agent_state(&state_of(&run, &ctx.project_id)))?;
+        if ctx.json {
+            out::json(&outcome_json(&run), false)?;
+        } else {
+            out::data(&run.id)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let ask = run.config.approval == ApprovalPolicy::Ask;
+    drive_to_end(&rt, &ctx, run, ask)
+}
+
+fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask: bool) -> anyhow::Result<ExitCode> {
+    let interactive = ask && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    let cancel = CancellationToken::new();
+    let prices = Arc::clone(&ctx.prices);
+    let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
+    let quiet = ctx.quiet;
+    let observe = move |p: &Progress| {
+        if !quiet {
+            out::note(&progress_line(p));
+        }
+    };
+    rt.block_on(async {
+        let token = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                out::note("cancelling: the run stops after the current step (Ctrl-C again quits at once)");
+                token.cancel();
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(i32::from(super::EXIT_CANCELLED));
+                }
+            }
+        });
+        let driver = Driver {
+            provider: ctx.provider.as_ref(),
+            tools: Arc::clone(&ctx.tools),
+            now: &now_ms,
+            price: &price,
+            cancel: Some(cancel.clone()),
+            observe: Some(&observe),
+        };
+        let mut keep = Keep { store: ctx.store.as_ref(), project_id: ctx.project_id.clone() };
+        loop {
+            let action = driver.drive(&mut run, &mut keep).await?;
+            let Action::AwaitApproval(pending) = action else { break };
+            if !interactive {
+                break;
+            }
+            // Blocking on stdin here stalls nothing: the drive is paused.
+            let decisions = ask_in_terminal(&pending)?;
+            run.decide(&decisions)?;
+        }
+        anyhow::Ok(())
+    })?;
+    report(&run, ctx.json)?;
+    Ok(exit_code(&run))
+}
+
+/// Asks about each pending call on stderr, reading answers from stdin.
+fn ask_in_terminal(pending: &[Pending]) -> anyhow::Result<Vec<Decision>> {
+    let mut decisions = Vec::new();
+    let mut line = String::new();
+    for p in pending {
+        let verdict = loop {
+            out::note(&format!("approve {} {}? [y]es / [n]o / [e]dit / [a]bort", p.tool, short_args(&p.arguments)));
+            line.clear();
+            if std::io::stdin().read_line(&mut line)? == 0 {
+                bail!("stdin closed while asking for approval; the run is paused (`noesis agent resume`)");
+            }
+            match line.trim() {
+                "y" | "yes" => break Verdict::Approve,
+                "a" | "abort" => break Verdict::Abort { message: None },
+                "n" | "no" => {
+                    out::note("why (for the model; empty for no reason)?");
+                    line.clear();
+                    std::io::stdin().read_line(&mut line)?;
+                    let m = line.trim();
+                    break Verdict::Deny { message: (!m.is_empty()).then(|| m.to_owned()) };
+                }
+                "e" | "edit" => {
+                    out::note(&format!("arguments as JSON (now {}):", p.arguments));
+                    line.clear();
+                    std::io::stdin().read_line(&mut line)?;
+                    match serde_json::from_str::<Value>(line.trim()) {
+                        Ok(arguments) => break Verdict::ApproveEdited { arguments },
+                        Err(e) => out::note(&format!("not JSON: {e}")),
+                    }
+                }
+                _ => {}
+            }
+        };
+        decisions.push(Decision {
+            call_id: p.call_id.clone(),
+            tool: p.tool.clone(),
+            arguments_hash: p.arguments_hash.clone(),
+            verdict,
+        });
+    }
+    Ok(decisions)
+}
+
+/// One line of the live view.
+fn progress_line(p: &Progress) -> String {
+    match p {
+        Progress::ModelCall { turn } => format!("  think   turn {}", turn + 1),
+        Progress::ModelReply { turn, tool_calls, ms } => {
+            format!("  think   turn {} done in {ms} ms: {tool_calls} tool call(s)", turn + 1)
+        }
+        Progress::ToolStart { tool, arguments, .. } => format!("  act     {tool} {}", short_args(arguments)),
+        Progress::ToolEnd { tool, is_error, ms, .. } => {
+            format!("  act     {tool} {} in {ms} ms", if *is_error { "failed" } else { "done" })
+        }
+    }
+}
+
+/// Arguments in one short line: `key=value` with long values cut.
+pub(super) fn short_args(args: &Value) -> String {
+    let Some(map) = args.as_object() else { return clip(&args.to_string(), 60) };
+    map.iter()
+        .map(|(k, v)| {
+            let v = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            format!("{k}={}", clip(&v.replace('\n', "⏎"), 40))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn clip(s: &str, n: usize) -> String {
+    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+}
+
+/// The run's outcome, calls and usage as JSON.
+pub(super) fn outcome_json(run: &AgentRun) -> Value {
+    let pending: Vec<Value> = run
+        .calls
+        .iter()
+        .filter(|c| c.status == noesis_agent::CallStatus::AwaitingApproval)
+        .map(|c| json!({"call_id": c.id, "tool": c.tool, "arguments": c.arguments, "arguments_hash": c.arguments_hash}))
+        .collect();
+    json!({
+        "run_id": run.id,
+        "status": status(run),
+        "step": run.step,
+        "task": run.host.get("task").cloned().unwrap_or_else(|| json!(run.task)),
+        "forked_from": run.forked_from.as_ref().map(|(id, step)| json!({"run_id": id, "step": step})),
+        "outcome": run.outcome,
+        "answer": match &run.outcome { Some(Outcome::Answer { text }) => json!(text), _ => Value::Null },
+        "usage": run.usage,
+        "calls": run.calls,
+        "pending": pending,
+    })
+}
+
+/// Prints where the run ended: the answer (or the JSON) on stdout, what to
+/// do next on stderr.
+pub(super) fn report(run: &AgentRun, json: bool) -> anyhow::Result<()> {
+    if json {
+        out::json(&outcome_json(run), false)?;
+    }
+    match &run.outcome {
+        Some(Outcome::Answer { text }) => {
+            if !json {
+                out::data(text)?;
+            }
+        }
+        Some(Outcome::Stopped { reason, detail }) => {
+            let reason = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
+            out::note(&format!("run {} stopped ({}): {detail}", run.id, reason.unwrap_or_default()));
+        }
+        Some(Outcome::Cancelled) => {
+            out::note(&format!("run {} cancelled; continue it with `noesis agent resume {}`", run.id, run.id));
+        }
+        Some(Outcome::Aborted { message }) => {
+            out::note(&format!(
+                "run {} aborted{}",
+                run.id,
+                message.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
+            ));
+        }
+        None if run.awaiting_approval() => {
+            out::note(&format!("run {} waits for approval:", run.id));
+            for c in run.calls.iter().filter(|c| c.status == noesis_agent::CallStatus::AwaitingApproval) {
+                out::note(&format!("  {}  {} {}  (hash {})", c.id, c.tool, short_args(&c.arguments), c.arguments_hash));
+            }
+            out::note(&format!(
+                "decide with `noesis agent approve {0} [CALL]` or `noesis agent deny {0} [CALL] -m WHY`, then `noesis agent resume {0}`",
+                run.id
+            ));
+        }
+        None => out::note(&format!("run {} is paused; `noesis agent resume {}` continues it", run.id, run.id)),
+    }
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! The runs kept in the store: list, show, replay, and the decisions on a
+//! paused run's calls.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use noesis_agent::{AgentRun, CallStatus, Decision, Entry, Verdict};
+use noesis_store::AgentState;
+use serde_json::{Value, json};
+
+use super::drive::{Keep, outcome_json, short_args};
+use super::status;
+use crate::out;
+
+/// The run `id` (or the project's one run whose id starts with it), as it
+/// stands or as it stood at `step`.
+pub(super) fn load_run(
+    rt: &tokio::runtime::Runtime,
+    id: &str,
+    step: Option<i64>,
+) -> anyhow::Result<(AgentRun, AgentState)> {
+    let stored = rt.block_on(async {
+        let (project, store) = crate::memory::context().await?;
+        if let Some(s) = store.agent_state(id, step).await? {
+            return anyhow::Ok(s);
+        }
+        let runs = store.agent_runs(&project.project_id, u32::MAX).await?;
+        let matching: Vec<_> = runs.iter().filter(|r| r.run_id.starts_with(id)).collect();
+        match matching.as_slice() {
+            [one] => store
+                .agent_state(&one.run_id, step)
+                .await?
+                .with_context(|| format!("run {} has no state at or before step {}", one.run_id, step.unwrap_or(0))),
+            [] => bail!("no agent run `{id}` in this project (`noesis agent list` shows them)"),
+            many => bail!(
+                "`{id}` names {} runs ({}); give more of the id",
+                many.len(),
+                many.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    })?;
+    let run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {}", stored.run_id))?;
+    Ok((run, stored))
+}
+
+fn when(ms: i64) -> String {
+    noesis_frames::Timestamp::from_millis(ms).to_string()
+}
+
+pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let runs = rt.block_on(async {
+        let (project, store) = crate::memory::context().await?;
+        anyhow::Ok(store.agent_runs(&project.project_id, limit).await?)
+    })?;
+    if json {
+        let rows: Vec<Value> = runs
+            .iter()
+            .map(|r| {
+                json!({"run_id": r.run_id, "task": r.task, "status": r.status, "step": r.latest_step,
+                       "forked_from": r.forked_from, "updated_at": when(r.updated_at)})
+            })
+            .collect();
+        out::json(&Value::Array(rows), false)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if runs.is_empty() {
+        out::note("no agent runs in this project yet (`noesis agent \"TASK\"` starts one)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut text = String::new();
+    for r in &runs {
+        let task: String = r.task.replace('\n', " ").chars().take(60).collect();
+        text.push_str(&format!(
+            "{}  {:<17}  step {:<4}  {}  {task}\n",
+            r.run_id,
+            r.status,
+            r.latest_step,
+            when(r.updated_at)
+        ));
+    }
+    out::data(&text)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn show(id: &str, at: Option<i64>, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (run, stored) = load_run(&rt, id, at)?;
+    if json {
+        out::json(&stored.state, false)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut t = String::new();
+    t.push_str(&format!("run      {}\n", run.id));
+    t.push_str(&format!("task     {}\n", stored.task));
+    t.push_str(&format!("status   {} (step {})\n", status(&run), stored.step));
+    if let Some((from, step)) = &run.forked_from {
+        t.push_str(&format!("forked   from {from} at step {step}\n"));
+    }
+    if let Some(p) = run.host["provider"].as_str() {
+        t.push_str(&format!("model    {p}/{}\n", run.host["model"].as_str().unwrap_or_default()));
+    }
+    let u = run.usage;
+    t.push_str(&format!(
+        "usage    {} turns, {} tool calls, {} tokens in, {} out, ${:.4}\n",
+        u.turns, u.tool_calls, u.input_tokens, u.output_tokens, u.cost_usd
+    ));
+    t.push('\n');
+    for e in &run.entries {
+        match e {
+            Entry::Assistant { content, calls } => {
+                if !content.is_empty() {
+                    t.push_str(&format!("model: {}\n", content.trim()));
+                }
+                for id in calls {
+                    if let Some(c) = run.call(id) {
+                        t.push_str(&format!(
+                            "  call {} {} {} → {}\n",
+                            c.id,
+                            c.tool,
+                            short_args(&c.arguments),
+                            c.status.as_str()
+                        ));
+                        if c.status == CallStatus::AwaitingApproval {
+                            t.push_str(&format!("    arguments hash {}\n", c.arguments_hash));
+                        }
+                    }
+                }
+            }
+            Entry::ToolResult { call_id } => {
+                if let Some(r) = run.call(call_id).and_then(|c| c.result.as_deref()) {
+                    let first: String = r.lines().next().unwrap_or_default().chars().take(100).collect();
+                    t.push_str(&format!("  result {call_id}: {first}\n"));
+                }
+            }
+            Entry::Note { content } => t.push_str(&format!("note: {}\n", content.trim())),
+        }
+    }
+    if let Some(o) = &run.outcome {
+        t.push_str(&format!("\noutcome  {}\n", serde_json::to_string(o).unwrap_or_default()));
+    }
+    out::data(&t)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn replay(id: &str, from: i64, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (record, _) = load_run(&rt, id, None)?;
+    let start = if from <= 0 {
+        // The run as it began: its first stored state.
+        load_run(&rt, &record.id, Some(0)).map(|(r, _)| r).or_else(|_| first_state(&record))?
+    } else {
+        load_run(&rt, &record.id, Some(from))?.0
+    };
+    let replayed = noesis_agent::replay(start, &record);
+    if json {
+        out::json(
+            &json!({"run_id": record.id, "from_step": from, "steps": replayed.steps, "diverged": replayed.diverged,
+                    "matches": replayed.matches, "outcome": replayed.run.outcome}),
+            false,
+        )?;
+    } else {
+        let mut t = String::new();
+        for s in &replayed.steps {
+            t.push_str(s);
+            t.push('\n');
+        }
+        out::data(&t)?;
+        match (&replayed.diverged, replayed.matches) {
+            (Some(d), _) => out::note(&format!("the replay left the record: {d}")),
+            (None, true) => out::note("the replay matches the record"),
+            (None, false) => out::note("the replay ended differently from the record"),
+        }
+    }
+    Ok(if replayed.matches { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// The run rebuilt as it began, for a record whose first state is gone.
+fn first_state(record: &AgentRun) -> anyhow::Result<AgentRun> {
+    let mut run = AgentRun::new(record.id.clone(), record.task.clone(), record.config.clone(), record.started_ms);
+    run.host = record.host.clone();
+    Ok(run)
+}
+
+/// Applies decisions made from the command line and stores the run.
+fn decide(
+    id: &str,
+    call: Option<String>,
+    hash: Option<String>,
+    json: bool,
+    verdict: &dyn Fn(&noesis_agent::CallRecord) -> anyhow::Result<Verdict>,
+) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (mut run, stored) = load_run(&rt, id, None)?;
+    let pending: Vec<&noesis_agent::CallRecord> =
+        run.calls.iter().filter(|c| c.status == CallStatus::AwaitingApproval).collect();
+    if pending.is_empty() {
+        bail!("run {} has no call waiting for a decision (it is {})", run.id, status(&run));
+    }
+    let chosen: Vec<&noesis_agent::CallRecord> = match &call {
+        Some(c) => {
+            let Some(found) = pending.iter().find(|p| &p.id == c) else {
+                let ids: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
+                bail!("call `{c}` of run {} is not waiting for a decision (waiting: {})", run.id, ids.join(", "));
+            };
+            vec![*found]
+        }
+        None => pending,
+    };
+    let mut decisions = Vec::new();
+    for c in chosen {
+        decisions.push(Decision {
+            call_id: c.id.clone(),
+            tool: c.tool.clone(),
+            // The hash the person saw, when they give it; the decision is
+            // refused if the call's arguments are not those.
+            arguments_hash: hash.clone().unwrap_or_else(|| c.arguments_hash.clone()),
+            verdict: verdict(c)?,
+        });
+    }
+    run.decide(&decisions).with_context(|| format!("run {}", run.id))?;
+    rt.block_on(async {
+        let store = crate::memory::open().await?;
+        let mut keep = Keep { store: store.as_ref(), project_id: stored.project_id.clone() };
+        noesis_agent::Checkpoint::save(&mut keep, &run).await.map_err(|e| anyhow::anyhow!(e))
+    })?;
+    if json {
+        out::json(&outcome_json(&run), false)?;
+    } else {
+        for d in &decisions {
+            let what = match &d.verdict {
+                Verdict::Approve => "approved",
+                Verdict::ApproveEdited { .. } => "approved with edited arguments",
+                Verdict::Deny { .. } => "denied",
+                Verdict::Abort { .. } => "aborted the run at",
+            };
+            out::note(&format!("{what} {} ({})", d.call_id, d.tool));
+        }
+        if run.outcome.is_none() {
+            out::note(&format!("continue with `noesis agent resume {}`", run.id));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(super) fn approve(
+    id: &str,
+    call: Option<String>,
+    args: Option<String>,
+    hash: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let edited = match &args {
+        Some(text) => Some(serde_json::from_str::<Value>(text).context("--args: not JSON")?),
+        None => None,
+    };
+    decide(id, call, hash, json, &|_| {
+        Ok(match &edited {
+            Some(arguments) => Verdict::ApproveEdited { arguments: arguments.clone() },
+            None => Verdict::Approve,
+        })
+    })
+}
+
+pub(super) fn deny(
+    id: &str,
+    call: Option<String>,
+    message: Option<String>,
+    abort: bool,
+    hash: Option<String>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    decide(id, call, hash, json, &|_| {
+        Ok(if abort { Verdict::Abort { message: message.clone() } } else { Verdict::Deny { message: message.clone() } })
+    })
+}

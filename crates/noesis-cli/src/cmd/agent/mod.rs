@@ -1,0 +1,224 @@
+//! `noesis agent`: runs a task with tools, and manages the runs kept in the
+//! store (list, show, resume, replay, fork, approve, deny). The loop itself
+//! is `noesis_agent`'s; this is a driver: provider, tools, store, terminal.
+
+mod drive;
+mod manage;
+
+use std::process::ExitCode;
+
+use noesis_agent::{AgentRun, Outcome};
+use noesis_modules::search::SearchPath;
+
+use crate::provider::ProviderArgs;
+
+/// Exit code of a run that waits for a person's decision.
+pub(crate) const EXIT_AWAITING_APPROVAL: u8 = 3;
+/// Exit code of a run cancelled with Ctrl-C (resumable).
+pub(crate) const EXIT_CANCELLED: u8 = 130;
+
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    start: StartArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Sub {
+    /// The project's runs, most recently changed first.
+    List {
+        /// Most runs to list.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A run: task, status, every turn and call, usage.
+    Show {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        /// The run as it stood at this step.
+        #[arg(long, value_name = "STEP")]
+        at: Option<i64>,
+        /// The stored run as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run after a stop, Ctrl-C, a crash or kill -9: finished calls
+    /// are reused, a call that was running becomes an interrupted result.
+    Resume {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        #[command(flatten)]
+        drive: DriveArgs,
+    },
+    /// Drive a recorded run again from a step with the model's replies and
+    /// the tools' results served from the record: no network, no side effects.
+    Replay {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        /// Start from the run as it stood at this step (default: its start).
+        #[arg(long, value_name = "STEP", default_value_t = 0)]
+        from: i64,
+        /// The replay as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A new run from a run's state at a step (the original is untouched),
+    /// driven on from there.
+    Fork {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        /// The step to fork at.
+        #[arg(long, value_name = "STEP")]
+        at: i64,
+        /// Only create the fork; do not drive it.
+        #[arg(long)]
+        no_run: bool,
+        #[command(flatten)]
+        drive: DriveArgs,
+    },
+    /// Approve a paused run's pending calls (all, or CALL), then `resume` it.
+    Approve {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        /// One pending call; default: every pending call.
+        call: Option<String>,
+        /// Run the call with these arguments instead (JSON; needs CALL).
+        #[arg(long, value_name = "JSON", requires = "call")]
+        args: Option<String>,
+        /// The argument hash the decision is for, as `show` printed it: a
+        /// call whose arguments differ is refused.
+        #[arg(long, value_name = "HASH", requires = "call")]
+        hash: Option<String>,
+        /// The result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deny a paused run's pending calls (all, or CALL); the model sees the message.
+    Deny {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        /// One pending call; default: every pending call.
+        call: Option<String>,
+        /// Why, for the model.
+        #[arg(long, short)]
+        message: Option<String>,
+        /// Abort the whole run instead.
+        #[arg(long)]
+        abort: bool,
+        /// The argument hash the decision is for (see `approve --hash`).
+        #[arg(long, value_name = "HASH", requires = "call")]
+        hash: Option<String>,
+        /// The result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How a run is driven (a new run, `resume` and `fork`).
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct DriveArgs {
+    /// Tools that write files or run commands: ask (in a terminal; otherwise
+    /// the run pauses, exit 3), auto (run them), never (deny them)
+    /// [default: `[agent] approve`, else ask].
+    #[arg(long, value_name = "POLICY", value_parser = ["ask", "auto", "never"])]
+    approve: Option<String>,
+    /// The whole outcome as JSON on stdout (instead of the answer's text).
+    #[arg(long)]
+    json: bool,
+    /// No live steps on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    #[command(flatten)]
+    provider: ProviderArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct StartArgs {
+    /// What the agent should do.
+    #[arg(required = true)]
+    task: Option<String>,
+    /// react (tools, as many rounds as needed), single-shot (one call, no
+    /// tools) or chain-of-thought (a numbered plan, then each step).
+    #[arg(long, default_value = "react", value_parser = ["react", "single-shot", "chain-of-thought"])]
+    strategy: String,
+    /// Most model turns [default: `[agent] max_iterations`, else 20].
+    #[arg(long, value_name = "N")]
+    max_iterations: Option<u32>,
+    /// Most tool calls over the run.
+    #[arg(long, value_name = "N", default_value_t = 50)]
+    max_tool_calls: u32,
+    /// Stop after this many seconds.
+    #[arg(long, value_name = "SECS")]
+    max_seconds: Option<u64>,
+    /// Critique each answer and go on while the goal is not achieved.
+    #[arg(long)]
+    reflect: bool,
+    /// Offer only these tools (repeatable; default: all).
+    #[arg(long = "tool", value_name = "NAME")]
+    tools: Vec<String>,
+    /// Do not offer this tool (repeatable).
+    #[arg(long = "no-tool", value_name = "NAME")]
+    no_tools: Vec<String>,
+    /// Let run_command run commands starting with these words (repeatable;
+    /// added to `[agent] allow_commands`).
+    #[arg(long = "allow-command", value_name = "CMD")]
+    allow_commands: Vec<String>,
+    /// The folder the tools may touch [default: the current directory].
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<std::path::PathBuf>,
+    /// Continue an agent session: earlier runs' tasks and answers are
+    /// remembered.
+    #[arg(long, value_name = "NAME")]
+    session: Option<String>,
+    /// Instructions placed before the task.
+    #[arg(long, value_name = "TEXT")]
+    system: Option<String>,
+    /// The run's id [default: a new UUIDv7].
+    #[arg(long, value_name = "ID")]
+    run_id: Option<String>,
+    #[command(flatten)]
+    drive: DriveArgs,
+}
+
+pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    match a.command {
+        None => drive::start(search, a.start),
+        Some(Sub::List { limit, json }) => manage::list(limit, json),
+        Some(Sub::Show { run, at, json }) => manage::show(&run, at, json),
+        Some(Sub::Resume { run, drive }) => drive::resume(search, &run, drive),
+        Some(Sub::Replay { run, from, json }) => manage::replay(&run, from, json),
+        Some(Sub::Fork { run, at, no_run, drive }) => drive::fork(search, &run, at, no_run, drive),
+        Some(Sub::Approve { run, call, args, hash, json }) => manage::approve(&run, call, args, hash, json),
+        Some(Sub::Deny { run, call, message, abort, hash, json }) => {
+            manage::deny(&run, call, message, abort, hash, json)
+        }
+    }
+}
+
+/// What a run is doing, as stored and listed.
+pub(crate) fn status(run: &AgentRun) -> &'static str {
+    match &run.outcome {
+        None if run.awaiting_approval() => "awaiting_approval",
+        None => "running",
+        Some(Outcome::Answer { .. }) => "done",
+        Some(Outcome::Stopped { .. }) => "stopped",
+        Some(Outcome::Cancelled) => "cancelled",
+        Some(Outcome::Aborted { .. }) => "aborted",
+    }
+}
+
+/// The exit code for where a run stands.
+pub(crate) fn exit_code(run: &AgentRun) -> ExitCode {
+    match &run.outcome {
+        Some(Outcome::Answer { .. }) => ExitCode::SUCCESS,
+        Some(Outcome::Cancelled) => ExitCode::from(EXIT_CANCELLED),
+        None if run.awaiting_approval() => ExitCode::from(EXIT_AWAITING_APPROVAL),
+        _ => ExitCode::from(1),
+    }
+}
