@@ -54,7 +54,13 @@ impl Work {
 
     /// `noesis` in this folder with no provider configured at all.
     pub(crate) fn noesis_bare(&self) -> Command {
-        let mut c = Command::cargo_bin("noesis").unwrap();
+        Command::from_std(self.noesis_std())
+    }
+
+    /// [`Work::noesis_bare`] as a plain `std` command, for tests that
+    /// spawn the process and signal it.
+    pub(crate) fn noesis_std(&self) -> std::process::Command {
+        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("noesis"));
         c.current_dir(self.dir.path()).env("HOME", self.dir.path()).env("NO_COLOR", "1");
         for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH", "NOESIS_CONFIG", "XDG_CONFIG_HOME"] {
             c.env_remove(v);

@@ -1,5 +1,6 @@
 //! End-to-end tests of the `noesis` binary. One test binary, topical modules.
 
+mod agent;
 mod bad_input;
 mod cli;
 mod compose;

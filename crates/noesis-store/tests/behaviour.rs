@@ -546,6 +546,10 @@ async fn agent_run_states_are_kept_by_step(t_: &TestStore) {
     assert_eq!(listed, [("run-2", 4, Some("run-1")), ("run-1", 9, None)]);
     // The original is untouched by the fork.
     assert_eq!(s.agent_state("run-1", None).await.unwrap().unwrap().step, 9);
+    // The consistency check sees a summary whose state is gone.
+    assert!(s.check().await.unwrap().is_empty());
+    raw(&t_.url, "DELETE FROM agent_run_states WHERE run_id = 'run-1' AND step = 9").await;
+    assert_eq!(s.check().await.unwrap(), ["agent run without its latest state: run-1"]);
 }
 
 async fn check_finds_partial_frames(t_: &TestStore) {

@@ -481,7 +481,7 @@ impl Store for SqlStore {
 
     async fn check(&self) -> Result<Vec<String>, StoreError> {
         let mut problems = Vec::new();
-        let checks: [(&str, &str); 10] = [
+        let checks: [(&str, &str); 12] = [
             (
                 "frame without status history",
                 "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_status s WHERE s.frame_seq = f.seq)",
@@ -530,6 +530,16 @@ impl Store for SqlStore {
                 "session files missing",
                 "SELECT s.session_id FROM sessions s WHERE s.n_files <> \
                  (SELECT COUNT(*) FROM session_files sf WHERE sf.session_id = s.session_id)",
+            ),
+            (
+                "agent run without its latest state",
+                "SELECT r.run_id FROM agent_runs r WHERE NOT EXISTS \
+                 (SELECT 1 FROM agent_run_states s WHERE s.run_id = r.run_id AND s.step = r.latest_step)",
+            ),
+            (
+                "agent run state past the run's latest step",
+                "SELECT DISTINCT s.run_id FROM agent_run_states s JOIN agent_runs r ON r.run_id = s.run_id \
+                 WHERE s.step > r.latest_step",
             ),
         ];
         for (what, sql) in checks {
