@@ -494,6 +494,14 @@ impl AgentRun {
         self.calls.iter().find(|c| c.id == id)
     }
 
+    /// Whether the answer was accepted by a critique that found the goal
+    /// achieved (not merely because the critique could not be read).
+    pub fn goal_confirmed(&self) -> bool {
+        matches!(self.outcome, Some(Outcome::Answer { .. }))
+            && self.config.reflect
+            && self.replies.last().and_then(|r| parse_critique(&r.text)).is_some_and(|c| c.goal_achieved)
+    }
+
     /// Whether the run waits for a person.
     pub fn awaiting_approval(&self) -> bool {
         self.outcome.is_none() && self.calls.iter().any(|c| c.status == CallStatus::AwaitingApproval)

@@ -396,3 +396,60 @@ fn fifty_runs_killed_at_random_points_resume_without_running_a_call_twice() {
     });
     assert!(problems.is_empty(), "{problems:?}");
 }
+
+#[test]
+fn a_run_is_a_frame_tree_and_a_changed_file_invalidates_exactly_the_runs_that_read_it() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/a.txt", "alpha\n");
+    work.write("ws/b.txt", "beta\n");
+    assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "read things"])).code, 0);
+    for (file, answer) in [("a.txt", "A says alpha"), ("b.txt", "B says beta")] {
+        let server = FakeServer::start(vec![call("r1", "read_file", json!({"path": file})), Reply::Chat(answer.into())])
+            .unwrap();
+        let o = output(agent(&work, &server).args([&format!("What is in {file}?"), "--workspace", &ws]));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let frames = || {
+        let o = output(work.noesis_bare().args(["frames", "list", "--json"]));
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        o.json().as_array().unwrap().clone()
+    };
+    let all = frames();
+    let by_query = |q: &str| all.iter().find(|f| f["query"] == q).unwrap_or_else(|| panic!("no frame {q}: {all:#?}"));
+    let root_a = by_query("What is in a.txt?");
+    assert_eq!(root_a["conclusion"], "A says alpha");
+    assert_eq!(root_a["depth"], 1, "under the session's root");
+    let id = |f: &Value| f["frame_id"].as_str().unwrap().to_owned();
+    let children = |parent: &Value| -> Vec<Value> {
+        all.iter().filter(|f| f["parent_id"].as_str() == Some(&id(parent))).cloned().collect()
+    };
+    let kids: Vec<String> = children(root_a).iter().map(|f| f["query"].as_str().unwrap().to_owned()).collect();
+    assert_eq!(kids, ["model turn 1", "model turn 2", "answer"]);
+    let turn1 = children(root_a).into_iter().find(|f| f["query"] == "model turn 1").unwrap();
+    let read = children(&turn1);
+    assert_eq!(read.len(), 1);
+    assert!(read[0]["query"].as_str().unwrap().starts_with("read_file"), "{}", read[0]);
+    let file_ev = read[0]["evidence"].as_array().unwrap().iter().find(|e| e["path"].is_string()).unwrap().clone();
+    assert_eq!(file_ev["path"], "ws/a.txt");
+    assert_eq!(file_ev["hash"], noesis_frames::scan::hash_bytes(b"alpha\n"));
+    // The answer cites the observation it used.
+    let answer = children(root_a).into_iter().find(|f| f["query"] == "answer").unwrap();
+    assert!(answer["evidence"].as_array().unwrap().iter().any(|e| e["frame_id"] == read[0]["frame_id"]), "{answer}");
+    // The run names its root frame.
+    let run = runs(&work).into_iter().find(|r| r["task"] == "What is in a.txt?").unwrap();
+    assert_eq!(shown(&work, run["run_id"].as_str().unwrap())["host"]["frame_id"], root_a["frame_id"]);
+
+    work.write("ws/a.txt", "changed\n");
+    assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "read things"])).code, 0);
+    let after = frames();
+    let status_of = |q: &str| {
+        after.iter().find(|f| f["query"] == q).map(|f| f["status"].as_str().unwrap().to_owned()).unwrap()
+    };
+    assert_eq!(status_of("What is in a.txt?"), "invalidated");
+    assert_eq!(status_of("What is in b.txt?"), "completed");
+    let b_root = after.iter().find(|f| f["query"] == "What is in b.txt?").unwrap();
+    let b_tree: Vec<&Value> =
+        after.iter().filter(|f| f["parent_id"] == b_root["frame_id"] || f["frame_id"] == b_root["frame_id"]).collect();
+    assert!(b_tree.iter().all(|f| f["status"] == "completed"), "{b_tree:#?}");
+}

@@ -63,6 +63,7 @@ impl Checkpoint for Keep<'_> {
 /// Everything a drive needs besides the run.
 struct Ctx {
     store: Box<dyn Store>,
+    project: noesis_frames::project::Project,
     project_id: String,
     provider: Arc<dyn Provider>,
     tools: Arc<Toolbox>,
@@ -164,7 +165,8 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     });
     let ctx = Ctx {
         store,
-        project_id: project.project_id,
+        project_id: project.project_id.clone(),
+        project,
         provider,
         tools: Arc::new(tools),
         prices: prices(&config),
@@ -221,9 +223,10 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         .unwrap_or_default();
     let provider = provider_for(run, &d.provider, &config)?;
     let (project, store) = rt.block_on(crate::memory::context())?;
-    let project_id = run.host["project_id"].as_str().map_or(project.project_id, str::to_owned);
+    let project_id = run.host["project_id"].as_str().map_or_else(|| project.project_id.clone(), str::to_owned);
     Ok(Ctx {
         store,
+        project,
         project_id,
         provider,
         tools: Arc::new(toolbox(search, &workspace, allow)),
@@ -316,10 +319,35 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask:
             let decisions = ask_in_terminal(&pending)?;
             run.decide(&decisions)?;
         }
+        if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
+            && let Err(e) = record_frames(ctx, &mut run).await
+        {
+            out::note(&format!("warning: the run was not recorded as frames: {e:#}"));
+        }
         anyhow::Ok(())
     })?;
     report(&run, ctx.json)?;
     Ok(exit_code(&run))
+}
+
+/// Writes a finished run's frames (once), under the session's root when a
+/// session is open, and notes the root frame in the run.
+async fn record_frames(ctx: &Ctx, run: &mut AgentRun) -> anyhow::Result<()> {
+    if run.host.get("frame_id").is_some_and(|f| !f.is_null()) {
+        return Ok(());
+    }
+    let store = ctx.store.as_ref();
+    let parent = match store.latest_session_root(&ctx.project_id).await? {
+        Some(id) => store.frame(&id).await?.filter(|f| f.status != noesis_frames::Status::Invalidated),
+        None => None,
+    };
+    let frames = super::frames::frames_of(run, &ctx.project, parent.as_ref(), noesis_frames::Timestamp::now())?;
+    store.insert_frames(&frames).await?;
+    if let Some(root) = frames.first() {
+        run.host["frame_id"] = json!(root.frame_id.to_string());
+        store.save_agent_state(&state_of(run, &ctx.project_id)).await?;
+    }
+    Ok(())
 }
 
 /// Asks about each pending call on stderr, reading answers from stdin.

@@ -3,6 +3,7 @@
 //! is `noesis_agent`'s; this is a driver: provider, tools, store, terminal.
 
 mod drive;
+mod frames;
 mod manage;
 
 use std::process::ExitCode;
