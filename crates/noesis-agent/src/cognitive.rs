@@ -256,11 +256,7 @@ impl CognitiveLoop for ReactAgent {
                         let _ = run.started(&call.call_id, (self.clock)());
                     }
                     for call in batch {
-                        let tools = Arc::clone(&self.tools);
-                        let inv = call.clone();
-                        let out = tokio::task::spawn_blocking(move || tools.run(&inv))
-                            .await
-                            .unwrap_or_else(|e| crate::run::ToolOutput::error(format!("the tool failed: {e}")));
+                        let out = Arc::clone(&self.tools).run_async(call.clone()).await;
                         let _ = run.finished(&call.call_id, out, (self.clock)());
                         if let Some(c) = run.call(&call.call_id) {
                             let content = c.result.clone().unwrap_or_default();

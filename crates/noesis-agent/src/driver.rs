@@ -18,9 +18,14 @@ use crate::run::{Action, AgentRun, Invocation, ToolOutput};
 use crate::tool::ToolDecl;
 use crate::workspace::Workspace;
 
-/// A tool the host adds to the built-ins: its declaration and what runs
-/// it (blocking; it is called on the blocking pool).
-pub type ToolFn = Arc<dyn Fn(&Value) -> ToolOutput + Send + Sync>;
+/// A tool the host adds to the built-ins: what runs it, given the
+/// arguments (already checked against its schema). Host tools are async
+/// (a module run, a store query, a sub-agent); blocking work belongs on
+/// the blocking pool.
+pub type ToolFn = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
+
+/// What a host tool returns.
+pub type ToolFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutput> + Send>>;
 
 /// The tools of a run: the built-ins over one workspace, and any the host
 /// adds (a module runner, frame search, a sub-agent).
@@ -70,10 +75,22 @@ impl Toolbox {
         all
     }
 
-    /// Runs one call (blocking).
-    pub fn run(&self, call: &Invocation) -> ToolOutput {
+    /// Runs one call: a host tool on the async runtime, a built-in on the
+    /// blocking pool.
+    pub async fn run_async(self: Arc<Self>, call: Invocation) -> ToolOutput {
         if let Some((_, run)) = self.extra.get(&call.tool) {
-            return run(&call.arguments);
+            return run(call.arguments).await;
+        }
+        tokio::task::spawn_blocking(move || self.run(&call))
+            .await
+            .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")))
+    }
+
+    /// Runs one built-in call (blocking); a host tool is refused here (it
+    /// runs through [`Toolbox::run_async`]).
+    pub fn run(&self, call: &Invocation) -> ToolOutput {
+        if self.extra.contains_key(&call.tool) {
+            return ToolOutput::error(format!("`{}` runs on the async runtime (Toolbox::run_async)", call.tool));
         }
         if call.tool == "run_command" {
             return builtin::run_command(&self.workspace, &self.allowed_commands, &call.arguments);
@@ -242,7 +259,7 @@ impl<'a> Driver<'a> {
                             let tools = Arc::clone(&self.tools);
                             let began = Instant::now();
                             let meta = (call.call_id.clone(), call.tool.clone());
-                            (meta, began, tokio::task::spawn_blocking(move || tools.run(&call)))
+                            (meta, began, tokio::spawn(tools.run_async(call)))
                         })
                         .collect();
                     for ((id, tool), began, handle) in handles {

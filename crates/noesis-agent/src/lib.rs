@@ -64,7 +64,7 @@ pub use cognitive::{
     CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
 };
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
-pub use driver::{Checkpoint, DriveError, Driver, Progress, ToolFn, Toolbox, drive};
+pub use driver::{Checkpoint, DriveError, Driver, Progress, ToolFn, ToolFuture, Toolbox, drive};
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
 pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};

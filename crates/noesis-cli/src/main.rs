@@ -33,7 +33,7 @@ struct Cli {
 enum Command {
     /// Run a task with tools (read, edit, search, run commands): live steps on stderr, the answer on stdout;
     /// list, show, resume, replay, fork, approve and deny runs.
-    Agent(cmd::agent::Args),
+    Agent(Box<cmd::agent::Args>),
     /// Run a module and print its envelope (exit 0 ok, 1 failure envelope, 2 usage error).
     Run(cmd::run::Args),
     /// Run a composed module (@call, composition:) and print its envelope; --trace shows every step on stderr.
@@ -92,7 +92,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let search = noesis_modules::search::SearchPath::from_env(&cli.modules);
     memory::configure(cli.store.clone());
     match cli.command {
-        Command::Agent(a) => cmd::agent::run(&search, a),
+        Command::Agent(a) => cmd::agent::run(&search, *a),
         Command::Run(a) => cmd::run::run(&search, a),
         Command::Compose(a) => cmd::compose::run(&search, a),
         Command::Validate(a) => cmd::validate::run(&search, a),

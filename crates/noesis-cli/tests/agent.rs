@@ -306,6 +306,7 @@ fn lcg(seed: &mut u64) -> u64 {
 }
 
 #[test]
+#[allow(clippy::print_stderr)] // the seed and the count are for whoever reads a failure
 fn fifty_runs_killed_at_random_points_resume_without_running_a_call_twice() {
     let work = Work::new();
     let mut seed = std::env::var("NOESIS_KILL_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -405,8 +406,9 @@ fn a_run_is_a_frame_tree_and_a_changed_file_invalidates_exactly_the_runs_that_re
     work.write("ws/b.txt", "beta\n");
     assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "read things"])).code, 0);
     for (file, answer) in [("a.txt", "A says alpha"), ("b.txt", "B says beta")] {
-        let server = FakeServer::start(vec![call("r1", "read_file", json!({"path": file})), Reply::Chat(answer.into())])
-            .unwrap();
+        let server =
+            FakeServer::start(vec![call("r1", "read_file", json!({"path": file})), Reply::Chat(answer.into())])
+                .unwrap();
         let o = output(agent(&work, &server).args([&format!("What is in {file}?"), "--workspace", &ws]));
         assert_eq!(o.code, 0, "{}", o.stderr);
     }
@@ -443,13 +445,127 @@ fn a_run_is_a_frame_tree_and_a_changed_file_invalidates_exactly_the_runs_that_re
     work.write("ws/a.txt", "changed\n");
     assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "read things"])).code, 0);
     let after = frames();
-    let status_of = |q: &str| {
-        after.iter().find(|f| f["query"] == q).map(|f| f["status"].as_str().unwrap().to_owned()).unwrap()
-    };
+    let status_of =
+        |q: &str| after.iter().find(|f| f["query"] == q).map(|f| f["status"].as_str().unwrap().to_owned()).unwrap();
     assert_eq!(status_of("What is in a.txt?"), "invalidated");
     assert_eq!(status_of("What is in b.txt?"), "completed");
     let b_root = after.iter().find(|f| f["query"] == "What is in b.txt?").unwrap();
     let b_tree: Vec<&Value> =
         after.iter().filter(|f| f["parent_id"] == b_root["frame_id"] || f["frame_id"] == b_root["frame_id"]).collect();
     assert!(b_tree.iter().all(|f| f["status"] == "completed"), "{b_tree:#?}");
+}
+
+#[test]
+fn run_module_gives_the_envelope_as_the_observation() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let module = crate::support::example_module("code-simplifier");
+    let read = |p: &str| -> Value { serde_json::from_str(&std::fs::read_to_string(module.join(p)).unwrap()).unwrap() };
+    let input = read("tests/case1.input.json");
+    let example = read("tests/case1.expected.json")["$example"].clone();
+    let server = FakeServer::start(vec![
+        call("m1", "run_module", json!({"module": "code-simplifier", "input": input})),
+        // The module's own model call, through the same provider.
+        Reply::Chat(example.to_string()),
+        Reply::Chat("Simplified.".into()),
+    ])
+    .unwrap();
+    let modules = module.parent().unwrap().to_string_lossy().into_owned();
+    let o = output(
+        agent(&work, &server)
+            .args(["Simplify it", "--workspace", &ws, "--run-id", "r-mod"])
+            .args(["--modules", &modules]),
+    );
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Simplified.\n"), "{}", o.stderr);
+    let c = &shown(&work, "r-mod")["calls"][0];
+    assert_eq!(c["status"], "completed", "{c}");
+    let envelope: Value = serde_json::from_str(c["result"].as_str().unwrap()).unwrap();
+    assert_eq!((envelope["ok"].clone(), envelope["data"].clone()), (json!(true), example["data"].clone()));
+    assert_eq!(c["evidence"][0]["kind"], "envelope");
+    assert_eq!(c["evidence"][0]["module"], "code-simplifier");
+    // The module's request carried the module's prompt, not the agent's tools.
+    let module_request = server.received()[1].json();
+    assert!(module_request.get("tools").is_none(), "{module_request}");
+}
+
+#[test]
+fn search_frames_and_open_frame_navigate_past_runs() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/a.txt", "alpha\n");
+    let first = FakeServer::start(vec![
+        call("r1", "read_file", json!({"path": "a.txt"})),
+        Reply::Chat("It says alpha.".into()),
+    ])
+    .unwrap();
+    assert_eq!(output(agent(&work, &first).args(["What does a.txt say?", "--workspace", &ws])).code, 0);
+    // The second run searches, then opens the first hit by the id it read.
+    let server = FakeServer::start(vec![Reply::respond(|request| {
+        let results: Vec<String> = request["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+            .collect();
+        let body = match results.len() {
+            0 => tool_call_completion("s1", "search_frames", &json!({"text": "says alpha", "status": "completed"})),
+            1 => {
+                let id = results[0].split(' ').next().unwrap_or_default();
+                tool_call_completion("o1", "open_frame", &json!({"frame_id": id}))
+            }
+            _ => return Reply::Chat("I remember: alpha.".into()),
+        };
+        Reply::Status(200, body.to_string(), vec![])
+    })])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["What did I learn before?", "--workspace", &ws, "--run-id", "r-mem"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "I remember: alpha.\n"), "{}", o.stderr);
+    let run = shown(&work, "r-mem");
+    let search = run["calls"][0]["result"].as_str().unwrap();
+    assert!(search.contains("completed") && search.contains("It says alpha."), "{search}");
+    let opened = run["calls"][1]["result"].as_str().unwrap();
+    let opened: Value = serde_json::from_str(opened).unwrap_or_else(|e| panic!("{e}: {opened}\n{search}"));
+    assert_eq!(opened["conclusion"], "It says alpha.");
+    assert!(opened["evidence"].is_array() && opened["invalidation_condition"].is_object(), "{opened}");
+    assert_eq!(run["calls"][1]["evidence"][0]["frame_id"], opened["frame_id"]);
+    assert_eq!(run["calls"][1]["status"], "completed");
+}
+
+#[test]
+fn a_sub_agent_runs_as_its_own_stored_run_and_hangs_under_the_call() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/a.txt", "alpha\n");
+    let server = FakeServer::start(vec![
+        call("s1", "sub_agent", json!({"task": "Read a.txt and say what it holds."})),
+        // The child's turns.
+        call("c1", "read_file", json!({"path": "a.txt"})),
+        Reply::Chat("a.txt holds alpha".into()),
+        // The parent again.
+        Reply::Chat("The helper found: alpha.".into()),
+    ])
+    .unwrap();
+    // Under `ask`, handing work to a sub-agent waits for a person.
+    let o = output(agent(&work, &server).args(["Delegate", "--workspace", &ws, "--run-id", "r-par"]));
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert_eq!(output(work.noesis_bare().args(["agent", "approve", "r-par"])).code, 0);
+    let o = output(agent(&work, &server).args(["resume", "r-par"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "The helper found: alpha.\n"), "{}", o.stderr);
+    let parent = shown(&work, "r-par");
+    assert_eq!(parent["calls"][0]["result"], "a.txt holds alpha");
+    assert_eq!(parent["calls"][0]["evidence"][0], json!({"kind": "sub_agent", "run_id": "r-par.s1"}));
+    let child = shown(&work, "r-par.s1");
+    assert_eq!(child["host"]["parent_run"], "r-par");
+    assert_eq!(child["host"]["depth"], 1);
+    assert_eq!(child["calls"][0]["tool"], "read_file");
+    // Frames: the child's run hangs under the parent's sub_agent call.
+    let frames = output(work.noesis_bare().args(["frames", "list", "--json"])).json();
+    let all = frames.as_array().unwrap();
+    let find = |q: &str| all.iter().find(|f| f["query"].as_str().is_some_and(|x| x.starts_with(q))).unwrap().clone();
+    let call_frame = find("sub_agent ");
+    let child_root = find("Read a.txt and say what it holds.");
+    assert_eq!(child_root["parent_id"], call_frame["frame_id"]);
+    assert!(all.iter().any(|f| f["query"].as_str().unwrap().starts_with("read_file")
+        && f["evidence"].as_array().unwrap().iter().any(|e| e["path"] == "ws/a.txt")));
 }

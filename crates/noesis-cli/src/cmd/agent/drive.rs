@@ -62,7 +62,7 @@ impl Checkpoint for Keep<'_> {
 
 /// Everything a drive needs besides the run.
 struct Ctx {
-    store: Box<dyn Store>,
+    store: Arc<dyn Store>,
     project: noesis_frames::project::Project,
     project_id: String,
     provider: Arc<dyn Provider>,
@@ -85,8 +85,8 @@ fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
 }
 
 /// The tools over `workspace`, with the host's own.
-fn toolbox(_search: &SearchPath, workspace: &Workspace, allow_commands: Vec<String>) -> Toolbox {
-    Toolbox::new(workspace.clone(), allow_commands)
+fn toolbox(workspace: &Workspace, allow_commands: Vec<String>, host: &super::tools::Host) -> Toolbox {
+    super::tools::with_host_tools(Toolbox::new(workspace.clone(), allow_commands), host)
 }
 
 pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
@@ -103,8 +103,8 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
     let mut allow_commands = config.agent.allow_commands.clone();
     allow_commands.extend(a.allow_commands.iter().cloned());
-    let tools = toolbox(search, &workspace, allow_commands.clone());
-    let all = tools.decls();
+    let mut all = Toolbox::new(workspace.clone(), Vec::new()).decls();
+    all.extend(super::tools::decls(0));
     for name in a.tools.iter().chain(&a.no_tools) {
         if !all.iter().any(|d| &d.name == name) {
             let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
@@ -143,6 +143,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     let provider = select(&a.drive.provider, &config, None)?;
     let rt = crate::memory::runtime()?;
     let (project, store) = rt.block_on(crate::memory::context())?;
+    let store: Arc<dyn Store> = Arc::from(store);
     let remembered = match &a.session {
         Some(name) => rt.block_on(session_memory(store.as_ref(), &project.project_id, name))?,
         None => String::new(),
@@ -163,12 +164,20 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         "session": a.session,
         "project_id": project.project_id,
     });
+    let host = super::tools::Host {
+        search: search.clone(),
+        provider: Arc::clone(&provider),
+        store: Arc::clone(&store),
+        project_id: project.project_id.clone(),
+        run_id: run.id.clone(),
+        depth: 0,
+    };
     let ctx = Ctx {
         store,
         project_id: project.project_id.clone(),
         project,
         provider,
-        tools: Arc::new(tools),
+        tools: Arc::new(toolbox(&workspace, allow_commands, &host)),
         prices: prices(&config),
         json: a.drive.json,
         quiet: a.drive.quiet,
@@ -223,13 +232,22 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         .unwrap_or_default();
     let provider = provider_for(run, &d.provider, &config)?;
     let (project, store) = rt.block_on(crate::memory::context())?;
+    let store: Arc<dyn Store> = Arc::from(store);
     let project_id = run.host["project_id"].as_str().map_or_else(|| project.project_id.clone(), str::to_owned);
+    let host = super::tools::Host {
+        search: search.clone(),
+        provider: Arc::clone(&provider),
+        store: Arc::clone(&store),
+        project_id: project_id.clone(),
+        run_id: run.id.clone(),
+        depth: run.host["depth"].as_u64().unwrap_or(0),
+    };
     Ok(Ctx {
         store,
         project,
         project_id,
         provider,
-        tools: Arc::new(toolbox(search, &workspace, allow)),
+        tools: Arc::new(toolbox(&workspace, allow, &host)),
         prices: prices(&config),
         json: d.json,
         quiet: d.quiet,
@@ -330,6 +348,17 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask:
     Ok(exit_code(&run))
 }
 
+fn sub_agent_ids(run: &AgentRun) -> Vec<String> {
+    run.calls
+        .iter()
+        .flat_map(|c| &c.evidence)
+        .filter_map(|e| match e {
+            noesis_agent::ToolEvidence::SubAgent { run_id } => Some(run_id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Writes a finished run's frames (once), under the session's root when a
 /// session is open, and notes the root frame in the run.
 async fn record_frames(ctx: &Ctx, run: &mut AgentRun) -> anyhow::Result<()> {
@@ -341,7 +370,22 @@ async fn record_frames(ctx: &Ctx, run: &mut AgentRun) -> anyhow::Result<()> {
         Some(id) => store.frame(&id).await?.filter(|f| f.status != noesis_frames::Status::Invalidated),
         None => None,
     };
-    let frames = super::frames::frames_of(run, &ctx.project, parent.as_ref(), noesis_frames::Timestamp::now())?;
+    // Sub-agent runs, to hang under the calls that started them.
+    let mut children = std::collections::BTreeMap::new();
+    let mut queue: Vec<String> = sub_agent_ids(run);
+    while let Some(id) = queue.pop() {
+        if children.contains_key(&id) {
+            continue;
+        }
+        if let Some(state) = store.agent_state(&id, None).await?
+            && let Ok(child) = AgentRun::from_json(&state.state)
+        {
+            queue.extend(sub_agent_ids(&child));
+            children.insert(id, child);
+        }
+    }
+    let frames =
+        super::frames::frames_of(run, &ctx.project, parent.as_ref(), noesis_frames::Timestamp::now(), &children)?;
     store.insert_frames(&frames).await?;
     if let Some(root) = frames.first() {
         run.host["frame_id"] = json!(root.frame_id.to_string());

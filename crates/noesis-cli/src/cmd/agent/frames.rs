@@ -5,6 +5,7 @@
 //! blake3, a command with its exit code and output hash), so a later session
 //! that sees the file changed invalidates exactly the runs that read it.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use noesis_agent::{AgentRun, CallStatus, Entry, Outcome, ToolEvidence};
@@ -28,12 +29,14 @@ fn clip(text: &str, n: usize) -> String {
 }
 
 /// The frames of `run`, parents before children, under `parent` (a
-/// session's root) when given.
+/// session's root) when given. Sub-agent runs found in `children` hang
+/// under the call that started them.
 pub(super) fn frames_of(
     run: &AgentRun,
     project: &Project,
     parent: Option<&CausalFrame>,
     now: Timestamp,
+    children: &BTreeMap<String, AgentRun>,
 ) -> Result<Vec<CausalFrame>, FramesError> {
     let fabricated = run.host["provider"].as_str() == Some("test");
     let workspace = run.host["workspace"].as_str().map(Path::new).unwrap_or(&project.root);
@@ -96,6 +99,7 @@ pub(super) fn frames_of(
         }
         .into_frame(&project.project_id, None, Some(&root), now)?;
         let mut call_frames = Vec::new();
+        let mut nested = Vec::new();
         for id in calls {
             let Some(c) = run.call(id) else { continue };
             let result = c.result.clone().unwrap_or_default();
@@ -126,10 +130,18 @@ pub(super) fn frames_of(
             if done {
                 observed.push(Evidence::Frame { frame_id: call_frame.frame_id.clone() });
             }
+            for e in &c.evidence {
+                if let ToolEvidence::SubAgent { run_id } = e
+                    && let Some(child) = children.get(run_id)
+                {
+                    nested.extend(frames_of(child, project, Some(&call_frame), now, children)?);
+                }
+            }
             call_frames.push(call_frame);
         }
         all.push(turn_frame);
         all.extend(call_frames);
+        all.extend(nested);
     }
     if let Some(Outcome::Answer { text }) = &run.outcome {
         let answer = Draft {

@@ -5,6 +5,7 @@
 mod drive;
 mod frames;
 mod manage;
+mod tools;
 
 use std::process::ExitCode;
 

@@ -1,0 +1,238 @@
+//! The host's tools, beside the built-ins: `run_module` (any Cognitive
+//! Module; its envelope is the observation), `search_frames` and
+//! `open_frame` (past cognition as an environment the model navigates),
+//! and `sub_agent` (a child run, depth-limited).
+
+use std::sync::Arc;
+
+use noesis_agent::{
+    Action, AgentRun, ApprovalPolicy, CallStatus, Driver, Effects, Outcome, ToolDecl, ToolEvidence, ToolFn, ToolOutput,
+    Toolbox,
+};
+use noesis_frames::scan::json_digest;
+use noesis_llm::Provider;
+use noesis_modules::search::SearchPath;
+use noesis_runtime::compose::{ComposeOptions, SearchResolver, execute};
+use noesis_store::{FrameFilter, Store};
+use serde_json::{Value, json};
+
+use super::drive::{Keep, now_ms};
+
+/// How deep sub-agents may nest (a run started from the command line is
+/// depth 0).
+pub(super) const MAX_DEPTH: u64 = 2;
+
+/// What the host tools reach.
+#[derive(Clone)]
+pub(super) struct Host {
+    pub(super) search: SearchPath,
+    pub(super) provider: Arc<dyn Provider>,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) project_id: String,
+    /// The run the tools serve (sub-agents are named after it).
+    pub(super) run_id: String,
+    /// The run's depth.
+    pub(super) depth: u64,
+}
+
+/// The declarations of the host tools (the same for every run, so a stored
+/// run's tool list does not depend on where it is resumed).
+pub(super) fn decls(depth: u64) -> Vec<ToolDecl> {
+    let mut all = vec![
+        ToolDecl::read_only(
+            "run_module",
+            "Runs a Cognitive Module by name with an input object; the result is its envelope (ok, data or error, meta).",
+            json!({"type": "object", "properties": {
+                "module": {"type": "string", "maxLength": 200},
+                "input": {"type": "object"}
+            }, "required": ["module", "input"], "additionalProperties": false}),
+        ),
+        ToolDecl::read_only(
+            "search_frames",
+            "Searches this project's past conclusions (frames) by text in the query or conclusion, by a file they rest on, \
+             or by status (active, completed, invalidated, suspended, promoted). One line per frame: id, status, confidence, query → conclusion.",
+            json!({"type": "object", "properties": {
+                "text": {"type": "string", "maxLength": 200},
+                "file": {"type": "string", "maxLength": 500},
+                "status": {"type": "string", "enum": ["active", "suspended", "completed", "invalidated", "promoted"]}
+            }, "additionalProperties": false}),
+        ),
+        ToolDecl::read_only(
+            "open_frame",
+            "Shows one past frame by id (or a unique prefix): its query, conclusion, evidence, invalidation condition, status and children.",
+            json!({"type": "object", "properties": {"frame_id": {"type": "string", "maxLength": 100}},
+                   "required": ["frame_id"], "additionalProperties": false}),
+        ),
+    ];
+    if depth < MAX_DEPTH {
+        // A person who approves the sub-agent approves its task: its own
+        // calls then run without asking (it cannot ask in the middle of a
+        // tool call).
+        all.push(
+            ToolDecl::read_only(
+                "sub_agent",
+                "Hands a self-contained sub-task to a new agent with the same tools; the result is its answer.",
+                json!({"type": "object", "properties": {"task": {"type": "string", "maxLength": 4000}},
+                       "required": ["task"], "additionalProperties": false}),
+            )
+            .with_effects(Effects { writes_files: true, runs_commands: true, network: false }),
+        );
+    }
+    all
+}
+
+/// `tools` with the host's tools added.
+pub(super) fn with_host_tools(tools: Toolbox, host: &Host) -> Toolbox {
+    let mut tools = tools;
+    for decl in decls(host.depth) {
+        let h = host.clone();
+        let run: ToolFn = match decl.name.as_str() {
+            "run_module" => Arc::new(move |args| Box::pin(run_module(h.clone(), args))),
+            "search_frames" => Arc::new(move |args| Box::pin(search_frames(h.clone(), args))),
+            "open_frame" => Arc::new(move |args| Box::pin(open_frame(h.clone(), args))),
+            _ => Arc::new(move |args| Box::pin(sub_agent(h.clone(), args))),
+        };
+        tools = tools.with_tool(decl, run);
+    }
+    tools
+}
+
+async fn run_module(h: Host, args: Value) -> ToolOutput {
+    let name = args["module"].as_str().unwrap_or_default().to_owned();
+    let found = match h.search.resolve(&name) {
+        Ok(f) => f,
+        Err(e) => return ToolOutput::error(format!("{e}; run_module takes a module name on the search path")),
+    };
+    let module = match found.load() {
+        Ok(m) => Arc::new(m),
+        Err(e) => return ToolOutput::error(format!("module `{name}` does not load: {e}")),
+    };
+    let resolver = SearchResolver::new(h.search.clone());
+    let record =
+        execute(module, &resolver, h.provider.as_ref(), args["input"].clone(), &ComposeOptions::default()).await;
+    let envelope = record.envelope;
+    let ok = envelope["ok"] == json!(true);
+    let evidence = ToolEvidence::Envelope { module: name, ok, blake3: json_digest(&envelope) };
+    let text = envelope.to_string();
+    if ok { ToolOutput::ok(text) } else { ToolOutput::error(text) }.with_evidence(evidence)
+}
+
+fn frame_line(f: &noesis_frames::CausalFrame) -> String {
+    let one = |s: &str, n: usize| {
+        let s = s.replace('\n', " ");
+        if s.chars().count() <= n { s } else { format!("{}…", s.chars().take(n).collect::<String>()) }
+    };
+    format!(
+        "{} {} {:.2} {} → {}",
+        f.frame_id,
+        f.status.as_str(),
+        f.confidence,
+        one(&f.query, 80),
+        one(&f.conclusion, 120)
+    )
+}
+
+async fn search_frames(h: Host, args: Value) -> ToolOutput {
+    let status = match args["status"].as_str().map(str::parse::<noesis_frames::Status>) {
+        Some(Ok(s)) => Some(s),
+        Some(Err(e)) => return ToolOutput::error(e.to_string()),
+        None => None,
+    };
+    let filter = FrameFilter {
+        project_id: Some(h.project_id.clone()),
+        status,
+        file: args["file"].as_str().map(str::to_owned),
+        text: args["text"].as_str().map(str::to_owned),
+        limit: Some(20),
+        ..FrameFilter::default()
+    };
+    match h.store.frames(&filter).await {
+        Ok(frames) if frames.is_empty() => ToolOutput::ok("no frames match"),
+        Ok(frames) => {
+            let lines: Vec<String> = frames.iter().map(frame_line).collect();
+            frames.iter().fold(ToolOutput::ok(lines.join("\n")), |out, f| {
+                out.with_evidence(ToolEvidence::Frame { frame_id: f.frame_id.to_string() })
+            })
+        }
+        Err(e) => ToolOutput::error(format!("the frame store: {e}")),
+    }
+}
+
+async fn open_frame(h: Host, args: Value) -> ToolOutput {
+    let prefix = args["frame_id"].as_str().unwrap_or_default();
+    let id = match h.store.resolve(Some(&h.project_id), prefix).await {
+        Ok(id) => id,
+        Err(e) => return ToolOutput::error(e.to_string()),
+    };
+    match h.store.frame(&id).await {
+        Ok(Some(f)) => {
+            let shown = json!({
+                "frame_id": f.frame_id, "status": f.status, "confidence": f.confidence, "query": f.query,
+                "conclusion": f.conclusion, "evidence": f.evidence, "invalidation_condition": f.invalidation_condition,
+                "parent_id": f.parent_id, "children": f.children,
+            });
+            ToolOutput::ok(shown.to_string()).with_evidence(ToolEvidence::Frame { frame_id: f.frame_id.to_string() })
+        }
+        Ok(None) => ToolOutput::error(format!("no frame {id}")),
+        Err(e) => ToolOutput::error(e.to_string()),
+    }
+}
+
+/// A child run of the same configuration, one level deeper, driven to its
+/// end here and stored like any run (its frames hang under the parent's
+/// call when the parent's are written).
+async fn sub_agent(h: Host, args: Value) -> ToolOutput {
+    let task = args["task"].as_str().unwrap_or_default().to_owned();
+    let parent = match h.store.agent_state(&h.run_id, None).await {
+        Ok(Some(s)) => match AgentRun::from_json(&s.state) {
+            Ok(r) => r,
+            Err(e) => return ToolOutput::error(format!("the parent run cannot be read: {e}")),
+        },
+        Ok(None) => return ToolOutput::error("the parent run is not stored".to_owned()),
+        Err(e) => return ToolOutput::error(format!("the run store: {e}")),
+    };
+    // Named after the call that starts it (the one running now), so the
+    // child's id is stable and unique within the parent.
+    let call = parent.calls.iter().rev().find(|c| c.tool == "sub_agent" && c.status == CallStatus::Running);
+    let suffix = call.map_or_else(|| parent.calls.len().to_string(), |c| c.id.clone());
+    let id = format!("{}.{suffix}", h.run_id);
+    let depth = h.depth + 1;
+    let mut config = parent.config.clone();
+    config.approval = ApprovalPolicy::Auto;
+    config.tools.retain(|t| t.name != "sub_agent" || depth < MAX_DEPTH);
+    let mut run = AgentRun::new(id.clone(), task.clone(), config, now_ms());
+    let mut host = parent.host.clone();
+    host["task"] = json!(task);
+    host["depth"] = json!(depth);
+    host["parent_run"] = json!(h.run_id);
+    host["frame_id"] = Value::Null;
+    run.host = host;
+    let child = Host { run_id: id.clone(), depth, ..h.clone() };
+    let workspace = match run.host["workspace"].as_str().map(std::path::Path::new) {
+        Some(p) => match noesis_agent::Workspace::new(p) {
+            Ok(w) => w,
+            Err(e) => return ToolOutput::error(e.to_string()),
+        },
+        None => return ToolOutput::error("the parent run names no workspace".to_owned()),
+    };
+    let allow: Vec<String> = run.host["allow_commands"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let tools = Arc::new(with_host_tools(Toolbox::new(workspace, allow), &child));
+    let driver = Driver { now: &now_ms, ..Driver::new(h.provider.as_ref(), tools) };
+    let mut keep = Keep { store: h.store.as_ref(), project_id: h.project_id.clone() };
+    let evidence = ToolEvidence::SubAgent { run_id: id.clone() };
+    // The child's future holds its own driver; boxing keeps the recursion
+    // finite in type.
+    let end: Result<Action, _> = Box::pin(driver.drive(&mut run, &mut keep)).await;
+    match (end, &run.outcome) {
+        (Err(e), _) => ToolOutput::error(format!("sub-agent {id}: {e}")),
+        (Ok(_), Some(Outcome::Answer { text })) => ToolOutput::ok(text.clone()).with_evidence(evidence),
+        (Ok(_), Some(other)) => {
+            ToolOutput::error(format!("sub-agent {id} ended without an answer: {}", noesis_agent::outcome_name(other)))
+                .with_evidence(evidence)
+        }
+        (Ok(_), None) => ToolOutput::error(format!("sub-agent {id} stopped before its end")).with_evidence(evidence),
+    }
+}
