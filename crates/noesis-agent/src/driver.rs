@@ -204,13 +204,19 @@ impl<'a> Driver<'a> {
     /// Drives `run` until it is done or waits for a person (the returned
     /// action says which), checkpointing after every change.
     pub async fn drive(&self, run: &mut AgentRun, checkpoint: &mut dyn Checkpoint) -> Result<Action, DriveError> {
+        // The step of the last state stored: asking the model changes only
+        // `awaiting_reply`, which resume clears, so a state already stored
+        // at this step need not be stored again before the request.
+        let mut stored: Option<u64> = None;
         loop {
             if self.cancelled() {
                 run.cancel();
             }
             match run.next((self.now)()) {
                 Action::CallModel(request) => {
-                    checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    if stored != Some(run.step) {
+                        checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    }
                     let turn = run.usage.turns;
                     self.note(Progress::ModelCall { turn });
                     let began = Instant::now();
@@ -248,6 +254,7 @@ impl<'a> Driver<'a> {
                     // On record as running before anything runs: a crash
                     // now makes them interrupted, never re-run.
                     checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                    stored = Some(run.step);
                     let handles: Vec<_> = batch
                         .into_iter()
                         .map(|call| {
@@ -273,6 +280,7 @@ impl<'a> Driver<'a> {
                         });
                         let _ = run.finished(&id, output, (self.now)());
                         checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                        stored = Some(run.step);
                     }
                 }
                 other @ (Action::AwaitApproval(_) | Action::Done(_) | Action::Busy(_)) => {

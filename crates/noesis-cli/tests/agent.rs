@@ -569,3 +569,65 @@ fn a_sub_agent_runs_as_its_own_stored_run_and_hangs_under_the_call() {
     assert!(all.iter().any(|f| f["query"].as_str().unwrap().starts_with("read_file")
         && f["evidence"].as_array().unwrap().iter().any(|e| e["path"] == "ws/a.txt")));
 }
+
+#[test]
+fn a_session_remembers_earlier_tasks_and_answers() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let server = FakeServer::start(vec![Reply::Chat("Noted.".into()), Reply::Chat("Ada.".into())]).unwrap();
+    let o = output(agent(&work, &server).args(["My name is Ada.", "--workspace", &ws, "--session", "s1"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let o = output(agent(&work, &server).args(["What is my name?", "--workspace", &ws, "--session", "s1"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Ada.\n"), "{}", o.stderr);
+    let o = output(agent(&work, &server).args(["What is my name?", "--workspace", &ws, "--session", "other"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let user_text = |i: usize| -> String {
+        let body = server.received()[i].json();
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .map(|m| m["content"].to_string())
+            .collect()
+    };
+    let second = user_text(1);
+    assert!(
+        second.contains("What you remember") && second.contains("My name is Ada.") && second.contains("Noted."),
+        "{second}"
+    );
+    assert!(!user_text(2).contains("Ada"), "another session remembers nothing: {}", user_text(2));
+    // The listing shows the task as typed, not with the memory.
+    assert!(runs(&work).iter().any(|r| r["task"] == "What is my name?"));
+}
+
+#[test]
+fn agent_settings_come_from_noesis_toml() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/ok.sh", "echo fine\n");
+    work.write("noesis.toml", "[agent]\nallow_commands = [\"sh ok.sh\"]\napprove = \"auto\"\nmax_iterations = 5\n");
+    let server =
+        FakeServer::start(vec![call("c1", "run_command", json!({"command": "sh ok.sh"})), Reply::Chat("ok".into())])
+            .unwrap();
+    let o = output(agent(&work, &server).args(["Check", "--workspace", &ws, "--run-id", "r-cfg"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "ok\n"), "{}", o.stderr);
+    let run = shown(&work, "r-cfg");
+    assert_eq!(run["calls"][0]["status"], "completed");
+    assert_eq!(run["config"]["limits"]["max_turns"], 5);
+    work.write("noesis.toml", "[agent]\napprove = \"sometimes\"\n");
+    let o = output(agent(&work, &server).args(["Check", "--workspace", &ws]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("agent.approve") && o.stderr.contains("sometimes"), "{}", o.stderr);
+    // Bad flags are usage errors naming what is wrong.
+    std::fs::remove_file(work.path().join("noesis.toml")).unwrap();
+    let o = output(agent(&work, &server).args(["Check", "--tool", "teleport"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("--tool/--no-tool teleport") && o.stderr.contains("read_file"), "{}", o.stderr);
+    let o = output(agent(&work, &server).args(["   "]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("the task is empty"), "{}", o.stderr);
+    let o = output(agent(&work, &server).args(["Check", "--workspace", "/no/such/dir"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("/no/such/dir"), "{}", o.stderr);
+}

@@ -48,6 +48,7 @@ mod error;
 pub mod gguf;
 pub mod install;
 pub mod schema;
+pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,6 +141,8 @@ struct Plan {
     constraint: Option<Box<dyn Constraint>>,
     structured: StructuredMode,
     max_tokens: u32,
+    /// The reply is the tool grammar's JSON, to read back as calls.
+    tools: bool,
 }
 
 impl Inner {
@@ -169,6 +172,20 @@ impl Inner {
             Ok(context - tokens)
         };
         let asked = request.max_tokens.unwrap_or(self.config.default_max_tokens).max(1);
+        if !request.tools.is_empty() {
+            messages = tools::as_chat(&messages, &request.tools);
+            let budget = asked.min(room_for(&messages)?);
+            let schema = tools::reply_schema(&request.tools, &request.tool_choice);
+            let fitted = schema::fit(&schema, u64::from(budget), schema::Limits::default());
+            let constraint = loaded.compiler.compile(&fitted.schema)?;
+            return Ok(Plan {
+                messages,
+                constraint: Some(constraint),
+                structured: StructuredMode::Grammar,
+                max_tokens: budget,
+                tools: true,
+            });
+        }
         let (schema, tighten) = match &request.response_format {
             ResponseFormat::Text => {
                 return Ok(Plan {
@@ -176,6 +193,7 @@ impl Inner {
                     messages,
                     constraint: None,
                     structured: StructuredMode::Text,
+                    tools: false,
                 });
             }
             ResponseFormat::JsonObject => (json!({"type": "object", "x-guidance": schema::layout()}), false),
@@ -190,9 +208,13 @@ impl Inner {
             loaded.compiler.compile(&schema)
         };
         match compiled {
-            Ok(c) => {
-                Ok(Plan { messages, constraint: Some(c), structured: StructuredMode::Grammar, max_tokens: budget })
-            }
+            Ok(c) => Ok(Plan {
+                messages,
+                constraint: Some(c),
+                structured: StructuredMode::Grammar,
+                max_tokens: budget,
+                tools: false,
+            }),
             Err(ConstraintError::Unsupported(why)) => {
                 // No grammar: the model is told the schema instead, and the
                 // runtime repairs and re-asks.
@@ -207,7 +229,7 @@ impl Inner {
                     None => messages.insert(0, Message::system(note)),
                 }
                 let max_tokens = asked.min(room_for(&messages)?);
-                Ok(Plan { messages, constraint: None, structured: StructuredMode::Text, max_tokens })
+                Ok(Plan { messages, constraint: None, structured: StructuredMode::Text, max_tokens, tools: false })
             }
             Err(e) => Err(e.into()),
         }
@@ -218,7 +240,7 @@ impl Inner {
         request: &ChatRequest,
         cancel: &AtomicBool,
         on_text: &mut dyn FnMut(&str),
-    ) -> Result<(Generation, StructuredMode), Error> {
+    ) -> Result<(Generation, StructuredMode, bool), Error> {
         let loaded = self.load()?;
         let plan = self.plan(&loaded, request)?;
         let prompt = loaded.engine.format(&plan.messages)?;
@@ -233,7 +255,7 @@ impl Inner {
             cancel,
             on_text,
         })?;
-        Ok((generation, plan.structured))
+        Ok((generation, plan.structured, plan.tools))
     }
 }
 
@@ -285,11 +307,12 @@ impl LocalModel {
         request: &ChatRequest,
         on_text: &mut dyn FnMut(&str),
     ) -> Result<(Generation, StructuredMode), Error> {
-        self.inner.respond(request, &AtomicBool::new(false), on_text)
+        self.inner.respond(request, &AtomicBool::new(false), on_text).map(|(g, s, _)| (g, s))
     }
 
     async fn call(&self, request: &ChatRequest, on_text: Option<TextSink<'_>>) -> Result<ChatResponse, ProviderError> {
         let inner = self.inner.clone();
+        let turn = request.messages.len();
         let request = request.clone();
         let cancel = Arc::new(AtomicBool::new(false));
         let _stop = CancelOnDrop(cancel.clone());
@@ -307,13 +330,16 @@ impl LocalModel {
                 sink(&piece);
             }
         }
-        let (generation, structured) = handle
+        let (generation, structured, tool_mode) = handle
             .await
             .map_err(|e| {
                 ProviderError::new(NAME, ErrorKind::Unavailable, format!("the local model's thread failed: {e}"))
             })?
             .map_err(|e| provider_error(&e))?;
+        let (text, tool_calls) =
+            if tool_mode { tools::read_reply(&generation.text, turn) } else { (generation.text, Vec::new()) };
         Ok(ChatResponse {
+            tool_calls,
             usage: Some(Usage {
                 input_tokens: u64::from(generation.prompt_tokens),
                 output_tokens: u64::from(generation.output_tokens),
@@ -322,7 +348,7 @@ impl LocalModel {
                 Finish::Stop => FinishReason::Stop,
                 Finish::Length => FinishReason::Length,
             }),
-            ..ChatResponse::text(generation.text, self.model.clone(), structured)
+            ..ChatResponse::text(text, self.model.clone(), structured)
         })
     }
 }
@@ -349,7 +375,7 @@ impl Provider for LocalModel {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { json_schema: true, json_mode: true, tools: false, streaming: true }
+        Capabilities { json_schema: true, json_mode: true, tools: true, streaming: true }
     }
 
     async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {

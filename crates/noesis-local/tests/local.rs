@@ -461,3 +461,83 @@ mod setup {
         assert_eq!(install::sha256_file(&path).unwrap(), install::DEFAULT_MODEL_SHA256);
     }
 }
+
+mod agent {
+    use super::*;
+    use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, Limits, Outcome, RunConfig, Toolbox, Workspace};
+
+    /// The agent loop on the real model, tools decoded under the tool
+    /// grammar: twenty runs of a two-tool task (each over its own file, so
+    /// the runs differ). Every reply must be a call of a registered tool with
+    /// schema-valid arguments or an answer, and every run must end within its
+    /// budgets. Usefulness is not judged: this is a 135M model.
+    #[test]
+    fn twenty_runs_under_the_tool_grammar_make_only_valid_calls_or_answers() {
+        let Some(model) = model("twenty_runs_under_the_tool_grammar_make_only_valid_calls_or_answers") else {
+            return;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let words = ["apple", "river", "stone", "cloud", "maple"];
+        for i in 0..20 {
+            std::fs::write(dir.path().join(format!("note{i}.txt")), format!("The word is {}.\n", words[i % 5]))
+                .unwrap();
+        }
+        let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), Vec::new()));
+        let decls: Vec<_> =
+            tools.decls().into_iter().filter(|d| d.name == "read_file" || d.name == "list_dir").collect();
+        let (mut calls, mut answers) = (0, 0);
+        for i in 0..20 {
+            let config = RunConfig {
+                tools: decls.clone(),
+                approval: ApprovalPolicy::Auto,
+                limits: Limits { max_turns: 3, max_tool_calls: 4, ..Limits::default() },
+                max_output_tokens: Some(64),
+                ..RunConfig::default()
+            };
+            let task = format!("List the folder, read note{i}.txt and say which word it holds.");
+            let mut run = AgentRun::new(format!("local-{i}"), task, config, 0);
+            let driver = Driver::new(model, Arc::clone(&tools));
+            let end = block(driver.drive(&mut run, &mut |_: &AgentRun| {})).unwrap();
+            let Action::Done(outcome) = end else { panic!("run {i} did not end: {end:?}") };
+            assert!(
+                matches!(
+                    &outcome,
+                    Outcome::Answer { .. }
+                        | Outcome::Stopped {
+                            reason: noesis_agent::StopReason::MaxTurns | noesis_agent::StopReason::MaxToolCalls,
+                            ..
+                        }
+                ),
+                "run {i}: {outcome:?}"
+            );
+            assert!(run.usage.turns <= 3 && run.usage.tool_calls <= 4, "run {i} broke its budgets: {:?}", run.usage);
+            for (t, reply) in run.replies.iter().enumerate() {
+                if reply.tool_calls.is_empty() {
+                    assert!(!reply.text.trim().is_empty(), "run {i} turn {t}: an empty answer");
+                    assert!(
+                        !reply.text.trim_start().starts_with("{\""),
+                        "run {i} turn {t}: a cut-off call {}",
+                        reply.text
+                    );
+                    answers += 1;
+                    continue;
+                }
+                for c in &reply.tool_calls {
+                    let decl = decls.iter().find(|d| d.name == c.name);
+                    let decl = decl.unwrap_or_else(|| panic!("run {i} turn {t}: unknown tool {}", c.name));
+                    let errors = validate(&decl.parameters, &c.arguments);
+                    assert!(errors.is_empty(), "run {i} turn {t}: {} {} {errors:?}", c.name, c.arguments);
+                    calls += 1;
+                }
+            }
+            // Nothing counted as malformed by the run either.
+            assert!(
+                run.calls.iter().all(|c| !c.result.as_deref().unwrap_or_default().contains("invalid arguments")),
+                "run {i}: {:?}",
+                run.calls
+            );
+        }
+        eprintln!("20 runs on the local model: {calls} valid tool calls, {answers} answers");
+        assert!(calls > 0, "the model never called a tool");
+    }
+}

@@ -1,8 +1,8 @@
-//! `fake-llm (--reply FILE | --tool-loop TOOL:N) [--port N] [--latency-ms N]`:
+//! `fake-llm (--reply FILE | --tool-loop TOOL:N [--tool-args JSON]) [--port N] [--latency-ms N]`:
 //! serves the OpenAI chat-completions API on 127.0.0.1, answering every
 //! request with FILE's text (or, when FILE is a module test case, its
 //! `$example`); or, with `--tool-loop`, as an agent's model would: a call of
-//! TOOL with `{"x": k}` until the conversation holds N tool results, then
+//! TOOL with `{"x": k}` (or `--tool-args`) until the conversation holds N tool results, then
 //! the answer `done`. Prints the base URL on stdout, then serves until
 //! killed.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -13,15 +13,18 @@ use noesis_testkit::{FakeServer, Reply};
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let (mut reply, mut port, mut latency, mut tool_loop) = (None, 0u16, 0u64, None);
+    let (mut reply, mut port, mut latency, mut tool_loop, mut tool_args) = (None, 0u16, 0u64, None, None);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--reply" => reply = args.next(),
             "--tool-loop" => tool_loop = args.next(),
+            "--tool-args" => tool_args = args.next(),
             "--port" => port = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             "--latency-ms" => latency = args.next().and_then(|p| p.parse().ok()).unwrap_or(0),
             _ => {
-                eprintln!("usage: fake-llm (--reply FILE | --tool-loop TOOL:N) [--port N] [--latency-ms N]");
+                eprintln!(
+                    "usage: fake-llm (--reply FILE | --tool-loop TOOL:N [--tool-args JSON]) [--port N] [--latency-ms N]"
+                );
                 std::process::exit(2);
             }
         }
@@ -35,7 +38,20 @@ fn main() {
             };
             // The tool name lives as long as the server: leak it once.
             let tool: &'static str = Box::leak(tool.into_boxed_str());
-            noesis_testkit::tool_loop(tool, rounds, |k| serde_json::json!({"x": k}), "done")
+            let fixed = match tool_args.as_deref().map(serde_json::from_str::<serde_json::Value>) {
+                None => None,
+                Some(Ok(v)) => Some(v),
+                Some(Err(e)) => {
+                    eprintln!("fake-llm: --tool-args is not JSON: {e}");
+                    std::process::exit(2);
+                }
+            };
+            noesis_testkit::tool_loop(
+                tool,
+                rounds,
+                move |k| fixed.clone().unwrap_or_else(|| serde_json::json!({"x": k})),
+                "done",
+            )
         }
         (Some(path), None) => {
             let text = match std::fs::read_to_string(&path) {

@@ -1,0 +1,98 @@
+"""Timing of LangGraph's prebuilt ReAct agent and a pydantic-ai agent on the
+same task as noesis's loop bench: against the zero-latency fake OpenAI server
+(`fake-llm --tool-loop add_one:N`), N iterations of one model call and one
+call of a trivial tool. Prints one JSON line per framework, with the floor
+(the same HTTP round trips through http.client and nothing else).
+
+    python agent_loop.py BASE_URL ITERATIONS RUNS
+"""
+
+import http.client
+import json
+import statistics
+import sys
+import time
+import urllib.parse
+
+
+def floor_us_per_iteration(base, iterations, n):
+    url = urllib.parse.urlparse(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "go"}]})
+    began = time.perf_counter()
+    for _ in range(n):
+        conn.request("POST", url.path + "/chat/completions", body, {"content-type": "application/json"})
+        conn.getresponse().read()
+    per_roundtrip = (time.perf_counter() - began) * 1e6 / n
+    return per_roundtrip * (iterations + 1) / iterations
+
+
+def timed(run_once, iterations, runs):
+    for _ in range(min(runs, 20)):
+        run_once()
+    samples = []
+    for _ in range(runs):
+        began = time.perf_counter()
+        run_once()
+        samples.append((time.perf_counter() - began) * 1e6 / iterations)
+    return statistics.median(samples)
+
+
+def langgraph(base, iterations, runs):
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+
+    @tool
+    def add_one(x: int) -> int:
+        """Adds one to x."""
+        return x + 1
+
+    model = ChatOpenAI(model="fake", base_url=base, api_key="sk-bench", max_retries=0)
+    agent = create_react_agent(model, [add_one])
+
+    def run_once():
+        out = agent.invoke({"messages": [("user", "Add one ten times.")]}, {"recursion_limit": 4 * iterations + 10})
+        calls = sum(1 for m in out["messages"] if m.type == "tool")
+        assert calls == iterations, calls
+
+    return timed(run_once, iterations, runs)
+
+
+def pydantic_ai(base, iterations, runs):
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    model = OpenAIChatModel("fake", provider=OpenAIProvider(base_url=base, api_key="sk-bench"))
+    agent = Agent(model)
+
+    @agent.tool_plain
+    def add_one(x: int) -> int:
+        """Adds one to x."""
+        return x + 1
+
+    def run_once():
+        result = agent.run_sync("Add one ten times.")
+        assert result.output == "done", result.output
+
+    return timed(run_once, iterations, runs)
+
+
+def main():
+    base, iterations, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    floor = floor_us_per_iteration(base, iterations, min(5000, runs * (iterations + 1)))
+    for name, bench in [("langgraph (prebuilt ReAct agent)", langgraph), ("pydantic-ai", pydantic_ai)]:
+        us = bench(base, iterations, runs)
+        print(json.dumps({
+            "framework": name,
+            "us_per_iteration": us,
+            "http_floor_us_per_iteration": floor,
+            "overhead_us_per_iteration": max(us - floor, 0.0),
+            "runs": runs,
+            "iterations": iterations,
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
