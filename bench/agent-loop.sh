@@ -70,4 +70,4 @@ set +e
 code=$?
 set -e
 bytes=$("$CARGO_TARGET_DIR/release/noesis" agent show paused --json | wc -c)
-echo "paused run: exit code $code (awaiting approval), no process holds it (peak RSS while running: $(cat "$work/rss") KB); state in the store: $bytes bytes"
+echo "paused run: exit code $code (awaiting approval), no process holds it (peak RSS while running: $(tail -1 "$work/rss") KB); state in the store: $bytes bytes"

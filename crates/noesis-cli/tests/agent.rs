@@ -631,3 +631,51 @@ fn agent_settings_come_from_noesis_toml() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("/no/such/dir"), "{}", o.stderr);
 }
+
+/// `noesis agent …` under a pseudo-terminal (util-linux `script`), with
+/// `answers` typed at its prompts.
+fn in_terminal(work: &Work, server: &FakeServer, args: &str, answers: &str) -> Output {
+    use std::io::Write as _;
+    let bin = assert_cmd::cargo::cargo_bin("noesis");
+    let mut running = work
+        .command("script")
+        .env("OPENAI_BASE_URL", server.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .args(["-qec", &format!("{} agent {args}", bin.display()), "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    running.stdin.take().unwrap().write_all(answers.as_bytes()).unwrap();
+    let o = running.wait_with_output().unwrap();
+    Output {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn in_a_terminal_the_cli_asks_and_an_edit_or_an_abort_is_honoured() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let server =
+        FakeServer::start(vec![tool_loop("write_file", 1, |_| json!({"path": "b.txt", "content": "x"}), "Done.")])
+            .unwrap();
+    let o = in_terminal(
+        &work,
+        &server,
+        &format!("'Write b.txt' --workspace {ws} --run-id r-tty"),
+        "e\n{\"path\": \"c.txt\", \"content\": \"typed\"}\n",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("approve write_file path=b.txt content=x?"), "{}", o.stdout);
+    assert!(o.stdout.contains("Done."), "{}", o.stdout);
+    assert_eq!(std::fs::read_to_string(work.path().join("ws/c.txt")).unwrap(), "typed");
+    assert!(!work.path().join("ws/b.txt").exists());
+    let o = in_terminal(&work, &server, &format!("'Write b.txt' --workspace {ws} --run-id r-tty2"), "a\n");
+    assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
+    assert_eq!(shown(&work, "r-tty2")["outcome"]["outcome"], "aborted");
+    assert!(!work.path().join("ws/b.txt").exists());
+}

@@ -60,7 +60,13 @@ impl Work {
     /// [`Work::noesis_bare`] as a plain `std` command, for tests that
     /// spawn the process and signal it.
     pub(crate) fn noesis_std(&self) -> std::process::Command {
-        let mut c = std::process::Command::new(assert_cmd::cargo::cargo_bin("noesis"));
+        self.command(assert_cmd::cargo::cargo_bin("noesis"))
+    }
+
+    /// `program` in this folder with the same clean environment as
+    /// [`Work::noesis_bare`] (to wrap noesis in another program).
+    pub(crate) fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+        let mut c = std::process::Command::new(program);
         c.current_dir(self.dir.path()).env("HOME", self.dir.path()).env("NO_COLOR", "1");
         for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH", "NOESIS_CONFIG", "XDG_CONFIG_HOME"] {
             c.env_remove(v);
