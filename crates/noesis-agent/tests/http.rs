@@ -202,3 +202,30 @@ async fn the_seed_loop_remembers_across_cycles() {
     let task = last["messages"].as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap()["content"].clone();
     assert!(task.as_str().unwrap().contains("[observed] read_file: the answer is 42"), "{task}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_without_tool_calling_gets_the_json_protocol_in_text() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alpha").unwrap();
+    let server = FakeServer::start(vec![
+        Reply::Chat(r#"{"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}"#.into()),
+        Reply::Chat(r#"{"response": "It says alpha."}"#.into()),
+    ])
+    .unwrap();
+    let provider = noesis_llm::TextTools::new(Arc::new(provider(&server)));
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("t", "What does a.txt say?", config, 0);
+    let end = drive(&mut run, &provider, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "It says alpha.".into() }));
+    assert_eq!(run.calls[0].status, CallStatus::Completed);
+    let requests = server.received();
+    let first = requests[0].json();
+    assert!(first.get("tools").is_none(), "no native tools are sent: {first}");
+    assert_eq!(first["response_format"]["type"], "json_schema", "the protocol is asked for as a schema");
+    assert!(first["messages"][0]["content"].as_str().unwrap().contains("- read_file:"), "{first}");
+    let second = requests[1].json();
+    let last = second["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["role"], "user");
+    assert!(last["content"].as_str().unwrap().starts_with("Result of read_file"), "{last}");
+}

@@ -120,6 +120,9 @@ pub(crate) struct ProviderEntry {
     pub api_key_env: Option<String>,
     /// For `local`: the GGUF model file.
     pub model_path: Option<PathBuf>,
+    /// `false` for an endpoint without tool calling: agents then use the
+    /// JSON protocol in text.
+    pub tools: Option<bool>,
 }
 
 /// `[budget]`.
@@ -162,6 +165,7 @@ impl Config {
                     model: entry.model.or(base.model),
                     api_key_env: entry.api_key_env.or(base.api_key_env),
                     model_path: entry.model_path.or(base.model_path),
+                    tools: entry.tools.or(base.tools),
                 },
             );
         }

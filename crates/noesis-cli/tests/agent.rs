@@ -679,3 +679,20 @@ fn in_a_terminal_the_cli_asks_and_an_edit_or_an_abort_is_honoured() {
     assert_eq!(shown(&work, "r-tty2")["outcome"]["outcome"], "aborted");
     assert!(!work.path().join("ws/b.txt").exists());
 }
+
+#[test]
+fn an_endpoint_marked_without_tools_gets_the_text_protocol() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/a.txt", "alpha\n");
+    work.write("noesis.toml", "[providers.openai]\ntools = false\n");
+    let server = FakeServer::start(vec![
+        Reply::Chat(r#"{"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}"#.into()),
+        Reply::Chat(r#"{"response": "alpha"}"#.into()),
+    ])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["Read a.txt", "--workspace", &ws, "--run-id", "r-text"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "alpha\n"), "{}", o.stderr);
+    assert!(server.received()[0].json().get("tools").is_none());
+    assert_eq!(shown(&work, "r-text")["calls"][0]["status"], "completed");
+}

@@ -34,6 +34,7 @@ mod scripted;
 mod stream;
 mod strict;
 mod test_model;
+pub mod text_tools;
 mod types;
 
 pub use anthropic::{ANTHROPIC_VERSION, Anthropic};
@@ -51,6 +52,7 @@ pub use router::{Fallback, Route, route};
 pub use scripted::Scripted;
 pub use strict::{Strict, strictify};
 pub use test_model::{TestModel, fabricate};
+pub use text_tools::TextTools;
 pub use types::{
     Capabilities, ChatRequest, ChatResponse, FinishReason, Message, ResponseFormat, Role, StructuredMode, ToolCall,
     ToolChoice, ToolSpec, Usage,

@@ -48,7 +48,6 @@ mod error;
 pub mod gguf;
 pub mod install;
 pub mod schema;
-pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -173,9 +172,9 @@ impl Inner {
         };
         let asked = request.max_tokens.unwrap_or(self.config.default_max_tokens).max(1);
         if !request.tools.is_empty() {
-            messages = tools::as_chat(&messages, &request.tools);
+            messages = noesis_llm::text_tools::as_chat(&messages, &request.tools);
             let budget = asked.min(room_for(&messages)?);
-            let schema = tools::reply_schema(&request.tools, &request.tool_choice);
+            let schema = noesis_llm::text_tools::reply_schema(&request.tools, &request.tool_choice);
             let fitted = schema::fit(&schema, u64::from(budget), schema::Limits::default());
             let constraint = loaded.compiler.compile(&fitted.schema)?;
             return Ok(Plan {
@@ -336,8 +335,11 @@ impl LocalModel {
                 ProviderError::new(NAME, ErrorKind::Unavailable, format!("the local model's thread failed: {e}"))
             })?
             .map_err(|e| provider_error(&e))?;
-        let (text, tool_calls) =
-            if tool_mode { tools::read_reply(&generation.text, turn) } else { (generation.text, Vec::new()) };
+        let (text, tool_calls) = if tool_mode {
+            noesis_llm::text_tools::read_reply(&generation.text, turn)
+        } else {
+            (generation.text, Vec::new())
+        };
         Ok(ChatResponse {
             tool_calls,
             usage: Some(Usage {
@@ -390,6 +392,19 @@ impl Provider for LocalModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tool_protocol_schema_fits_a_budget() {
+        let tools = [noesis_llm::ToolSpec {
+            name: "read_file".into(),
+            description: "Reads a file.".into(),
+            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        }];
+        let schema = noesis_llm::text_tools::reply_schema(&tools, &noesis_llm::ToolChoice::Auto);
+        let fitted = schema::fit(&schema, 256, schema::Limits::default());
+        assert!(fitted.fits(256), "{}", fitted.schema);
+        assert_eq!(check_schema(&fitted.schema), Ok(()));
+    }
 
     #[test]
     fn check_schema_names_the_keyword_and_where() {

@@ -491,7 +491,7 @@ mod agent {
                 tools: decls.clone(),
                 approval: ApprovalPolicy::Auto,
                 limits: Limits { max_turns: 3, max_tool_calls: 4, ..Limits::default() },
-                max_output_tokens: Some(64),
+                max_output_tokens: Some(128),
                 ..RunConfig::default()
             };
             let task = format!("List the folder, read note{i}.txt and say which word it holds.");

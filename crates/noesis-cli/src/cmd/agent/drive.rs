@@ -84,6 +84,13 @@ fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
     }
 }
 
+/// `provider`, speaking the JSON tool protocol in text when it has no tool
+/// calling of its own or the config says so (`[providers.NAME] tools = false`).
+fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
+    let off = config.providers.get(provider.name()).and_then(|e| e.tools) == Some(false);
+    if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
+}
+
 /// The tools over `workspace`, with the host's own.
 fn toolbox(workspace: &Workspace, allow_commands: Vec<String>, host: &super::tools::Host) -> Toolbox {
     super::tools::with_host_tools(Toolbox::new(workspace.clone(), allow_commands), host)
@@ -140,7 +147,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         reflect: a.reflect,
         ..RunConfig::default()
     };
-    let provider = select(&a.drive.provider, &config, None)?;
+    let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
     let rt = crate::memory::runtime()?;
     let (project, store) = rt.block_on(crate::memory::context())?;
     let store: Arc<dyn Store> = Arc::from(store);
@@ -230,7 +237,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
-    let provider = provider_for(run, &d.provider, &config)?;
+    let provider = with_text_tools(provider_for(run, &d.provider, &config)?, &config);
     let (project, store) = rt.block_on(crate::memory::context())?;
     let store: Arc<dyn Store> = Arc::from(store);
     let project_id = run.host["project_id"].as_str().map_or_else(|| project.project_id.clone(), str::to_owned);

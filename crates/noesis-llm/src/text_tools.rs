@@ -1,5 +1,6 @@
-//! Tool calls on a model whose chat template knows no tools (SmolLM2's plain
-//! ChatML): the reply is decoded under a grammar that allows exactly one call
+//! Tool calls for a model or endpoint that has no tool calling of its own
+//! (SmolLM2's plain ChatML template, an OpenAI-compatible server without
+//! `tools`): one JSON protocol in text. The reply must be exactly one call
 //! of a registered tool with arguments valid for that tool's schema, or a
 //! final answer —
 //!
@@ -8,20 +9,96 @@
 //! {"response": "…"}
 //! ```
 //!
-//! — so even the smallest model never emits a broken call. The conversation
-//! goes to the template as ChatML knows it: the model's own calls as that
-//! JSON, each tool result as a user turn naming the call. Everything here is
-//! pure.
+//! — which the local model enforces with a grammar (so even the smallest
+//! model never emits a broken call) and [`TextTools`] asks for with a JSON
+//! Schema response format where the endpoint has one. The conversation goes
+//! as plain chat turns: the model's own calls as that JSON, each tool result
+//! as a user turn naming the call.
 
-use noesis_llm::{Message, Role, ToolCall, ToolChoice, ToolSpec};
+use async_trait::async_trait;
 use serde_json::{Value, json};
+
+use crate::{
+    Capabilities, ChatRequest, ChatResponse, Message, Provider, ProviderError, ResponseFormat, Role, TextSink,
+    ToolCall, ToolChoice, ToolSpec,
+};
+
+/// A provider without tool calling, given tools through the text protocol;
+/// requests without tools pass through unchanged.
+pub struct TextTools {
+    inner: std::sync::Arc<dyn Provider>,
+}
+
+impl TextTools {
+    /// Wraps `inner`.
+    pub fn new(inner: std::sync::Arc<dyn Provider>) -> TextTools {
+        TextTools { inner }
+    }
+
+    fn rewrite(&self, request: &ChatRequest) -> ChatRequest {
+        let caps = self.inner.capabilities();
+        let schema = reply_schema(&request.tools, &request.tool_choice);
+        ChatRequest {
+            messages: as_chat(&request.messages, &request.tools),
+            response_format: if caps.json_schema {
+                ResponseFormat::JsonSchema { name: "tool_protocol".into(), schema }
+            } else if caps.json_mode {
+                ResponseFormat::JsonObject
+            } else {
+                ResponseFormat::Text
+            },
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            ..request.clone()
+        }
+    }
+
+    fn read(request: &ChatRequest, mut reply: ChatResponse) -> ChatResponse {
+        let (text, calls) = read_reply(&reply.text, request.messages.len());
+        reply.text = text;
+        reply.tool_calls = calls;
+        reply
+    }
+}
+
+#[async_trait]
+impl Provider for TextTools {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { tools: true, ..self.inner.capabilities() }
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        if request.tools.is_empty() {
+            return self.inner.chat(request).await;
+        }
+        let reply = self.inner.chat(&self.rewrite(request)).await?;
+        Ok(Self::read(request, reply))
+    }
+
+    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
+        if request.tools.is_empty() {
+            return self.inner.chat_stream(request, on_text).await;
+        }
+        let reply = self.inner.chat_stream(&self.rewrite(request), on_text).await?;
+        Ok(Self::read(request, reply))
+    }
+}
 
 /// Longest final answer, in characters.
 pub const MAX_RESPONSE: u64 = 2000;
 
 /// The schema a reply must satisfy: one call of one of `tools`, or (unless
 /// `choice` requires a call) an answer. Strings and lists the tools leave
-/// open are bounded later by [`crate::schema::fit`].
+/// open are left for the caller to bound (the local model's grammar fitter
+/// does).
 pub fn reply_schema(tools: &[ToolSpec], choice: &ToolChoice) -> Value {
     let allowed: Vec<&ToolSpec> = match choice {
         ToolChoice::Tool(name) => tools.iter().filter(|t| &t.name == name).collect(),
@@ -175,14 +252,6 @@ mod tests {
         assert!(!valid(&one, &json!({"tool_calls": [{"name": "read_file", "arguments": {"path": "a"}}]})));
         let none = reply_schema(&tools(), &ToolChoice::None);
         assert!(!valid(&none, &json!({"tool_calls": [{"name": "list_dir", "arguments": {}}]})));
-    }
-
-    #[test]
-    fn the_fitted_schema_is_bounded() {
-        let fitted =
-            crate::schema::fit(&reply_schema(&tools(), &ToolChoice::Auto), 4096, crate::schema::Limits::default());
-        assert!(fitted.worst_case.is_some(), "{}", fitted.schema);
-        assert!(valid(&fitted.schema, &json!({"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]})));
     }
 
     #[test]
