@@ -240,6 +240,10 @@ impl<'a> Driver<'a> {
                             });
                             run.on_model_reply(&reply, (self.price)(&reply))
                         }
+                        Some(Err(e)) if e.kind == noesis_llm::ErrorKind::ContextOverflow => {
+                            // Left out by rule and asked again, or stopped.
+                            run.on_context_overflow().map(|_| ())
+                        }
                         Some(Err(e)) => run.on_model_error(&e.to_string()),
                     };
                     if let Err(e) = reported {

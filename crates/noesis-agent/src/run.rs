@@ -1138,6 +1138,40 @@ When you have the answer, reply with it as plain text and call no tool.",
         Ok(())
     }
 
+    /// The model refused the last request as longer than its context: the
+    /// oldest turns are left out by rule (the conversation budget becomes
+    /// two thirds of what was sent) and the request may be asked again —
+    /// `true`. When nothing more can be left out (the task and the latest
+    /// turn alone do not fit) the run stops, typed, and this is `false`.
+    pub fn on_context_overflow(&mut self) -> Result<bool, StepError> {
+        if self.outcome.is_some() {
+            return Err(StepError::Finished);
+        }
+        if !self.awaiting_reply {
+            return Err(StepError::UnexpectedReply(self.phase_name()));
+        }
+        let chars =
+            |r: &ChatRequest| r.messages.iter().map(|m| m.content.len() + m.tool_calls.len() * 64).sum::<usize>();
+        let before = self.request();
+        let sent = chars(&before);
+        let previous = self.config.limits.max_context_chars;
+        self.config.limits.max_context_chars = Some(sent * 2 / 3);
+        let after = self.request();
+        if after.messages.len() >= before.messages.len() && chars(&after) >= sent {
+            self.config.limits.max_context_chars = previous;
+            self.stop(
+                StopReason::Provider,
+                format!(
+                    "the conversation ({sent} characters) does not fit the model's context even with every earlier turn left out"
+                ),
+            );
+            return Ok(false);
+        }
+        self.awaiting_reply = false;
+        self.step += 1;
+        Ok(true)
+    }
+
     /// Stops the run because its driver cannot go on (`detail` says why);
     /// resumable like a provider failure.
     pub fn stop_for_driver(&mut self, detail: String) {

@@ -229,3 +229,28 @@ async fn an_endpoint_without_tool_calling_gets_the_json_protocol_in_text() {
     assert_eq!(last["role"], "user");
     assert!(last["content"].as_str().unwrap().starts_with("Result of read_file"), "{last}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_from_the_server_shortens_the_conversation_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alpha ".repeat(200)).unwrap();
+    std::fs::write(dir.path().join("b.txt"), "beta").unwrap();
+    let too_long = json!({"error": {"message": "This model's maximum context length is 8 tokens", "type": "invalid_request_error", "code": "context_length_exceeded"}});
+    let server = FakeServer::start(vec![
+        tool_call("c1", "read_file", json!({"path": "a.txt"})),
+        tool_call("c2", "read_file", json!({"path": "b.txt"})),
+        Reply::Status(400, too_long.to_string(), vec![]),
+        Reply::Chat("b says beta.".into()),
+    ])
+    .unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("o", "What does b.txt say?", config, 0);
+    let end = drive(&mut run, &provider(&server), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "b says beta.".into() }));
+    let requests = server.received();
+    assert_eq!(requests.len(), 4);
+    let (refused, retried) = (&requests[2].body, &requests[3].body);
+    assert!(retried.len() < refused.len(), "{} !< {}", retried.len(), refused.len());
+    assert!(retried.contains("left out") && !retried.contains("alpha alpha") && retried.contains("beta"), "{retried}");
+}

@@ -723,3 +723,40 @@ mod props {
         }
     }
 }
+
+#[test]
+fn a_context_overflow_leaves_out_the_oldest_turns_and_asks_again_never_a_surprise_stop() {
+    let mut run = AgentRun::new("r", "THE TASK", config(ApprovalPolicy::Auto), 0);
+    let tool = |_: &str, args: &Value| ToolOutput::ok(format!("{args}{}", "x".repeat(900)));
+    // Six rounds of reads fill the conversation; then the model says it is too long.
+    let mut replies =
+        (0..6).map(|i| calls(&[("", "read_file", json!({"path": i.to_string()}))])).collect::<Vec<_>>().into_iter();
+    for _ in 0..6 {
+        let Action::CallModel(_) = run.next(0) else { panic!() };
+        run.on_model_reply(&replies.next().unwrap(), 0.0).unwrap();
+        let Action::ExecuteTools(batch) = run.next(0) else { panic!() };
+        for c in batch {
+            run.started(&c.call_id, 0).unwrap();
+            run.finished(&c.call_id, tool(&c.tool, &c.arguments), 0).unwrap();
+        }
+    }
+    let Action::CallModel(full) = run.next(0) else { panic!() };
+    let size = |r: &ChatRequest| r.messages.iter().map(|m| m.content.len()).sum::<usize>();
+    assert_eq!(run.on_context_overflow(), Ok(true));
+    let Action::CallModel(shorter) = run.next(0) else { panic!("asked again") };
+    assert!(size(&shorter) <= size(&full) * 2 / 3 + 200, "{} vs {}", size(&shorter), size(&full));
+    assert_eq!(shorter.messages[1].content, "THE TASK");
+    assert!(shorter.messages[2].content.contains("left out"));
+    // Survives JSON, and keeps shrinking until only the task and the last turn remain.
+    run = AgentRun::from_json(&run.to_json()).unwrap();
+    let mut rounds = 0;
+    while run.on_context_overflow() == Ok(true) {
+        rounds += 1;
+        assert!(matches!(run.next(0), Action::CallModel(_)));
+        assert!(rounds < 20);
+    }
+    assert!(matches!(
+        run.next(0),
+        Action::Done(Outcome::Stopped { reason: StopReason::Provider, ref detail }) if detail.contains("does not fit")
+    ));
+}
