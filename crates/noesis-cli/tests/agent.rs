@@ -675,6 +675,12 @@ fn in_a_terminal_the_cli_asks_and_an_edit_or_an_abort_is_honoured() {
     assert_eq!(std::fs::read_to_string(work.path().join("ws/c.txt")).unwrap(), "typed");
     assert!(!work.path().join("ws/b.txt").exists());
     let o = in_terminal(&work, &server, &format!("'Write b.txt' --workspace {ws} --run-id r-tty2"), "a\n");
+    // A slow model gets a spinner while it thinks.
+    let slow =
+        FakeServer::start(vec![Reply::Delay(Duration::from_millis(600), Box::new(Reply::Chat("Hi.".into())))]).unwrap();
+    let spun = in_terminal(&work, &slow, &format!("'Say hi' --workspace {ws}"), "");
+    assert_eq!(spun.code, 0, "{}", spun.stdout);
+    assert!(spun.stdout.contains("thinking (turn 1)") && spun.stdout.contains("Hi."), "{}", spun.stdout);
     assert_eq!(o.code, 1, "{}{}", o.stdout, o.stderr);
     assert_eq!(shown(&work, "r-tty2")["outcome"]["outcome"], "aborted");
     assert!(!work.path().join("ws/b.txt").exists());

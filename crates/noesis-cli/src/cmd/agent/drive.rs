@@ -309,9 +309,17 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask:
     let prices = Arc::clone(&ctx.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
     let quiet = ctx.quiet;
-    let observe = move |p: &Progress| {
-        if !quiet {
-            out::note(&progress_line(p));
+    let spinner = Spinner::new(!quiet && std::io::stderr().is_terminal());
+    let observe = |p: &Progress| {
+        if quiet {
+            return;
+        }
+        spinner.stop();
+        out::note(&progress_line(p));
+        match p {
+            Progress::ModelCall { turn } => spinner.start(format!("thinking (turn {})", turn + 1)),
+            Progress::ToolStart { tool, .. } => spinner.start(format!("running {tool}")),
+            _ => {}
         }
     };
     rt.block_on(async {
@@ -349,6 +357,7 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask:
         {
             out::note(&format!("warning: the run was not recorded as frames: {e:#}"));
         }
+        spinner.stop();
         anyhow::Ok(())
     })?;
     report(&run, ctx.json)?;
@@ -399,6 +408,49 @@ async fn record_frames(ctx: &Ctx, run: &mut AgentRun) -> anyhow::Result<()> {
         store.save_agent_state(&state_of(run, &ctx.project_id)).await?;
     }
     Ok(())
+}
+
+/// A one-line spinner on a terminal's stderr while the model or a tool
+/// works, erased before the next line is printed.
+struct Spinner {
+    on: bool,
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Spinner {
+    fn new(on: bool) -> Spinner {
+        Spinner { on, task: std::sync::Mutex::new(None) }
+    }
+
+    fn start(&self, what: String) {
+        if !self.on {
+            return;
+        }
+        let began = std::time::Instant::now();
+        let task = tokio::spawn(async move {
+            const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+            for i in 0usize.. {
+                tick.tick().await;
+                out::stream(&format!(
+                    "\r  {} {what} {:.1}s\x1b[K",
+                    FRAMES[i % FRAMES.len()],
+                    began.elapsed().as_secs_f64()
+                ));
+            }
+        });
+        if let Ok(mut slot) = self.task.lock() {
+            *slot = Some(task);
+        }
+    }
+
+    fn stop(&self) {
+        let task = self.task.lock().ok().and_then(|mut slot| slot.take());
+        if let Some(task) = task {
+            task.abort();
+            out::stream("\r\x1b[K");
+        }
+    }
 }
 
 /// Asks about each pending call on stderr, reading answers from stdin.
