@@ -28,7 +28,11 @@ pub type ToolFn = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
 pub type ToolFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutput> + Send>>;
 
 /// The tools of a run: the built-ins over one workspace, and any the host
-/// adds (a module runner, frame search, a sub-agent).
+/// adds (a module runner, frame search, a sub-agent). It is the tool
+/// registry: [`Toolbox::decls`] gives each tool's name, description, JSON
+/// Schema of its arguments and effects (read-only, writes files, runs
+/// commands, network); the run checks arguments against the schema before
+/// anything runs.
 #[derive(Clone)]
 pub struct Toolbox {
     workspace: Workspace,
@@ -182,13 +186,31 @@ pub struct Driver<'a> {
     pub cancel: Option<CancellationToken>,
     /// Sees each step as it happens.
     pub observe: Option<&'a (dyn Fn(&Progress) + Send + Sync)>,
+    /// How long one tool call may take before its result is a timeout
+    /// error (the model is told; a blocking built-in finishes in the
+    /// background, its result dropped).
+    pub tool_timeout: std::time::Duration,
+    /// Most calls of one batch running at once (read-only batches).
+    pub max_concurrent_tools: usize,
 }
+
+/// [`Driver::tool_timeout`] unless the driver says otherwise.
+pub const TOOL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 impl<'a> Driver<'a> {
     /// A driver with no cancellation, no observer, a zero clock and free
     /// replies.
     pub fn new(provider: &'a dyn Provider, tools: Arc<Toolbox>) -> Driver<'a> {
-        Driver { provider, tools, now: &|| 0, price: &|_| 0.0, cancel: None, observe: None }
+        Driver {
+            provider,
+            tools,
+            now: &|| 0,
+            price: &|_| 0.0,
+            cancel: None,
+            observe: None,
+            tool_timeout: TOOL_TIMEOUT,
+            max_concurrent_tools: 8,
+        }
     }
 
     fn note(&self, p: Progress) {
@@ -259,6 +281,7 @@ impl<'a> Driver<'a> {
                     // now makes them interrupted, never re-run.
                     checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
                     stored = Some(run.step);
+                    let permits = Arc::new(tokio::sync::Semaphore::new(self.max_concurrent_tools.max(1)));
                     let handles: Vec<_> = batch
                         .into_iter()
                         .map(|call| {
@@ -270,7 +293,15 @@ impl<'a> Driver<'a> {
                             let tools = Arc::clone(&self.tools);
                             let began = Instant::now();
                             let meta = (call.call_id.clone(), call.tool.clone());
-                            (meta, began, tokio::spawn(tools.run_async(call)))
+                            let (permits, limit) = (Arc::clone(&permits), self.tool_timeout);
+                            let task = tokio::spawn(async move {
+                                let _permit = permits.acquire_owned().await;
+                                let name = call.tool.clone();
+                                tokio::time::timeout(limit, tools.run_async(call)).await.unwrap_or_else(|_| {
+                                    ToolOutput::error(format!("`{name}` timed out after {} s", limit.as_secs()))
+                                })
+                            });
+                            (meta, began, task)
                         })
                         .collect();
                     for ((id, tool), began, handle) in handles {
@@ -307,6 +338,6 @@ pub async fn drive(
     price: &(dyn Fn(&ChatResponse) -> f64 + Send + Sync),
     checkpoint: &mut dyn Checkpoint,
 ) -> Result<Action, DriveError> {
-    let driver = Driver { provider, tools: Arc::clone(tools), now, price, cancel: None, observe: None };
+    let driver = Driver { now, price, ..Driver::new(provider, Arc::clone(tools)) };
     driver.drive(run, checkpoint).await
 }

@@ -64,7 +64,10 @@ pub use cognitive::{
     CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
 };
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
-pub use driver::{Checkpoint, DriveError, Driver, Progress, ToolFn, ToolFuture, Toolbox, drive};
+pub use driver::{Checkpoint, DriveError, Driver, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture, Toolbox, drive};
+
+/// The tool registry by the seed's name: see [`Toolbox`].
+pub type ToolRegistry = Toolbox;
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
 pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};

@@ -254,3 +254,50 @@ async fn a_context_overflow_from_the_server_shortens_the_conversation_and_the_ru
     assert!(retried.len() < refused.len(), "{} !< {}", retried.len(), refused.len());
     assert!(retried.contains("left out") && !retried.contains("alpha alpha") && retried.contains("beta"), "{retried}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_hangs_times_out_and_a_batch_runs_within_its_concurrency_bound() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, m) = (Arc::clone(&now), Arc::clone(&most));
+    let slow: noesis_agent::ToolFn = Arc::new(move |args| {
+        let (n, m) = (Arc::clone(&n), Arc::clone(&m));
+        Box::pin(async move {
+            let inside = n.fetch_add(1, Ordering::SeqCst) + 1;
+            m.fetch_max(inside, Ordering::SeqCst);
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            n.fetch_sub(1, Ordering::SeqCst);
+            noesis_agent::ToolOutput::ok(format!("slept {ms}"))
+        })
+    });
+    let decl = noesis_agent::ToolDecl::read_only(
+        "nap",
+        "Sleeps.",
+        json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+    );
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]).with_tool(decl.clone(), slow));
+    let mut three = chat_completion("", "tool_calls");
+    three["choices"][0]["message"] = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "n1", "type": "function", "function": {"name": "nap", "arguments": "{\"ms\": 50}"}},
+        {"id": "n2", "type": "function", "function": {"name": "nap", "arguments": "{\"ms\": 50}"}},
+        {"id": "n3", "type": "function", "function": {"name": "nap", "arguments": "{\"ms\": 60000}"}}
+    ]});
+    let server =
+        FakeServer::start(vec![Reply::Status(200, three.to_string(), vec![]), Reply::Chat("Rested.".into())]).unwrap();
+    let config = RunConfig { tools: vec![decl], approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("t", "Nap.", config, 0);
+    let p = provider(&server);
+    let driver = noesis_agent::Driver {
+        tool_timeout: Duration::from_millis(300),
+        max_concurrent_tools: 1,
+        ..noesis_agent::Driver::new(&p, Arc::clone(&tools))
+    };
+    let end = driver.drive(&mut run, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "Rested.".into() }));
+    assert_eq!(most.load(Ordering::SeqCst), 1, "the batch ran one at a time");
+    let statuses: Vec<CallStatus> = run.calls.iter().map(|c| c.status).collect();
+    assert_eq!(statuses, [CallStatus::Completed, CallStatus::Completed, CallStatus::Failed]);
+    assert!(run.calls[2].result.as_deref().unwrap().contains("timed out after"), "{:?}", run.calls[2]);
+}

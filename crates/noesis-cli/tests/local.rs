@@ -78,3 +78,45 @@ fn an_installed_model_is_the_default_provider() {
     let o = output(w.noesis_bare().args(["model", "list"]));
     assert!(o.stdout.contains(FILE), "{}", o.stdout);
 }
+
+#[test]
+fn with_no_key_and_no_provider_an_agent_runs_on_the_local_model() {
+    let Some(real) = installed() else {
+        let why = "the local model is not installed (run `noesis model install`)";
+        noesis_testkit::skip::missing(
+            noesis_testkit::skip::Dependency::LocalModel,
+            "with_no_key_and_no_provider_an_agent_runs_on_the_local_model",
+            why,
+        );
+        return;
+    };
+    let w = Work::new();
+    let models = w.path().join(".noesis/models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(&real, models.join(FILE)).unwrap();
+    w.write("ws/note.txt", "The word is maple.\n");
+    let ws = w.path().join("ws").to_string_lossy().into_owned();
+    let o = output(w.noesis_bare().env("NOESIS_LOCAL_THREADS", "1").args([
+        "agent",
+        "Read note.txt and say the word.",
+        "--workspace",
+        &ws,
+        "--tool",
+        "read_file",
+        "--tool",
+        "list_dir",
+        "--max-iterations",
+        "2",
+        "--json",
+    ]));
+    // An answer (0) or the turn limit (1): a 135M model is not judged on usefulness.
+    assert!(o.code == 0 || o.code == 1, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("using the local model"), "{}", o.stderr);
+    let out = o.json();
+    assert!(out["usage"]["turns"].as_u64().unwrap() <= 2);
+    // Every call the model made was a valid call of an offered tool.
+    for c in out["calls"].as_array().unwrap() {
+        assert!(c["tool"] == "read_file" || c["tool"] == "list_dir", "{c}");
+        assert!(!c["result"].as_str().unwrap_or_default().contains("invalid arguments"), "{c}");
+    }
+}

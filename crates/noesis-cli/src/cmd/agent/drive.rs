@@ -70,6 +70,7 @@ struct Ctx {
     prices: Arc<PriceTable>,
     json: bool,
     quiet: bool,
+    tool_timeout: std::time::Duration,
 }
 
 fn load_config() -> anyhow::Result<Config> {
@@ -188,6 +189,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         prices: prices(&config),
         json: a.drive.json,
         quiet: a.drive.quiet,
+        tool_timeout: std::time::Duration::from_secs(a.drive.tool_timeout),
     };
     if !ctx.quiet {
         out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
@@ -258,6 +260,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         prices: prices(&config),
         json: d.json,
         quiet: d.quiet,
+        tool_timeout: std::time::Duration::from_secs(d.tool_timeout),
     })
 }
 
@@ -334,12 +337,12 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask:
             }
         });
         let driver = Driver {
-            provider: ctx.provider.as_ref(),
-            tools: Arc::clone(&ctx.tools),
             now: &now_ms,
             price: &price,
             cancel: Some(cancel.clone()),
             observe: Some(&observe),
+            tool_timeout: ctx.tool_timeout,
+            ..Driver::new(ctx.provider.as_ref(), Arc::clone(&ctx.tools))
         };
         let mut keep = Keep { store: ctx.store.as_ref(), project_id: ctx.project_id.clone() };
         loop {

@@ -136,6 +136,10 @@ pub(crate) struct DriveArgs {
     /// No live steps on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Seconds one tool call may take; then its result is a timeout error
+    /// the model sees (run_command's own `timeout_s` kills the command).
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    tool_timeout: u64,
     #[command(flatten)]
     provider: ProviderArgs,
 }
