@@ -114,6 +114,10 @@ impl SqlStore {
             Backend::Sqlite => AnyPoolOptions::new()
                 .max_connections(4)
                 .acquire_timeout(Duration::from_secs(120))
+                // A file has no connection to lose: pinging it before every
+                // use (the pool's default) only costs a round trip to the
+                // connection's worker thread per query.
+                .test_before_acquire(false)
                 .after_connect(|conn, _| {
                     Box::pin(async move {
                         conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}"))).await?;
