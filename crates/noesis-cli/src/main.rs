@@ -60,8 +60,10 @@ enum Command {
     Mcp(cmd::mcp::Args),
     /// Show configured providers, which one a run would use and whether each answers (never a key).
     Doctor(cmd::doctor::Args),
-    /// Serve the modules over HTTP (run, stream, list, info); runs are not recorded as frames.
+    /// Serve the modules over HTTP (run, stream, list, info) and the dashboard at /; runs are not recorded as frames.
     Serve(cmd::serve::Args),
+    /// Open the dashboard: sessions, frame trees and evidence in a browser, on a loopback port (URL on stdout).
+    Ui(cmd::serve::UiArgs),
     /// Install the local model, list models, show the model file a local run uses.
     #[cfg(feature = "local")]
     Model(cmd::model::Args),
@@ -107,6 +109,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),
+        Command::Ui(a) => cmd::serve::ui(&search, a),
         #[cfg(feature = "local")]
         Command::Model(a) => cmd::model::run(a),
     }

@@ -6,6 +6,7 @@ mod cli;
 mod compose;
 mod conformance;
 mod context;
+mod dashboard;
 mod frames;
 #[cfg(feature = "local")]
 mod local;

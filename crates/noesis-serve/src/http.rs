@@ -85,6 +85,9 @@ pub struct ServeConfig {
     pub grace: Duration,
     /// Where access-log lines go; none when `None`.
     pub access_log: Option<AccessLog>,
+    /// Pages served beside the API (the dashboard), behind the same token
+    /// rules: a browser signs in once at `/login` and gets a cookie.
+    pub pages: Option<Router>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -95,6 +98,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("max_body", &self.max_body)
             .field("grace", &self.grace)
             .field("access_log", &self.access_log.is_some())
+            .field("pages", &self.pages.is_some())
             .finish()
     }
 }
@@ -107,6 +111,7 @@ impl Default for ServeConfig {
             max_body: DEFAULT_MAX_BODY,
             grace: Duration::from_secs(10),
             access_log: None,
+            pages: None,
         }
     }
 }
@@ -208,7 +213,7 @@ impl Server {
 
 fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationToken) -> Router {
     let state = Arc::new(AppState { service, token: config.token.clone(), stop_runs, log: config.access_log.clone() });
-    Router::new()
+    let mut app = Router::new()
         .route("/health", get(health))
         .route("/modules", get(modules))
         .route("/modules/{name}", get(module_info))
@@ -216,12 +221,16 @@ fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationTo
         .route("/run/stream", post(run_stream))
         .route("/compose", post(compose))
         .route("/openapi.json", get(openapi))
-        .fallback(no_route)
+        .route("/login", get(login_page).post(login))
+        .with_state(Arc::clone(&state));
+    if let Some(pages) = &config.pages {
+        app = app.merge(pages.clone());
+    }
+    app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(config.max_body))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), auth))
         .layer(middleware::from_fn_with_state(Arc::clone(&state), access_log))
-        .with_state(state)
 }
 
 type St = State<Arc<AppState>>;
@@ -265,12 +274,30 @@ fn envelope_response(envelope: &Value) -> Response {
     json_response(status_of(envelope), envelope)
 }
 
+/// The cookie a browser holds after signing in at `/login`.
+const COOKIE: &str = "noesis_token";
+
 async fn auth(State(st): St, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
     if let Some(token) = &st.token
-        && req.uri().path() != "/health"
+        && path != "/health"
+        && path != "/login"
     {
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer)
+            .or_else(|| cookie(req.headers(), COOKIE));
         if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+            let wants_page = req
+                .headers()
+                .get(header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|a| a.contains("text/html"));
+            if wants_page {
+                return login_response(StatusCode::UNAUTHORIZED, false);
+            }
             let mut resp = refusal(
                 StatusCode::UNAUTHORIZED,
                 Failure::new(ErrorCode::E4007, "this server needs `Authorization: Bearer <token>`")
@@ -281,6 +308,70 @@ async fn auth(State(st): St, req: Request, next: Next) -> Response {
         }
     }
     next.run(req).await
+}
+
+/// A cookie's value from the request's `Cookie` headers.
+fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
+/// The sign-in page (no user text on it, no inline script or style).
+fn login_response(status: StatusCode, wrong: bool) -> Response {
+    let note = if wrong { "<p>That is not the token this server was started with.</p>" } else { "" };
+    let body = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in · noesis</title></head><body>\
+         <main><h1>noesis</h1><p>This server needs the token it was started with (<code>--token</code> or \
+         <code>NOESIS_SERVE_TOKEN</code>).</p>{note}<form method=\"post\" action=\"/login\">\
+         <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required></label> \
+         <button>Sign in</button></form></main></body></html>\n"
+    );
+    let mut resp =
+        (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], body).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
+    );
+    resp
+}
+
+async fn login_page(State(st): St) -> Response {
+    if st.token.is_none() {
+        return redirect("/", None);
+    }
+    login_response(StatusCode::OK, false)
+}
+
+/// `POST /login` with `token=…`: the right token gets a cookie (HttpOnly,
+/// SameSite=Strict, so no other site can send it) and a way back to `/`.
+async fn login(State(st): St, body: Bytes) -> Response {
+    let Some(token) = &st.token else { return redirect("/", None) };
+    let given = form_urlencoded::parse(&body).find(|(k, _)| k == "token").map(|(_, v)| v.into_owned());
+    if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
+        return login_response(StatusCode::UNAUTHORIZED, true);
+    }
+    // The token is the session: a cookie value needs no encoding for the
+    // characters a token holds, and one that needs it cannot sign in.
+    if !token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',' && b != b'"' && b != b'\\') {
+        return login_response(StatusCode::UNAUTHORIZED, true);
+    }
+    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+    redirect("/", Some(cookie))
+}
+
+fn redirect(to: &'static str, cookie: Option<String>) -> Response {
+    let mut resp = StatusCode::SEE_OTHER.into_response();
+    resp.headers_mut().insert(header::LOCATION, HeaderValue::from_static(to));
+    if let Some(c) = cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        resp.headers_mut().insert(header::SET_COOKIE, c);
+    }
+    resp
 }
 
 /// The credentials of an `Authorization: Bearer …` header (the scheme is

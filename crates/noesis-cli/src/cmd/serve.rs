@@ -126,13 +126,63 @@ impl HostArgs {
 }
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    serve(search, a, false)
+}
+
+/// `noesis ui`: the dashboard (and the API) on a loopback port, its URL on
+/// stdout; no provider is needed to look at frames.
+#[derive(Debug, clap::Args)]
+pub(crate) struct UiArgs {
+    /// Port on 127.0.0.1 (0 picks a free one).
+    #[arg(long, value_name = "N", default_value_t = 8788)]
+    port: u16,
+    #[command(flatten)]
+    host: HostArgs,
+}
+
+pub(crate) fn ui(search: &SearchPath, a: UiArgs) -> anyhow::Result<ExitCode> {
+    let args = Args {
+        bind: IpAddr::from([127, 0, 0, 1]),
+        port: a.port,
+        token: None,
+        max_body: noesis_serve::http::DEFAULT_MAX_BODY,
+        grace: 2,
+        access_log: false,
+        host: a.host,
+    };
+    serve(search, args, true)
+}
+
+/// The dashboard over the store in force and the current project; `None`
+/// (with a warning) when the store cannot be opened.
+fn dashboard(rt: &tokio::runtime::Runtime) -> Option<axum::Router> {
+    match rt.block_on(crate::memory::context()) {
+        Ok((project, store)) => Some(noesis_dashboard::router(noesis_dashboard::Dashboard {
+            store: Arc::from(store),
+            project_id: project.project_id,
+        })),
+        Err(e) => {
+            out::note(&format!("warning: no dashboard at / (the frame store cannot be opened): {e:#}"));
+            None
+        }
+    }
+}
+
+fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
     let writer = a.host.frame_writer();
     let settings = a.host.settings(&config, writer.clone())?;
     let providers = a.host.providers(config)?;
     // A provider that cannot be set up is a configuration error: say so now
-    // (exit 2), not on the first request.
-    let default = providers.get(&a.host.provider, None)?;
+    // (exit 2), not on the first request. Looking at frames needs none.
+    let default = match providers.get(&a.host.provider, None) {
+        Ok(p) => Some(p),
+        Err(e) if ui => {
+            out::note(&format!("note: modules cannot run from this dashboard: {e:#}"));
+            None
+        }
+        Err(e) => return Err(e),
+    };
     let service = Arc::new(Service::new(search.clone(), Arc::new(providers)).with_settings(settings));
     let config = ServeConfig {
         addr: SocketAddr::new(a.bind, a.port),
@@ -140,16 +190,21 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         max_body: a.max_body,
         grace: Duration::from_secs(a.grace),
         access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
+        pages: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let config = ServeConfig { pages: dashboard(&rt), ..config };
     rt.block_on(async {
         let server = Server::bind(service, config).await?;
+        let model = default.map(|d| format!("{}/{}", d.name(), d.model())).unwrap_or_else(|| "none".into());
         out::note(&format!(
-            "noesis serve: listening on http://{} (provider {}/{}; Ctrl-C stops)",
+            "noesis {}: listening on http://{} (provider {model}; Ctrl-C stops)",
+            if ui { "ui" } else { "serve" },
             server.local_addr(),
-            default.name(),
-            default.model()
         ));
+        if ui {
+            out::data(&format!("http://{}/", server.local_addr()))?;
+        }
         server.run(shutdown_signal()).await?;
         if let Some(w) = writer {
             // Every run is over: what they queued is written before exit.

@@ -1,0 +1,184 @@
+//! The dashboard through the binary: `noesis ui` and `noesis serve` on a
+//! store prepared with real sessions, module runs and an agent run whose
+//! texts are hostile; pages fetched over a real socket.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, Stdio};
+
+use noesis_testkit::{FakeServer, Reply};
+
+use crate::support::{Work, output};
+
+struct Page {
+    status: u16,
+    headers: String,
+    body: String,
+}
+
+fn http(base: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Page {
+    let addr = base.trim_start_matches("http://").trim_end_matches('/');
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    Page { status, headers: head.to_ascii_lowercase(), body: body.to_owned() }
+}
+
+fn get(base: &str, path: &str) -> Page {
+    http(base, "GET", path, &[("accept", "text/html")], "")
+}
+
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `noesis ui --port 0` and returns its URL.
+fn ui(work: &Work) -> (Running, String) {
+    let mut child =
+        work.noesis_std().args(["ui", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("http://127.0.0.1:"), "{line}");
+    (Running(child), line.trim().trim_end_matches('/').to_owned())
+}
+
+fn frames(work: &Work) -> Vec<serde_json::Value> {
+    output(work.noesis_bare().args(["frames", "list", "--json"])).json().as_array().unwrap().clone()
+}
+
+const EVIL_TASK: &str = "<img src=x onerror=alert(1)> [click](javascript:alert(2))";
+const EVIL_ANSWER: &str = "<script>alert(3)</script><a href=\"javascript:alert(4)\">go</a>";
+
+#[test]
+fn sessions_trees_and_frames_render_escaped_under_the_csp() {
+    let work = Work::new();
+    work.write("a.py", "a = 1\n");
+    assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "first look"])).code, 0);
+    let server = FakeServer::start(vec![
+        Reply::Status(
+            200,
+            noesis_testkit::tool_call_completion("r1", "read_file", &serde_json::json!({"path": "a.py"})).to_string(),
+            vec![],
+        ),
+        Reply::Chat(EVIL_ANSWER.into()),
+    ])
+    .unwrap();
+    let o = output(
+        work.noesis_bare()
+            .env("OPENAI_BASE_URL", server.base_url())
+            .env("OPENAI_API_KEY", "sk-test")
+            .args(["agent", EVIL_TASK, "--run-id", "evil"]),
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    work.write("a.py", "a = 2\n");
+    assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "second look"])).code, 0);
+    let all = frames(&work);
+    let root = all.iter().find(|f| f["query"] == EVIL_TASK).unwrap();
+    assert_eq!(root["status"], "invalidated");
+
+    let (_ui, base) = ui(&work);
+    let index = get(&base, "/");
+    assert_eq!(index.status, 200, "{}", index.body);
+    assert!(
+        index.headers.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{}",
+        index.headers
+    );
+    assert!(
+        index.headers.contains("x-frame-options: deny") && index.headers.contains("x-content-type-options: nosniff")
+    );
+    assert!(index.body.contains("first look") && index.body.contains("second look"), "{}", index.body);
+    // The second session: what changed, what it invalidated and why.
+    // Newest first: the first session listed is the second one.
+    let second = index.body.split("href=\"/sessions/").nth(1).unwrap().split('"').next().unwrap().to_owned();
+    let page = get(&base, &format!("/sessions/{second}"));
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Changed (1)") && page.body.contains(">a.py<"), "{}", page.body);
+    assert!(page.body.contains("file a.py changed"), "the reason is shown: {}", page.body);
+    // The agent run's frame: hostile text shown as text, never as markup.
+    let id = root["frame_id"].as_str().unwrap();
+    let page = get(&base, &format!("/frames/{id}"));
+    assert_eq!(page.status, 200);
+    for raw in ["<img src=x", "<script>alert", "href=\"javascript:", "<a href=\"javascript"] {
+        assert!(!page.body.contains(raw), "`{raw}` reached the page: {}", page.body);
+    }
+    assert!(page.body.contains("&lt;img src=x onerror=alert(1)&gt;"), "{}", page.body);
+    assert!(page.body.contains("&lt;script&gt;alert(3)&lt;/script&gt;"), "{}", page.body);
+    assert_eq!(page.body.matches("<script").count(), 1, "only our own script file");
+    assert!(page.body.contains("status-invalidated\">invalidated<"), "a word, not only a colour");
+    assert!(page.body.contains("changed since"), "the evidence file changed since: {}", page.body);
+    assert!(page.body.contains("model turn 1") && page.body.contains("read_file"), "the tree below it");
+    // Search by text, file and status.
+    let found = get(&base, "/frames?text=model+turn&status=invalidated");
+    assert_eq!(found.status, 200);
+    assert!(found.body.contains("model turn 1") && !found.body.contains("first look"), "{}", found.body);
+    let by_file = get(&base, "/frames?file=a.py");
+    assert!(by_file.body.contains("read_file"), "{}", by_file.body);
+    assert_eq!(get(&base, "/frames?status=nonsense").status, 400);
+    assert_eq!(get(&base, "/frames/not-a-frame").status, 404);
+    assert_eq!(get(&base, "/sessions/nope").status, 404);
+    let js = get(&base, "/assets/app.js");
+    assert!(js.status == 200 && js.headers.contains("text/javascript"), "{}", js.headers);
+}
+
+#[test]
+fn off_loopback_rules_every_page_and_api_needs_the_token_and_a_browser_signs_in() {
+    let work = Work::new();
+    let mut child = work
+        .noesis_std()
+        .args(["serve", "--port", "0", "--token", "s3cret-token", "--provider", "test"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    while !line.contains("listening on") {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "the server did not start");
+    }
+    let _running = Running(child);
+    let base = line.split("listening on ").nth(1).unwrap().split(' ').next().unwrap().to_owned();
+    for path in ["/", "/frames", "/frames/x", "/sessions/x", "/assets/app.js", "/modules"] {
+        let page = get(&base, path);
+        assert_eq!(page.status, 401, "{path}");
+        assert!(page.body.contains("name=\"token\""), "a browser is asked for the token: {path}");
+    }
+    let api = http(&base, "GET", "/modules", &[], "");
+    assert_eq!(api.status, 401);
+    assert!(api.body.contains("E4007"));
+    let bearer = http(&base, "GET", "/", &[("authorization", "Bearer s3cret-token")], "");
+    assert_eq!(bearer.status, 200);
+    let wrong = http(&base, "POST", "/login", &[("content-type", "application/x-www-form-urlencoded")], "token=nope");
+    assert_eq!(wrong.status, 401);
+    assert!(!wrong.headers.contains("set-cookie"));
+    let signed =
+        http(&base, "POST", "/login", &[("content-type", "application/x-www-form-urlencoded")], "token=s3cret-token");
+    assert_eq!(signed.status, 303);
+    assert!(
+        signed.headers.contains("set-cookie: noesis_token=")
+            && signed.headers.contains("httponly")
+            && signed.headers.contains("samesite=strict"),
+        "{}",
+        signed.headers
+    );
+    let page = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", "noesis_token=s3cret-token")], "");
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.headers.contains("content-security-policy"));
+    let stale = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", "noesis_token=old")], "");
+    assert_eq!(stale.status, 401);
+}

@@ -1,0 +1,177 @@
+//! The dashboard: pages over the frame store, rendered on the server.
+//!
+//! `/` lists the project's sessions; `/sessions/{id}` shows what a session
+//! saw, what changed since the previous one, what it invalidated and its
+//! frame tree; `/frames?text=&file=&status=` searches frames; `/frames/{id}`
+//! shows one frame in full (evidence with whether each file changed since,
+//! its invalidation condition, its history and what hangs below it).
+//!
+//! Invariants: every text from the store is escaped ([`html::esc`]); pages
+//! carry no inline script or style and every response a
+//! Content-Security-Policy that forbids them ([`CSP`]); the assets are our
+//! own two files, compiled in — nothing is fetched from elsewhere, and no
+//! JavaScript toolchain is involved. Authentication is the embedding
+//! server's business (`noesis serve` puts its token check in front).
+#![deny(missing_docs)]
+
+pub mod html;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use noesis_frames::Status;
+use noesis_store::{FrameFilter, Store};
+
+/// The policy on every dashboard response: our own script and stylesheet
+/// only, no inline code, no framing, forms post only to us.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                       connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// Most frames a search lists.
+pub const SEARCH_LIMIT: u32 = 200;
+
+/// What the pages read: a store and the project shown.
+pub struct Dashboard {
+    /// The frame store.
+    pub store: Arc<dyn Store>,
+    /// The project whose sessions and frames are shown.
+    pub project_id: String,
+}
+
+type St = State<Arc<Dashboard>>;
+
+/// The dashboard's routes, to merge into a server (behind its auth).
+pub fn router(dashboard: Dashboard) -> Router {
+    Router::new()
+        .route("/", get(index))
+        .route("/sessions/{id}", get(session))
+        .route("/frames", get(search))
+        .route("/frames/{id}", get(frame))
+        .route("/assets/app.css", get(css))
+        .route("/assets/app.js", get(js))
+        .layer(middleware::map_response(secure))
+        .with_state(Arc::new(dashboard))
+}
+
+async fn secure(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn html_response(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], body).into_response()
+}
+
+fn failed(e: &dyn std::fmt::Display) -> Response {
+    html_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        html::page("Error", &format!("<h1>The store could not be read</h1><p>{}</p>", html::esc(&e.to_string()))),
+    )
+}
+
+async fn index(State(d): St) -> Response {
+    match d.store.sessions(&d.project_id, 200).await {
+        Ok(sessions) => html_response(StatusCode::OK, html::sessions_page(&d.project_id, &sessions)),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn session(State(d): St, Path(id): Path<String>) -> Response {
+    let rendered = async {
+        let Some(session) = d.store.session(&id).await? else { return Ok(None) };
+        let all = d.store.sessions(&d.project_id, u32::MAX).await?;
+        // Newest first: the previous session is the next older one.
+        let previous = all
+            .iter()
+            .filter(|s| s.session_id != session.session_id && s.created_at <= session.created_at)
+            .max_by_key(|s| s.created_at);
+        let invalidated = d.store.invalidated_in_session(&id).await?;
+        let tree = match &session.root_frame_id {
+            Some(root) => d.store.frames(&FrameFilter { under: Some(root.clone()), ..FrameFilter::default() }).await?,
+            None => Vec::new(),
+        };
+        Ok::<_, noesis_store::StoreError>(Some(html::session_page(&session, previous, &invalidated, &tree)))
+    };
+    match rendered.await {
+        Ok(Some(page)) => html_response(StatusCode::OK, page),
+        Ok(None) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no session {id}"))),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn search(State(d): St, uri: Uri) -> Response {
+    let params: BTreeMap<String, String> =
+        form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes()).into_owned().collect();
+    let get = |k: &str| params.get(k).map(String::as_str).unwrap_or_default().trim().to_owned();
+    let (text, file, status) = (get("text"), get("file"), get("status"));
+    let parsed = if status.is_empty() { None } else { status.parse::<Status>().ok() };
+    if !status.is_empty() && parsed.is_none() {
+        return html_response(StatusCode::BAD_REQUEST, html::not_found(&format!("no status `{status}`")));
+    }
+    let filter = FrameFilter {
+        project_id: Some(d.project_id.clone()),
+        status: parsed,
+        text: (!text.is_empty()).then(|| text.clone()),
+        file: (!file.is_empty()).then(|| file.clone()),
+        limit: Some(SEARCH_LIMIT),
+        ..FrameFilter::default()
+    };
+    match d.store.frames(&filter).await {
+        Ok(frames) => {
+            html_response(StatusCode::OK, html::search_page(&text, &file, &status, &frames, SEARCH_LIMIT as usize))
+        }
+        Err(e) => failed(&e),
+    }
+}
+
+async fn frame(State(d): St, Path(id): Path<String>) -> Response {
+    let rendered = async {
+        let Ok(found) = d.store.resolve(Some(&d.project_id), &id).await else { return Ok(None) };
+        let Some(frame) = d.store.frame(&found).await? else { return Ok(None) };
+        let subtree: Vec<_> = d
+            .store
+            .frames(&FrameFilter { under: Some(found.clone()), ..FrameFilter::default() })
+            .await?
+            .into_iter()
+            .filter(|f| f.frame_id != found)
+            .collect();
+        let current: BTreeMap<String, String> = d
+            .store
+            .sessions(&d.project_id, 1)
+            .await?
+            .into_iter()
+            .next()
+            .map(|s| s.files.into_iter().map(|(p, f)| (p, f.hash)).collect())
+            .unwrap_or_default();
+        Ok::<_, noesis_store::StoreError>(Some(html::frame_page(&frame, &subtree, &current)))
+    };
+    match rendered.await {
+        Ok(Some(page)) => html_response(StatusCode::OK, page),
+        Ok(None) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no frame {id} in this project"))),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn css() -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/css; charset=utf-8"))], include_str!("assets/app.css"))
+        .into_response()
+}
+
+async fn js() -> Response {
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("text/javascript; charset=utf-8"))],
+        include_str!("assets/app.js"),
+    )
+        .into_response()
+}
