@@ -5,12 +5,14 @@ cd "$(dirname "$0")/.."
 . scripts/env.sh
 . scripts/local-model.sh
 . scripts/python-deps.sh
+. scripts/browser.sh
 need_cargo
 # Tests that need something outside the workspace are required: a missing
 # dependency fails them. Each has one opt-out, which skips them instead:
 #   NOESIS_SKIP_PG=1           the PostgreSQL half of the frame store's suite
 #   NOESIS_SKIP_LOCAL_MODEL=1  tests that load the real model file
 #   NOESIS_SKIP_MCP_SDK=1      `noesis mcp` driven by the official MCP Python SDK
+#   NOESIS_SKIP_BROWSER=1      the dashboard in headless Chromium (Playwright)
 # Every skip is logged, and the run ends with a summary of them.
 opted_out() { case "${!1:-}" in "" | 0 | false | FALSE | False) return 1 ;; *) return 0 ;; esac; }
 
@@ -22,6 +24,8 @@ need_llama_build_deps
 opted_out NOESIS_SKIP_LOCAL_MODEL || install_local_model
 # tests/mcp.rs drives `noesis mcp` with the official MCP Python SDK.
 opted_out NOESIS_SKIP_MCP_SDK || install_mcp_client
+# tests/browser.rs drives the dashboard in Debian's Chromium with playwright-core.
+opted_out NOESIS_SKIP_BROWSER || install_browser
 
 NOESIS_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/noesis-skips.XXXXXX")"
 export NOESIS_SKIP_LOG

@@ -37,7 +37,7 @@ fn get(base: &str, path: &str) -> Page {
     http(base, "GET", path, &[("accept", "text/html")], "")
 }
 
-struct Running(Child);
+pub(crate) struct Running(Child);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -47,7 +47,7 @@ impl Drop for Running {
 }
 
 /// Starts `noesis ui --port 0` and returns its URL.
-fn ui(work: &Work) -> (Running, String) {
+pub(crate) fn ui(work: &Work) -> (Running, String) {
     let mut child =
         work.noesis_std().args(["ui", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
     let mut line = String::new();
@@ -63,9 +63,10 @@ fn frames(work: &Work) -> Vec<serde_json::Value> {
 const EVIL_TASK: &str = "<img src=x onerror=alert(1)> [click](javascript:alert(2))";
 const EVIL_ANSWER: &str = "<script>alert(3)</script><a href=\"javascript:alert(4)\">go</a>";
 
-#[test]
-fn sessions_trees_and_frames_render_escaped_under_the_csp() {
-    let work = Work::new();
+/// A store with two sessions (a.py changed between them) and an agent run
+/// with hostile texts that read a.py (so the second session invalidated
+/// it); returns the run's root frame.
+pub(crate) fn prepare(work: &Work) -> serde_json::Value {
     work.write("a.py", "a = 1\n");
     assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "first look"])).code, 0);
     let server = FakeServer::start(vec![
@@ -86,10 +87,17 @@ fn sessions_trees_and_frames_render_escaped_under_the_csp() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     work.write("a.py", "a = 2\n");
     assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "second look"])).code, 0);
-    let all = frames(&work);
+    let all = frames(work);
     let root = all.iter().find(|f| f["query"] == EVIL_TASK).unwrap();
     assert_eq!(root["status"], "invalidated");
 
+    root.clone()
+}
+
+#[test]
+fn sessions_trees_and_frames_render_escaped_under_the_csp() {
+    let work = Work::new();
+    let root = prepare(&work);
     let (_ui, base) = ui(&work);
     let index = get(&base, "/");
     assert_eq!(index.status, 200, "{}", index.body);

@@ -2,6 +2,7 @@
 
 mod agent;
 mod bad_input;
+mod browser;
 mod cli;
 mod compose;
 mod conformance;

@@ -55,6 +55,8 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/frames/{id}", get(frame))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
+        // Browsers ask for it on every page; nothing to show, nothing to log.
+        .route("/favicon.ico", get(|| async { StatusCode::NO_CONTENT }))
         .layer(middleware::map_response(secure))
         .with_state(Arc::new(dashboard))
 }
