@@ -14,9 +14,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// noesis — run Cognitive Modules (v2.2) against any LLM, with validated envelopes.
+/// noesis — a cognitive runtime for LLM agents: Cognitive Modules (v2.2) with validated envelopes, an agent loop with tools, and a causal memory of every step.
 #[derive(Debug, Parser)]
-#[command(name = "noesis", version, about, long_about = None, propagate_version = true)]
+#[command(name = "noesis", version, long_about = None, propagate_version = true)]
 struct Cli {
     /// Extra folder that holds modules, searched first (repeatable).
     #[arg(long = "modules", global = true, value_name = "DIR")]
@@ -64,6 +64,11 @@ enum Command {
     Serve(cmd::serve::Args),
     /// Open the dashboard: sessions, frame trees and evidence in a browser, on a loopback port (URL on stdout).
     Ui(cmd::serve::UiArgs),
+    /// Print a shell completion script: bash, zsh, fish, powershell or elvish (e.g. `noesis completions bash > ~/.local/share/bash-completion/completions/noesis`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Install the local model, list models, show the model file a local run uses.
     #[cfg(feature = "local")]
     Model(cmd::model::Args),
@@ -110,6 +115,13 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),
         Command::Ui(a) => cmd::serve::ui(&search, a),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "noesis", &mut buf);
+            out::data(&String::from_utf8_lossy(&buf))?;
+            Ok(ExitCode::SUCCESS)
+        }
         #[cfg(feature = "local")]
         Command::Model(a) => cmd::model::run(a),
     }

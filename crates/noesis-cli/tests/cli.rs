@@ -8,12 +8,43 @@ fn version_and_help() {
     assert!(o.stdout.starts_with("noesis "), "{}", o.stdout);
     let o = output(w.noesis().arg("--help"));
     assert_eq!(o.code, 0);
-    for cmd in ["run", "validate", "conformance", "list", "info", "init"] {
+    assert!(o.stdout.starts_with("noesis — a cognitive runtime for LLM agents"), "one sentence first: {}", o.stdout);
+    for cmd in ["run", "validate", "conformance", "list", "info", "init", "agent", "ui", "completions"] {
         assert!(o.stdout.contains(cmd), "help lacks {cmd}: {}", o.stdout);
     }
     let o = output(w.noesis().arg("frobnicate"));
     assert_eq!(o.code, 2, "unknown subcommand is a usage error");
     assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn completions_for_every_shell_name_the_commands() {
+    let w = Work::new();
+    for shell in ["bash", "zsh", "fish", "powershell", "elvish"] {
+        let o = output(w.noesis_bare().args(["completions", shell]));
+        assert_eq!(o.code, 0, "{shell}: {}", o.stderr);
+        assert!(o.stdout.contains("noesis") && o.stdout.contains("agent") && o.stdout.contains("frames"), "{shell}");
+    }
+    let bash = output(w.noesis_bare().args(["completions", "bash"])).stdout;
+    assert!(bash.contains("complete -F") && bash.contains("--allow-command"), "flags of subcommands too");
+    let o = output(w.noesis_bare().args(["completions", "tcsh"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("bash") && o.stderr.contains("zsh"), "{}", o.stderr);
+}
+
+#[test]
+fn every_listing_command_has_json() {
+    let w = Work::new();
+    for args in [
+        &["list", "--json"][..],
+        &["frames", "list", "--json"],
+        &["agent", "list", "--json"],
+        &["model", "list", "--json"],
+    ] {
+        let o = output(w.noesis_bare().args(args));
+        assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);
+        assert!(o.json().is_array(), "{args:?}: {}", o.stdout);
+    }
 }
 
 #[test]

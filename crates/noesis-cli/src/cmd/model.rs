@@ -25,7 +25,11 @@ enum Sub {
         python: Option<String>,
     },
     /// List the GGUF files in $NOESIS_HOME/models.
-    List,
+    List {
+        /// One JSON array on stdout: `{"path", "bytes"}` per file.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the model file a local run would use (exit 1 when it is missing).
     Path {
         #[command(flatten)]
@@ -44,7 +48,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             out::data(&done.path.display().to_string())?;
             Ok(ExitCode::SUCCESS)
         }
-        Sub::List => {
+        Sub::List { json } => {
             let mut files: Vec<_> = match std::fs::read_dir(&dir) {
                 Ok(entries) => entries
                     .filter_map(Result::ok)
@@ -55,6 +59,17 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
                 Err(e) => return Err(anyhow::anyhow!("{}: {e}", dir.display())),
             };
             files.sort();
+            if json {
+                let rows: Vec<serde_json::Value> = files
+                    .iter()
+                    .map(|p| {
+                        let bytes = std::fs::metadata(p).map_or(0, |m| m.len());
+                        serde_json::json!({"path": p.display().to_string(), "bytes": bytes})
+                    })
+                    .collect();
+                out::json(&serde_json::Value::Array(rows), false)?;
+                return Ok(ExitCode::SUCCESS);
+            }
             if files.is_empty() {
                 out::note(&format!("no models in {} (run `noesis model install`)", dir.display()));
             }
