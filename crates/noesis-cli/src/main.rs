@@ -7,6 +7,7 @@ mod config;
 mod local;
 mod memory;
 mod out;
+mod progress;
 mod provider;
 
 use std::path::PathBuf;

@@ -632,28 +632,10 @@ fn agent_settings_come_from_noesis_toml() {
     assert!(o.stderr.contains("/no/such/dir"), "{}", o.stderr);
 }
 
-/// `noesis agent …` under a pseudo-terminal (util-linux `script`), with
-/// `answers` typed at its prompts.
+/// `noesis agent …` under a pseudo-terminal, talking to `server`.
 fn in_terminal(work: &Work, server: &FakeServer, args: &str, answers: &str) -> Output {
-    use std::io::Write as _;
-    let bin = assert_cmd::cargo::cargo_bin("noesis");
-    let mut running = work
-        .command("script")
-        .env("OPENAI_BASE_URL", server.base_url())
-        .env("OPENAI_API_KEY", "sk-test")
-        .args(["-qec", &format!("{} agent {args}", bin.display()), "/dev/null"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    running.stdin.take().unwrap().write_all(answers.as_bytes()).unwrap();
-    let o = running.wait_with_output().unwrap();
-    Output {
-        code: o.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
-    }
+    let envs = [("OPENAI_BASE_URL", server.base_url()), ("OPENAI_API_KEY", "sk-test".to_owned())];
+    crate::support::in_terminal(work, &envs, &format!("agent {args}"), answers)
 }
 
 #[test]

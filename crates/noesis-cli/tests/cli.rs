@@ -33,6 +33,30 @@ fn completions_for_every_shell_name_the_commands() {
 }
 
 #[test]
+fn progress_shows_in_a_terminal_only() {
+    let w = Work::new();
+    for i in 0..3000 {
+        w.write(&format!("src/d{}/f{i}.txt", i % 30), "x\n");
+    }
+    let shown = crate::support::in_terminal(&w, &[], "session start --prompt scan", "");
+    assert_eq!(shown.code, 0, "{}", shown.stdout);
+    assert!(shown.stdout.contains("hashing files"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("files: 3000 in scope"), "{}", shown.stdout);
+    let quiet = crate::support::in_terminal(&w, &[], "session start --prompt scan --quiet", "");
+    assert!(!quiet.stdout.contains("hashing files"), "{}", quiet.stdout);
+    let piped = output(w.noesis_bare().args(["session", "start", "--prompt", "scan"]));
+    assert_eq!(piped.code, 0);
+    assert!(
+        !piped.stderr.contains("hashing") && !piped.stderr.contains('\r'),
+        "no progress in a pipe: {}",
+        piped.stderr
+    );
+    let tested =
+        crate::support::in_terminal(&w, &[], &format!("test {}", example_module("code-simplifier").display()), "");
+    assert!(tested.stdout.contains("passed, 0 failed"), "{}", tested.stdout);
+}
+
+#[test]
 fn every_listing_command_has_json() {
     let w = Work::new();
     for args in [

@@ -103,6 +103,32 @@ impl Output {
     }
 }
 
+/// `noesis ARGS` (a shell command line) under a pseudo-terminal
+/// (util-linux `script`) in `work`, with `envs` set and `input` typed at it.
+/// What the terminal showed, stdout and stderr together, is `stdout`.
+pub(crate) fn in_terminal(work: &Work, envs: &[(&str, String)], args: &str, input: &str) -> Output {
+    use std::io::Write as _;
+    let bin = assert_cmd::cargo::cargo_bin("noesis");
+    let mut cmd = work.command("script");
+    cmd.args(["-qec", &format!("{} {args}", bin.display()), "/dev/null"]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut running = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    running.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let o = running.wait_with_output().unwrap();
+    Output {
+        code: o.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+    }
+}
+
 pub(crate) fn output(cmd: &mut Command) -> Output {
     let o = cmd.output().unwrap();
     Output {

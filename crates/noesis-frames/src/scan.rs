@@ -85,6 +85,20 @@ pub fn scan(root: &Path, scope: &[PathBuf]) -> Result<Scan, FramesError> {
 /// # Errors
 /// [`FramesError::Io`] when a scope entry does not exist.
 pub fn scan_excluding(root: &Path, scope: &[PathBuf], exclude: &[PathBuf]) -> Result<Scan, FramesError> {
+    scan_with_progress(root, scope, exclude, &|_| {})
+}
+
+/// [`scan_excluding`], telling `progress` how many files are done so far
+/// (called on the calling thread, once per file).
+///
+/// # Errors
+/// [`FramesError::Io`] when a scope entry does not exist.
+pub fn scan_with_progress(
+    root: &Path,
+    scope: &[PathBuf],
+    exclude: &[PathBuf],
+    progress: &dyn Fn(usize),
+) -> Result<Scan, FramesError> {
     let exclude: Vec<PathBuf> = exclude
         .iter()
         .map(|p| match (p.parent().and_then(|d| d.canonicalize().ok()), p.file_name()) {
@@ -158,6 +172,7 @@ pub fn scan_excluding(root: &Path, scope: &[PathBuf], exclude: &[PathBuf]) -> Re
             }
             Err(skip) => out.skipped.push(skip),
         }
+        progress(out.files.len() + out.skipped.len());
     }
     Ok(out)
 }

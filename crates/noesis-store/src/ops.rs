@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use noesis_frames::project::{Project, relative_path, resolve};
-use noesis_frames::scan::{hash_file, scan_excluding};
+use noesis_frames::scan::{hash_file, scan_with_progress};
 use noesis_frames::session::{SessionDiff, assign_roles, diff};
 use noesis_frames::{
     CausalFrame, Cause, Draft, Finding, FrameId, FrameTree, Invalidation, SessionArtifacts, Status, Timestamp, World,
@@ -70,10 +70,29 @@ pub async fn start_session(
     conversation_log: Option<String>,
     now: Timestamp,
 ) -> Result<SessionStart, StoreError> {
+    start_session_with_progress(store, project, scope, exclude, prompt, conversation_log, now, &|_| {}).await
+}
+
+/// [`start_session`], telling `progress` how many files the scan has hashed
+/// so far.
+///
+/// # Errors
+/// A scope entry that does not exist, or a store error.
+#[allow(clippy::too_many_arguments)] // start_session's, plus the callback
+pub async fn start_session_with_progress(
+    store: &dyn Store,
+    project: &Project,
+    scope: &[PathBuf],
+    exclude: &[PathBuf],
+    prompt: Option<String>,
+    conversation_log: Option<String>,
+    now: Timestamp,
+    progress: &(dyn Fn(usize) + Sync),
+) -> Result<SessionStart, StoreError> {
     let root_text = project.root.to_string_lossy().into_owned();
     store.ensure_project(&project.project_id, &root_text).await?;
     let scope: Vec<PathBuf> = if scope.is_empty() { vec![project.root.clone()] } else { scope.to_vec() };
-    let scanned = scan_excluding(&project.root, &scope, exclude)?;
+    let scanned = scan_with_progress(&project.root, &scope, exclude, progress)?;
     let scope_names: Vec<String> = scope
         .iter()
         .map(|p| {

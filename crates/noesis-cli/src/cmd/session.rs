@@ -39,6 +39,9 @@ struct StartArgs {
     /// Print JSON (the session's artifacts with every file).
     #[arg(long)]
     json: bool,
+    /// No progress while the files are hashed.
+    #[arg(long, short)]
+    quiet: bool,
     /// Files and folders in scope (default: the whole project).
     paths: Vec<PathBuf>,
 }
@@ -109,8 +112,19 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let exclude = memory::store_files();
-    let started =
-        ops::start_session(store.as_ref(), &project, &scope, &exclude, a.prompt, transcript, Timestamp::now()).await?;
+    let progress = crate::progress::Progress::counter(a.quiet, "hashing files");
+    let started = ops::start_session_with_progress(
+        store.as_ref(),
+        &project,
+        &scope,
+        &exclude,
+        a.prompt,
+        transcript,
+        Timestamp::now(),
+        &|n| progress.set(n as u64),
+    )
+    .await?;
+    progress.finish();
     for (path, why) in &started.skipped {
         out::note(&format!("warning: {}: not hashed: {why}", path.display()));
     }

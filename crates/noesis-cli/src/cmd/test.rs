@@ -38,6 +38,9 @@ pub(crate) struct Args {
     /// included. The default when no provider is named.
     #[arg(long)]
     examples: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 /// One `$validate` fragment: the part of the envelope it checks, compiled.
@@ -276,6 +279,7 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (mut passed, mut failed) = (0usize, 0usize);
     let mut report = Vec::new();
+    let progress = crate::progress::Progress::bar(a.quiet, total as u64, "testing");
     for suite in &suites {
         let module = &suite.module;
         if suite.cases.is_empty() {
@@ -298,13 +302,15 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
                     if a.json {
                         report.push(json!({"module": module.name, "case": case.name, "passed": false, "error": why}));
                     } else {
-                        out::data(&format!("FAIL {} {}\n  {why}", module.name, case.name))?;
+                        progress.suspend(|| out::data(&format!("FAIL {} {}\n  {why}", module.name, case.name)))?;
                     }
+                    progress.inc();
                     continue;
                 }
             };
             let record =
                 rt.block_on(execute(Arc::clone(module), &resolver, answer.as_ref(), case.input.clone(), &options));
+            progress.inc();
             let envelope = record.envelope;
             let violations = judge(&envelope, &case.fragments);
             let ok = violations.is_empty();
@@ -325,20 +331,22 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
                 }));
                 continue;
             }
-            out::data(&format!("{} {} {}", if ok { "PASS" } else { "FAIL" }, module.name, case.name))?;
+            let mut lines = format!("{} {} {}", if ok { "PASS" } else { "FAIL" }, module.name, case.name);
             for v in &violations {
                 let at = if v.pointer.is_empty() { "(root)" } else { v.pointer.as_str() };
-                out::data(&format!("  {at}: {} (rule: {})", v.message, v.keyword))?;
+                lines.push_str(&format!("\n  {at}: {} (rule: {})", v.message, v.keyword));
             }
             if !ok && envelope["ok"] == json!(false) {
-                out::data(&format!(
-                    "  the run returned {}: {}",
+                lines.push_str(&format!(
+                    "\n  the run returned {}: {}",
                     envelope["error"]["code"].as_str().unwrap_or("?"),
                     envelope["error"]["message"].as_str().unwrap_or("")
-                ))?;
+                ));
             }
+            progress.suspend(|| out::data(&lines))?;
         }
     }
+    progress.finish();
     let summary = format!("{passed} passed, {failed} failed");
     if a.json {
         out::json(&json!({"passed": passed, "failed": failed, "cases": report}), true)?;
