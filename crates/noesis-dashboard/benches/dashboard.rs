@@ -1,6 +1,6 @@
 //! The dashboard under a big session: a SQLite store with one session of
 //! 10,000 frames (100 branches of 99), served by this process on
-//! 127.0.0.1. Times each page kind, loads pages 1,000 times round-robin and
+//! 127.0.0.1. Times each page kind, loads pages 1,000 times (`BENCH_LOADS`) round-robin and
 //! reports the process's resident memory before and after; with
 //! `NOESIS_PLAYWRIGHT` set, also runs `bench/dashboard-first-screen.cjs`,
 //! which times the session's tree to its first screen in headless Chromium.
@@ -19,7 +19,9 @@ const PROJECT: &str = "bench";
 fn rss_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -119,7 +121,8 @@ fn main() {
     // Sampled every 250 loads: a plateau (the store's page cache, the
     // allocator's high-water mark) is flat; a leak keeps climbing.
     let mut samples = vec![before];
-    for i in 0..1000 {
+    let loads: usize = std::env::var("BENCH_LOADS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    for i in 0..loads {
         get(&addr, &pages[i % pages.len()].1);
         if (i + 1) % 250 == 0 {
             samples.push(rss_kb());
@@ -142,13 +145,13 @@ fn main() {
         "{}",
         serde_json::json!({
             "pages": report,
-            "loads": 1000,
+            "loads": loads,
             "loads_seconds": loads_started.elapsed().as_secs_f64(),
             "rss_kb_before": before,
             "rss_kb_after": after,
-            "rss_kb_per_load": (after as f64 - before as f64) / 1000.0,
+            "rss_kb_per_load": (after as f64 - before as f64) / loads as f64,
             "rss_kb_every_250_loads": samples,
-            "rss_kb_per_load_last_500": (after as f64 - samples[2] as f64) / 500.0,
+            "rss_kb_per_load_second_half": (after as f64 - samples[samples.len() / 2] as f64) / (loads / 2) as f64,
             "first_screen": browser,
         })
     );
