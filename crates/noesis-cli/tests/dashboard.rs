@@ -98,6 +98,22 @@ pub(crate) fn prepare(work: &Work) -> serde_json::Value {
 fn sessions_trees_and_frames_render_escaped_under_the_csp() {
     let work = Work::new();
     let root = prepare(&work);
+    // A run paused for approval.
+    let server = FakeServer::start(vec![Reply::Status(
+        200,
+        noesis_testkit::tool_call_completion("w1", "write_file", &serde_json::json!({"path": "b.txt", "content": "x"}))
+            .to_string(),
+        vec![],
+    )])
+    .unwrap();
+    let o =
+        output(work.noesis_bare().env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-test").args([
+            "agent",
+            "Write b.txt",
+            "--run-id",
+            "paused",
+        ]));
+    assert_eq!(o.code, 3, "{}", o.stderr);
     let (_ui, base) = ui(&work);
     let index = get(&base, "/");
     assert_eq!(index.status, 200, "{}", index.body);
@@ -139,6 +155,19 @@ fn sessions_trees_and_frames_render_escaped_under_the_csp() {
     assert_eq!(get(&base, "/frames?status=nonsense").status, 400);
     assert_eq!(get(&base, "/frames/not-a-frame").status, 404);
     assert_eq!(get(&base, "/sessions/nope").status, 404);
+    // Agent runs: the list, a finished run's timeline, a paused run's decision.
+    let runs = get(&base, "/runs");
+    assert_eq!(runs.status, 200);
+    assert!(runs.body.contains("href=\"/runs/evil\"") && runs.body.contains("awaiting_approval"), "{}", runs.body);
+    let evil = get(&base, "/runs/evil");
+    assert_eq!(evil.status, 200);
+    assert!(evil.body.contains("<code>read_file</code>") && evil.body.contains(">completed<"), "{}", evil.body);
+    assert!(evil.body.contains("&lt;script&gt;alert(3)") && !evil.body.contains("<script>alert"), "{}", evil.body);
+    assert!(evil.body.contains(&format!("href=\"/frames/{id}\"")), "the run links its frame");
+    let paused = get(&base, "/runs/paused");
+    assert!(paused.body.contains("Waiting for a decision (1)"), "{}", paused.body);
+    assert!(paused.body.contains("noesis agent approve paused w1 --hash "), "{}", paused.body);
+    assert_eq!(get(&base, "/runs/nope").status, 404);
     let js = get(&base, "/assets/app.js");
     assert!(js.status == 200 && js.headers.contains("text/javascript"), "{}", js.headers);
 }

@@ -4,7 +4,10 @@
 //! saw, what changed since the previous one, what it invalidated and its
 //! frame tree; `/frames?text=&file=&status=` searches frames; `/frames/{id}`
 //! shows one frame in full (evidence with whether each file changed since,
-//! its invalidation condition, its history and what hangs below it).
+//! its invalidation condition, its history and what hangs below it);
+//! `/runs` lists the agent runs and `/runs/{id}` shows one as a timeline
+//! (turns, calls with arguments, status, result and time, what waits for a
+//! decision and the commands that decide it, usage, the outcome).
 //!
 //! Invariants: every text from the store is escaped ([`html::esc`]); pages
 //! carry no inline script or style and every response a
@@ -53,6 +56,8 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/sessions/{id}", get(session))
         .route("/frames", get(search))
         .route("/frames/{id}", get(frame))
+        .route("/runs", get(runs))
+        .route("/runs/{id}", get(run))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         // Browsers ask for it on every page; nothing to show, nothing to log.
@@ -161,6 +166,24 @@ async fn frame(State(d): St, Path(id): Path<String>) -> Response {
     match rendered.await {
         Ok(Some(page)) => html_response(StatusCode::OK, page),
         Ok(None) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no frame {id} in this project"))),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn runs(State(d): St) -> Response {
+    match d.store.agent_runs(&d.project_id, 200).await {
+        Ok(runs) => html_response(StatusCode::OK, html::runs_page(&runs)),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn run(State(d): St, Path(id): Path<String>) -> Response {
+    match d.store.agent_state(&id, None).await {
+        Ok(Some(state)) if state.project_id == d.project_id => match noesis_agent::AgentRun::from_json(&state.state) {
+            Ok(run) => html_response(StatusCode::OK, html::run_page(&run, &state.status)),
+            Err(e) => failed(&e),
+        },
+        Ok(_) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no agent run {id} in this project"))),
         Err(e) => failed(&e),
     }
 }

@@ -54,6 +54,13 @@ const { chromium } = require(path.join(process.env.NOESIS_PLAYWRIGHT, "node_modu
     report.checks.javascript_links = await page.locator("a[href^='javascript:']").count();
     await page.screenshot({ path: path.join(shots, "frame.png"), fullPage: true });
 
+    // The agent run with hostile texts, as a timeline.
+    await page.goto(base + "/runs");
+    await page.locator("a[href='/runs/evil']").click();
+    await page.waitForSelector("ol.timeline");
+    report.checks.run_calls = await page.locator("ol.timeline code", { hasText: "read_file" }).count();
+    await page.screenshot({ path: path.join(shots, "run.png"), fullPage: true });
+
     await page.goto(base + "/frames?text=model+turn");
     report.checks.search_results = await page.locator("ul.results li").count();
     await page.screenshot({ path: path.join(shots, "search.png"), fullPage: true });
