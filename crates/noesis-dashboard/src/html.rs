@@ -375,87 +375,6 @@ pub fn not_found(what: &str) -> String {
     page("Not found", &format!("<h1>Not found</h1><p>{}</p>", esc(what)))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use noesis_frames::{Draft, Timestamp};
-
-    fn frame(query: &str, parent: Option<&CausalFrame>) -> CausalFrame {
-        Draft { conclusion: format!("about {query}"), confidence: 0.5, ..Draft::new(query) }
-            .into_frame("p", None, parent, Timestamp::from_millis(0))
-            .unwrap()
-    }
-
-    #[test]
-    fn text_is_escaped_everywhere_it_goes() {
-        assert_eq!(
-            esc(r#"<script>alert("x")</script> & 'y'"#),
-            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
-        );
-        let evil = frame("<img src=x onerror=alert(1)>", None);
-        let mut f = evil.clone();
-        f.conclusion = "<a href=\"javascript:alert(1)\">click</a>".into();
-        let html = frame_page(&f, &[], &BTreeMap::new());
-        assert!(!html.contains("<img src=x") && !html.contains("<a href=\"javascript:"), "{html}");
-        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
-        assert!(!html.contains("<script>") || html.matches("<script").count() == 1, "only our own script tag");
-        assert_eq!(html.matches("<script").count(), 1);
-        assert!(html.contains("<script src=\"/assets/app.js\" defer></script>"));
-        // A search value cannot break out of its attribute.
-        let page = search_page("\"><script>alert(1)</script>", "", "", &[], 100);
-        assert!(page.contains("value=\"&quot;&gt;&lt;script&gt;"), "{page}");
-    }
-
-    #[test]
-    fn the_tree_nests_children_and_marks_status_in_words() {
-        let root = frame("root", None);
-        let child = frame("child", Some(&root));
-        let grandchild = frame("grandchild", Some(&child));
-        let other = frame("other root", None);
-        let html = tree_html(&[root.clone(), child.clone(), grandchild.clone(), other]);
-        let (r, c, g, o) = (
-            html.find(">root<").unwrap(),
-            html.find(">child<").unwrap(),
-            html.find(">grandchild<").unwrap(),
-            html.find(">other root<").unwrap(),
-        );
-        assert!(r < c && c < g && g < o, "{html}");
-        assert_eq!(html.matches("<details").count(), 2, "root and child have children");
-        assert!(html.contains("class=\"status status-active\">active<"));
-        // Balanced: every opened list is closed.
-        assert_eq!(html.matches("<ul").count(), html.matches("</ul>").count());
-        assert_eq!(html.matches("<details").count(), html.matches("</details>").count());
-    }
-
-    #[test]
-    fn a_deep_tree_renders_without_recursion() {
-        let mut frames = vec![frame("0", None)];
-        for i in 1..5000 {
-            let next = frame(&i.to_string(), frames.last());
-            frames.push(next);
-        }
-        let html = tree_html(&frames);
-        assert_eq!(html.matches("<details").count(), 4999);
-    }
-
-    #[test]
-    fn links_encode_their_parameters() {
-        assert_eq!(enc("a b/&c"), "a+b%2F%26c");
-        let s = SessionArtifacts {
-            session_id: "s/1".into(),
-            project_id: "p".into(),
-            initial_prompt: Some("<b>".into()),
-            files: BTreeMap::new(),
-            scope: vec![],
-            root_frame_id: None,
-            conversation_log: None,
-            created_at: Timestamp::from_millis(0),
-        };
-        let html = sessions_page("p", &[s]);
-        assert!(html.contains("href=\"/sessions/s%2F1\"") && html.contains("&lt;b&gt;"), "{html}");
-    }
-}
-
 /// A run's status as a word with a colour class.
 fn run_badge(status: &str) -> String {
     let class = match status {
@@ -633,4 +552,85 @@ pub fn run_page(run: &noesis_agent::AgentRun, status: &str) -> String {
     };
     body.push_str(&outcome);
     page("Agent run", &body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noesis_frames::{Draft, Timestamp};
+
+    fn frame(query: &str, parent: Option<&CausalFrame>) -> CausalFrame {
+        Draft { conclusion: format!("about {query}"), confidence: 0.5, ..Draft::new(query) }
+            .into_frame("p", None, parent, Timestamp::from_millis(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn text_is_escaped_everywhere_it_goes() {
+        assert_eq!(
+            esc(r#"<script>alert("x")</script> & 'y'"#),
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;y&#39;"
+        );
+        let evil = frame("<img src=x onerror=alert(1)>", None);
+        let mut f = evil.clone();
+        f.conclusion = "<a href=\"javascript:alert(1)\">click</a>".into();
+        let html = frame_page(&f, &[], &BTreeMap::new());
+        assert!(!html.contains("<img src=x") && !html.contains("<a href=\"javascript:"), "{html}");
+        assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;"));
+        assert!(!html.contains("<script>") || html.matches("<script").count() == 1, "only our own script tag");
+        assert_eq!(html.matches("<script").count(), 1);
+        assert!(html.contains("<script src=\"/assets/app.js\" defer></script>"));
+        // A search value cannot break out of its attribute.
+        let page = search_page("\"><script>alert(1)</script>", "", "", &[], 100);
+        assert!(page.contains("value=\"&quot;&gt;&lt;script&gt;"), "{page}");
+    }
+
+    #[test]
+    fn the_tree_nests_children_and_marks_status_in_words() {
+        let root = frame("root", None);
+        let child = frame("child", Some(&root));
+        let grandchild = frame("grandchild", Some(&child));
+        let other = frame("other root", None);
+        let html = tree_html(&[root.clone(), child.clone(), grandchild.clone(), other]);
+        let (r, c, g, o) = (
+            html.find(">root<").unwrap(),
+            html.find(">child<").unwrap(),
+            html.find(">grandchild<").unwrap(),
+            html.find(">other root<").unwrap(),
+        );
+        assert!(r < c && c < g && g < o, "{html}");
+        assert_eq!(html.matches("<details").count(), 2, "root and child have children");
+        assert!(html.contains("class=\"status status-active\">active<"));
+        // Balanced: every opened list is closed.
+        assert_eq!(html.matches("<ul").count(), html.matches("</ul>").count());
+        assert_eq!(html.matches("<details").count(), html.matches("</details>").count());
+    }
+
+    #[test]
+    fn a_deep_tree_renders_without_recursion() {
+        let mut frames = vec![frame("0", None)];
+        for i in 1..5000 {
+            let next = frame(&i.to_string(), frames.last());
+            frames.push(next);
+        }
+        let html = tree_html(&frames);
+        assert_eq!(html.matches("<details").count(), 4999);
+    }
+
+    #[test]
+    fn links_encode_their_parameters() {
+        assert_eq!(enc("a b/&c"), "a+b%2F%26c");
+        let s = SessionArtifacts {
+            session_id: "s/1".into(),
+            project_id: "p".into(),
+            initial_prompt: Some("<b>".into()),
+            files: BTreeMap::new(),
+            scope: vec![],
+            root_frame_id: None,
+            conversation_log: None,
+            created_at: Timestamp::from_millis(0),
+        };
+        let html = sessions_page("p", &[s]);
+        assert!(html.contains("href=\"/sessions/s%2F1\"") && html.contains("&lt;b&gt;"), "{html}");
+    }
 }
