@@ -277,7 +277,30 @@ fn envelope_response(envelope: &Value) -> Response {
 /// The cookie a browser holds after signing in at `/login`.
 const COOKIE: &str = "noesis_token";
 
+/// Whether a browser sent this request from another site: an `Origin`
+/// whose host is not the `Host` asked for, or `Sec-Fetch-Site: cross-site`.
+/// Such a request may not change anything (run a module, sign in): a page
+/// elsewhere must not spend the operator's provider account through a
+/// server on loopback that needs no token.
+fn cross_site(req: &Request) -> bool {
+    let h = req.headers();
+    if h.get("sec-fetch-site").and_then(|v| v.to_str().ok()).is_some_and(|v| v == "cross-site") {
+        return true;
+    }
+    let Some(origin) = h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return false };
+    let host = h.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest).trim_end_matches('/');
+    origin == "null" || !origin_host.eq_ignore_ascii_case(host)
+}
+
 async fn auth(State(st): St, req: Request, next: Next) -> Response {
+    if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) && cross_site(&req) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            Failure::new(ErrorCode::E4007, "a request from another site may not change anything here")
+                .suggest("call the API from a program, or use the pages this server serves"),
+        );
+    }
     let path = req.uri().path();
     if let Some(token) = &st.token
         && path != "/health"

@@ -596,3 +596,30 @@ async fn shutdown_lets_runs_finish_within_the_grace_then_cancels_them() {
     assert_failure(&env, "E2002");
     assert!(std::net::TcpStream::connect(addr).is_err(), "no longer accepting");
 }
+
+#[tokio::test]
+async fn a_request_from_another_site_changes_nothing() {
+    let fake = FakeServer::start(vec![]).unwrap();
+    let s = start(&fake).await;
+    let input = json!({"module": "code-simplifier", "input": {"code": "x = 1"}});
+    for (name, value) in [
+        ("origin", "https://evil.example"),
+        ("origin", "null"),
+        ("origin", "http://127.0.0.1:1"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let resp = client().post(s.url("/run")).header(name, value).json(&input).send().await.unwrap();
+        let (status, env) = body(resp).await;
+        assert_eq!(status, 403, "{name}: {value}");
+        assert_failure(&env, "E4007");
+        let resp = client().post(s.url("/login")).header(name, value).body("token=x").send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 403, "sign-in from {value}");
+    }
+    assert!(fake.received().is_empty(), "no model was called");
+    // The same site, and programs that send no Origin, go through; reading is never refused.
+    let own = format!("http://{}", s.addr);
+    let resp = client().post(s.url("/run")).header("origin", &own).json(&input).send().await.unwrap();
+    assert_ne!(resp.status().as_u16(), 403);
+    let resp = client().get(s.url("/modules")).header("origin", "https://evil.example").send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+}
