@@ -48,8 +48,19 @@ impl Drop for Running {
 
 /// Starts `noesis ui --port 0` and returns its URL.
 pub(crate) fn ui(work: &Work) -> (Running, String) {
-    let mut child =
-        work.noesis_std().args(["ui", "--port", "0"]).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    ui_with(work, &[])
+}
+
+/// [`ui`] with more arguments.
+fn ui_with(work: &Work, extra: &[&str]) -> (Running, String) {
+    let mut child = work
+        .noesis_std()
+        .args(["ui", "--port", "0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert!(line.starts_with("http://127.0.0.1:"), "{line}");
@@ -218,4 +229,38 @@ fn off_loopback_rules_every_page_and_api_needs_the_token_and_a_browser_signs_in(
     assert!(page.headers.contains("content-security-policy"));
     let stale = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", "noesis_token=old")], "");
     assert_eq!(stale.status, 401);
+}
+
+#[test]
+fn a_module_runs_from_a_form_generated_from_its_input_schema() {
+    let work = Work::new();
+    let modules = crate::support::example_module("code-simplifier").parent().unwrap().to_string_lossy().into_owned();
+    let (_ui, base) = ui_with(&work, &["--modules", &modules, "--provider", "test"]);
+    let list = get(&base, "/catalog");
+    assert_eq!(list.status, 200);
+    assert!(
+        list.body.contains("href=\"/catalog/code-simplifier\"") && list.body.contains("task-prioritizer"),
+        "{}",
+        list.body
+    );
+    let form = get(&base, "/catalog/code-simplifier");
+    assert_eq!(form.status, 200);
+    assert!(
+        form.body.contains("<form class=\"run\" method=\"post\" action=\"/catalog/code-simplifier\">"),
+        "{}",
+        form.body
+    );
+    assert!(form.body.contains("<textarea name=\"code\""), "a field per input property: {}", form.body);
+    assert!(form.body.contains("Input schema") && form.body.contains("Data schema"));
+    let form_type = ("content-type", "application/x-www-form-urlencoded");
+    let ran = http(&base, "POST", "/catalog/code-simplifier", &[form_type], "code=x+%3D+1+%2B+0&language=python");
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    assert!(ran.body.contains("status-completed\">ok<"), "{}", ran.body);
+    assert!(ran.body.contains("&quot;ok&quot;: true"), "the envelope, escaped: {}", ran.body);
+    assert!(ran.body.contains(">x = 1 + 0</textarea>"), "the form keeps what was sent");
+    // From another site: refused before anything runs.
+    let evil =
+        http(&base, "POST", "/catalog/code-simplifier", &[form_type, ("origin", "https://evil.example")], "code=x");
+    assert_eq!(evil.status, 403);
+    assert_eq!(get(&base, "/catalog/no-such-module").status, 404);
 }

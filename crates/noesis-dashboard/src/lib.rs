@@ -17,6 +17,7 @@
 //! server's business (`noesis serve` puts its token check in front).
 #![deny(missing_docs)]
 
+pub mod form;
 pub mod html;
 
 use std::collections::BTreeMap;
@@ -39,13 +40,32 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 /// Most frames a search lists.
 pub const SEARCH_LIMIT: u32 = 200;
 
-/// What the pages read: a store and the project shown.
+/// What the pages read: a store and the project shown, and the modules
+/// when the server can run them.
 pub struct Dashboard {
     /// The frame store.
     pub store: Arc<dyn Store>,
     /// The project whose sessions and frames are shown.
     pub project_id: String,
+    /// The modules page and its forms; `None`: no modules page.
+    pub modules: Option<Arc<dyn Modules>>,
 }
+
+/// The modules the embedding server serves, as JSON (the server's own
+/// `list`/`info`/`run`, so the pages show what the API shows).
+pub trait Modules: Send + Sync {
+    /// One row per module (`name`, `version`, `tier`, `responsibility`,
+    /// `valid`, `error`).
+    fn list(&self) -> Vec<serde_json::Value>;
+    /// One module's summary with `input_schema` and `data_schema`, or a
+    /// failure envelope.
+    fn info(&self, name: &str) -> Result<serde_json::Value, serde_json::Value>;
+    /// Runs the module on `input`; the envelope.
+    fn run(&self, name: &str, input: serde_json::Value) -> ModuleRun;
+}
+
+/// A module run in progress.
+pub type ModuleRun = std::pin::Pin<Box<dyn std::future::Future<Output = serde_json::Value> + Send>>;
 
 type St = State<Arc<Dashboard>>;
 
@@ -56,6 +76,8 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/sessions/{id}", get(session))
         .route("/frames", get(search))
         .route("/frames/{id}", get(frame))
+        .route("/catalog", get(modules))
+        .route("/catalog/{name}", get(module).post(run_module))
         .route("/runs", get(runs))
         .route("/runs/{id}", get(run))
         .route("/assets/app.css", get(css))
@@ -167,6 +189,55 @@ async fn frame(State(d): St, Path(id): Path<String>) -> Response {
         Ok(Some(page)) => html_response(StatusCode::OK, page),
         Ok(None) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no frame {id} in this project"))),
         Err(e) => failed(&e),
+    }
+}
+
+async fn modules(State(d): St) -> Response {
+    match &d.modules {
+        Some(m) => html_response(StatusCode::OK, html::modules_page(&m.list())),
+        None => html_response(StatusCode::NOT_FOUND, html::not_found("this server shows no modules")),
+    }
+}
+
+/// The module and its info, or the page that says why not.
+fn module_info(d: &Dashboard, name: &str) -> Result<(Arc<dyn Modules>, serde_json::Value), Box<Response>> {
+    let Some(m) = &d.modules else {
+        return Err(Box::new(html_response(StatusCode::NOT_FOUND, html::not_found("this server shows no modules"))));
+    };
+    match m.info(name) {
+        Ok(info) => Ok((Arc::clone(m), info)),
+        Err(env) => Err(Box::new(html_response(
+            StatusCode::NOT_FOUND,
+            html::not_found(env["error"]["message"].as_str().unwrap_or("no such module")),
+        ))),
+    }
+}
+
+async fn module(State(d): St, Path(name): Path<String>) -> Response {
+    match module_info(&d, &name) {
+        Ok((_, info)) => html_response(StatusCode::OK, html::module_page(&info, &serde_json::Map::new(), None, None)),
+        Err(r) => *r,
+    }
+}
+
+/// `POST /catalog/{name}`: the form's fields as the module's input, run,
+/// the envelope shown above the form (filled as it was sent).
+async fn run_module(State(d): St, Path(name): Path<String>, body: axum::body::Bytes) -> Response {
+    let (m, info) = match module_info(&d, &name) {
+        Ok(found) => found,
+        Err(r) => return *r,
+    };
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(&body).into_owned().collect();
+    let values: serde_json::Map<String, serde_json::Value> =
+        pairs.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+    match form::input(&info["input_schema"], &pairs) {
+        Ok(input) => {
+            let envelope = m.run(&name, input).await;
+            html_response(StatusCode::OK, html::module_page(&info, &values, None, Some(&envelope)))
+        }
+        Err(problem) => {
+            html_response(StatusCode::UNPROCESSABLE_ENTITY, html::module_page(&info, &values, Some(&problem), None))
+        }
     }
 }
 

@@ -153,13 +153,34 @@ pub(crate) fn ui(search: &SearchPath, a: UiArgs) -> anyhow::Result<ExitCode> {
     serve(search, args, true)
 }
 
+/// The served modules as the dashboard shows them: the service's own
+/// list, info and run.
+struct ServedModules(Arc<Service>);
+
+impl noesis_dashboard::Modules for ServedModules {
+    fn list(&self) -> Vec<serde_json::Value> {
+        self.0.list().into_iter().filter_map(|m| serde_json::to_value(m).ok()).collect()
+    }
+
+    fn info(&self, name: &str) -> Result<serde_json::Value, serde_json::Value> {
+        self.0.info(name)
+    }
+
+    fn run(&self, name: &str, input: serde_json::Value) -> noesis_dashboard::ModuleRun {
+        let service = Arc::clone(&self.0);
+        let request = noesis_serve::RunRequest { module: name.to_owned(), input: Some(input), ..Default::default() };
+        Box::pin(async move { service.run(request, None, None).await })
+    }
+}
+
 /// The dashboard over the store in force and the current project; `None`
 /// (with a warning) when the store cannot be opened.
-fn dashboard(rt: &tokio::runtime::Runtime) -> Option<axum::Router> {
+fn dashboard(rt: &tokio::runtime::Runtime, service: &Arc<Service>) -> Option<axum::Router> {
     match rt.block_on(crate::memory::context()) {
         Ok((project, store)) => Some(noesis_dashboard::router(noesis_dashboard::Dashboard {
             store: Arc::from(store),
             project_id: project.project_id,
+            modules: Some(Arc::new(ServedModules(Arc::clone(service)))),
         })),
         Err(e) => {
             out::note(&format!("warning: no dashboard at / (the frame store cannot be opened): {e:#}"));
@@ -193,7 +214,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         pages: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let config = ServeConfig { pages: dashboard(&rt), ..config };
+    let config = ServeConfig { pages: dashboard(&rt, &service), ..config };
     rt.block_on(async {
         let server = Server::bind(service, config).await?;
         let model = default.map(|d| format!("{}/{}", d.name(), d.model())).unwrap_or_else(|| "none".into());
