@@ -29,6 +29,33 @@ impl Progress {
         Progress(Some(bar))
     }
 
+    /// A spinner with a message, for steps of unknown length.
+    pub(crate) fn spinner(quiet: bool, message: &str) -> Progress {
+        if !shown(quiet) {
+            return Progress(None);
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.set_message(message.to_owned());
+        bar.enable_steady_tick(Duration::from_millis(100));
+        Progress(Some(bar))
+    }
+
+    /// Whether it is on screen.
+    pub(crate) fn visible(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// What it says now.
+    pub(crate) fn say(&self, message: &str) {
+        if let Some(b) = &self.0 {
+            b.set_message(message.to_owned());
+        }
+    }
+
     /// A bar for `total` steps.
     pub(crate) fn bar(quiet: bool, total: u64, message: &str) -> Progress {
         if !shown(quiet) {

@@ -264,3 +264,37 @@ fn a_module_runs_from_a_form_generated_from_its_input_schema() {
     assert_eq!(evil.status, 403);
     assert_eq!(get(&base, "/catalog/no-such-module").status, 404);
 }
+
+#[test]
+fn a_suspended_frame_is_resumed_from_its_page() {
+    let work = Work::new();
+    work.write("a.py", "a = 1\n");
+    assert_eq!(output(work.noesis_bare().args(["session", "start", "--prompt", "look"])).code, 0);
+    // A frame set aside (as a pivot leaves one), written straight into the store.
+    let project = noesis_frames::project::identify(work.path()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let id = rt.block_on(async {
+        let store = noesis_store::open(&work.path().join(".noesis/noesis.db").to_string_lossy()).await.unwrap();
+        let frame = noesis_frames::Draft {
+            status: Some(noesis_frames::Status::Suspended),
+            ..noesis_frames::Draft::new("an approach set aside")
+        }
+        .into_frame(&project.project_id, None, None, noesis_frames::Timestamp::now())
+        .unwrap();
+        store.insert_frames(std::slice::from_ref(&frame)).await.unwrap();
+        frame.frame_id.to_string()
+    });
+    let (_ui, base) = ui(&work);
+    let page = get(&base, &format!("/frames/{id}"));
+    assert!(page.body.contains(&format!("action=\"/frames/{id}/resume\"")), "{}", page.body);
+    let cross = http(&base, "POST", &format!("/frames/{id}/resume"), &[("origin", "https://evil.example")], "");
+    assert_eq!(cross.status, 403);
+    let resumed = http(&base, "POST", &format!("/frames/{id}/resume"), &[], "");
+    assert_eq!(resumed.status, 303);
+    assert!(resumed.headers.contains(&format!("location: /frames/{id}")), "{}", resumed.headers);
+    let shown = output(work.noesis_bare().args(["frames", "show", &id, "--json"])).json();
+    assert_eq!(shown["status"], "active");
+    assert_eq!(shown["timestamps"]["history"].as_array().unwrap().last().unwrap()["reason"], "resumed");
+    let again = http(&base, "POST", &format!("/frames/{id}/resume"), &[], "");
+    assert_eq!(again.status, 409, "only a suspended frame resumes");
+}

@@ -120,3 +120,30 @@ fn with_no_key_and_no_provider_an_agent_runs_on_the_local_model() {
         assert!(!c["result"].as_str().unwrap_or_default().contains("invalid arguments"), "{c}");
     }
 }
+
+#[test]
+fn model_install_shows_its_step_in_a_terminal_and_lists_steps_elsewhere() {
+    let Some(real) = installed() else {
+        noesis_testkit::skip::missing(
+            noesis_testkit::skip::Dependency::LocalModel,
+            "model_install_shows_its_step_in_a_terminal_and_lists_steps_elsewhere",
+            "the local model is not installed (run `noesis model install`)",
+        );
+        return;
+    };
+    let w = Work::new();
+    let models = w.path().join(".noesis/models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::fs::copy(&real, models.join(FILE)).unwrap();
+    // Installed already: it is verified, not downloaded.
+    let piped = output(w.noesis_bare().args(["model", "install"]));
+    assert_eq!(piped.code, 0, "{}", piped.stderr);
+    assert!(piped.stderr.contains("==> verifying"), "a line per step: {}", piped.stderr);
+    let shown = crate::support::in_terminal(&w, &[], "model install", "");
+    assert_eq!(shown.code, 0, "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("verifying") && !shown.stdout.contains("==> verifying"),
+        "a spinner's message: {}",
+        shown.stdout
+    );
+}

@@ -155,12 +155,7 @@ pub fn session_page(
         let _ = write!(body, "<h2>Resumable ({})</h2><ul>", suspended.len());
         for f in suspended {
             let id = f.frame_id.to_string();
-            let _ = write!(
-                body,
-                "<li>{} <code>noesis frames resume {}</code></li>",
-                frame_link(&id, &f.query),
-                esc(short(&id))
-            );
+            let _ = write!(body, "<li>{} {}</li>", frame_link(&id, &f.query), resume_form(&id));
         }
         body.push_str("</ul>");
     }
@@ -247,6 +242,15 @@ fn clip(text: &str, n: usize) -> String {
     if one.chars().count() <= n { one } else { format!("{}…", one.chars().take(n).collect::<String>()) }
 }
 
+/// A button that resumes a suspended frame (a form posting to this
+/// server; the server refuses it from any other site).
+fn resume_form(id: &str) -> String {
+    format!(
+        "<form class=\"inline\" method=\"post\" action=\"/frames/{}/resume\"><button>Resume</button></form>",
+        enc(id)
+    )
+}
+
 /// One frame in full. `current` holds the latest known hash of each file
 /// (the newest session's), to say whether evidence changed since.
 pub fn frame_page(frame: &CausalFrame, subtree: &[CausalFrame], current: &BTreeMap<String, String>) -> String {
@@ -272,6 +276,9 @@ pub fn frame_page(frame: &CausalFrame, subtree: &[CausalFrame], current: &BTreeM
         let _ = write!(body, "<dt>Session</dt><dd><a href=\"/sessions/{}\">{}</a></dd>", enc(s), esc(short(s)));
     }
     body.push_str("</dl>");
+    if frame.status == Status::Suspended {
+        let _ = write!(body, "<p>Suspended: it can be taken up again. {}</p>", resume_form(&id));
+    }
     if frame.status == Status::Invalidated
         && let Some(change) = frame.timestamps.history.last()
     {

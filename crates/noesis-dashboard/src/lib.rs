@@ -76,6 +76,7 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/sessions/{id}", get(session))
         .route("/frames", get(search))
         .route("/frames/{id}", get(frame))
+        .route("/frames/{id}/resume", axum::routing::post(resume))
         .route("/catalog", get(modules))
         .route("/catalog/{name}", get(module).post(run_module))
         .route("/runs", get(runs))
@@ -188,6 +189,36 @@ async fn frame(State(d): St, Path(id): Path<String>) -> Response {
     match rendered.await {
         Ok(Some(page)) => html_response(StatusCode::OK, page),
         Ok(None) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no frame {id} in this project"))),
+        Err(e) => failed(&e),
+    }
+}
+
+/// `POST /frames/{id}/resume`: a suspended frame becomes active again
+/// (recorded in its history), then back to its page.
+async fn resume(State(d): St, Path(id): Path<String>) -> Response {
+    let done = async {
+        let Ok(found) = d.store.resolve(Some(&d.project_id), &id).await else {
+            return Ok(Err("no such frame".to_owned()));
+        };
+        let Some(frame) = d.store.frame(&found).await? else { return Ok(Err("no such frame".to_owned())) };
+        if frame.status != Status::Suspended {
+            return Ok(Err(format!("frame {} is {}; only a suspended frame can resume", frame.frame_id, frame.status)));
+        }
+        let change =
+            noesis_frames::transition(&frame, Status::Active, Some("resumed"), None, noesis_frames::Timestamp::now())
+                .map_err(|e| noesis_store::StoreError::Corrupt(e.to_string()))?;
+        d.store.apply(&noesis_frames::Changeset { frames: Vec::new(), statuses: vec![change] }).await?;
+        Ok::<_, noesis_store::StoreError>(Ok(frame.frame_id.to_string()))
+    };
+    match done.await {
+        Ok(Ok(id)) => {
+            let mut resp = StatusCode::SEE_OTHER.into_response();
+            if let Ok(to) = HeaderValue::from_str(&format!("/frames/{}", html::enc(&id))) {
+                resp.headers_mut().insert(header::LOCATION, to);
+            }
+            resp
+        }
+        Ok(Err(why)) => html_response(StatusCode::CONFLICT, html::not_found(&why)),
         Err(e) => failed(&e),
     }
 }

@@ -23,6 +23,9 @@ enum Sub {
         /// The Python that runs pip [default: python3].
         #[arg(long, value_name = "EXE", env = "NOESIS_PYTHON")]
         python: Option<String>,
+        /// No progress spinner (steps are still listed when not in a terminal).
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// List the GGUF files in $NOESIS_HOME/models.
     List {
@@ -41,9 +44,19 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let home = crate::memory::home()?;
     let dir = install::models_dir(&home);
     match a.command {
-        Sub::Install { python } => {
+        Sub::Install { python, quiet } => {
             let python = python.unwrap_or_else(|| "python3".to_owned());
-            let done = install::install(&dir, &python, &mut |step| out::note(&format!("==> {step}")))?;
+            // In a terminal the current step is a spinner's message;
+            // elsewhere each step is a line.
+            let progress = crate::progress::Progress::spinner(quiet, "installing the local model");
+            let done = install::install(&dir, &python, &mut |step| {
+                if progress.visible() {
+                    progress.say(step);
+                } else {
+                    out::note(&format!("==> {step}"));
+                }
+            })?;
+            progress.finish();
             out::note(if done.already { "the model is installed and verified" } else { "installed and verified" });
             out::data(&done.path.display().to_string())?;
             Ok(ExitCode::SUCCESS)
