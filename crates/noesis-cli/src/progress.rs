@@ -16,29 +16,20 @@ fn shown(quiet: bool) -> bool {
 impl Progress {
     /// A spinner with a count (`{pos}`) for work of unknown size.
     pub(crate) fn counter(quiet: bool, message: &str) -> Progress {
-        if !shown(quiet) {
-            return Progress(None);
-        }
-        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg}: {human_pos} {elapsed}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
-        bar.set_message(message.to_owned());
-        bar.enable_steady_tick(Duration::from_millis(100));
-        Progress(Some(bar))
+        Progress::spinning(quiet, "{spinner} {msg}: {human_pos} {elapsed}", message)
     }
 
     /// A spinner with a message, for steps of unknown length.
     pub(crate) fn spinner(quiet: bool, message: &str) -> Progress {
+        Progress::spinning(quiet, "{spinner} {msg} {elapsed}", message)
+    }
+
+    fn spinning(quiet: bool, template: &str, message: &str) -> Progress {
         if !shown(quiet) {
             return Progress(None);
         }
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} {msg} {elapsed}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        );
+        bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_spinner()));
         bar.set_message(message.to_owned());
         bar.enable_steady_tick(Duration::from_millis(100));
         Progress(Some(bar))

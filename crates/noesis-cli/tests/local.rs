@@ -18,6 +18,27 @@ fn installed() -> Option<PathBuf> {
     Some(home.join("models").join(FILE)).filter(|p| p.is_file())
 }
 
+/// A work folder whose home holds the installed model (a symlink, or a copy
+/// when the test may write to it); `None` when the model is not installed
+/// and `test` may be skipped.
+#[track_caller]
+fn with_the_model(test: &str, copy: bool) -> Option<Work> {
+    let Some(real) = installed() else {
+        let why = "the local model is not installed (run `noesis model install`)";
+        noesis_testkit::skip::missing(noesis_testkit::skip::Dependency::LocalModel, test, why);
+        return None;
+    };
+    let w = Work::new();
+    let models = w.path().join(".noesis/models");
+    std::fs::create_dir_all(&models).unwrap();
+    if copy {
+        std::fs::copy(&real, models.join(FILE)).unwrap();
+    } else {
+        std::os::unix::fs::symlink(&real, models.join(FILE)).unwrap();
+    }
+    Some(w)
+}
+
 #[test]
 fn without_the_model_nothing_runs_and_the_error_says_how_to_install_it() {
     let w = Work::new();
@@ -53,19 +74,7 @@ fn a_missing_model_path_is_an_e4001_envelope_naming_the_file() {
 
 #[test]
 fn an_installed_model_is_the_default_provider() {
-    let Some(real) = installed() else {
-        let why = "the local model is not installed (run `noesis model install`)";
-        noesis_testkit::skip::missing(
-            noesis_testkit::skip::Dependency::LocalModel,
-            "an_installed_model_is_the_default_provider",
-            why,
-        );
-        return;
-    };
-    let w = Work::new();
-    let models = w.path().join(".noesis/models");
-    std::fs::create_dir_all(&models).unwrap();
-    std::os::unix::fs::symlink(&real, models.join(FILE)).unwrap();
+    let Some(w) = with_the_model("an_installed_model_is_the_default_provider", false) else { return };
     let o = output(w.noesis_bare().args(["doctor", "--json", "--no-probe"]));
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
     let report = o.json();
@@ -81,19 +90,7 @@ fn an_installed_model_is_the_default_provider() {
 
 #[test]
 fn with_no_key_and_no_provider_an_agent_runs_on_the_local_model() {
-    let Some(real) = installed() else {
-        let why = "the local model is not installed (run `noesis model install`)";
-        noesis_testkit::skip::missing(
-            noesis_testkit::skip::Dependency::LocalModel,
-            "with_no_key_and_no_provider_an_agent_runs_on_the_local_model",
-            why,
-        );
-        return;
-    };
-    let w = Work::new();
-    let models = w.path().join(".noesis/models");
-    std::fs::create_dir_all(&models).unwrap();
-    std::os::unix::fs::symlink(&real, models.join(FILE)).unwrap();
+    let Some(w) = with_the_model("with_no_key_and_no_provider_an_agent_runs_on_the_local_model", false) else { return };
     w.write("ws/note.txt", "The word is maple.\n");
     let ws = w.path().join("ws").to_string_lossy().into_owned();
     let o = output(w.noesis_bare().env("NOESIS_LOCAL_THREADS", "1").args([
@@ -123,18 +120,9 @@ fn with_no_key_and_no_provider_an_agent_runs_on_the_local_model() {
 
 #[test]
 fn model_install_shows_its_step_in_a_terminal_and_lists_steps_elsewhere() {
-    let Some(real) = installed() else {
-        noesis_testkit::skip::missing(
-            noesis_testkit::skip::Dependency::LocalModel,
-            "model_install_shows_its_step_in_a_terminal_and_lists_steps_elsewhere",
-            "the local model is not installed (run `noesis model install`)",
-        );
+    let Some(w) = with_the_model("model_install_shows_its_step_in_a_terminal_and_lists_steps_elsewhere", true) else {
         return;
     };
-    let w = Work::new();
-    let models = w.path().join(".noesis/models");
-    std::fs::create_dir_all(&models).unwrap();
-    std::fs::copy(&real, models.join(FILE)).unwrap();
     // Installed already: it is verified, not downloaded.
     let piped = output(w.noesis_bare().args(["model", "install"]));
     assert_eq!(piped.code, 0, "{}", piped.stderr);

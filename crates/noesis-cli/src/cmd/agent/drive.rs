@@ -194,11 +194,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     if !ctx.quiet {
         out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
     }
-    drive_to_end(&rt, &ctx, run, a.drive.approve.as_deref().map_or(run_policy_default(&config), |s| s == "ask"))
-}
-
-fn run_policy_default(config: &Config) -> bool {
-    approval(None, config) == ApprovalPolicy::Ask
+    drive_to_end(&rt, &ctx, run)
 }
 
 /// What earlier runs of session `name` asked and answered, oldest first.
@@ -275,8 +271,7 @@ pub(super) fn resume(search: &SearchPath, id: &str, d: DriveArgs) -> anyhow::Res
     if let Some(p) = &d.approve {
         run.config.approval = approval(Some(p), &Config::default());
     }
-    let ask = run.config.approval == ApprovalPolicy::Ask;
-    drive_to_end(&rt, &ctx, run, ask)
+    drive_to_end(&rt, &ctx, run)
 }
 
 pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: DriveArgs) -> anyhow::Result<ExitCode> {
@@ -302,12 +297,12 @@ pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: Driv
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let ask = run.config.approval == ApprovalPolicy::Ask;
-    drive_to_end(&rt, &ctx, run, ask)
+    drive_to_end(&rt, &ctx, run)
 }
 
-fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun, ask: bool) -> anyhow::Result<ExitCode> {
-    let interactive = ask && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> anyhow::Result<ExitCode> {
+    let interactive =
+        run.config.approval == ApprovalPolicy::Ask && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
     let cancel = CancellationToken::new();
     let prices = Arc::clone(&ctx.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
