@@ -264,11 +264,19 @@ async fn a_tool_that_hangs_times_out_and_a_batch_runs_within_its_concurrency_bou
     let slow: noesis_agent::ToolFn = Arc::new(move |args| {
         let (n, m) = (Arc::clone(&n), Arc::clone(&m));
         Box::pin(async move {
+            // Leaving counts on drop too: a call that times out is dropped
+            // mid-sleep, and must not look as if it were still inside.
+            struct Inside(Arc<AtomicUsize>);
+            impl Drop for Inside {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
             let inside = n.fetch_add(1, Ordering::SeqCst) + 1;
+            let _leaving = Inside(Arc::clone(&n));
             m.fetch_max(inside, Ordering::SeqCst);
             let ms = args["ms"].as_u64().unwrap_or(0);
             tokio::time::sleep(Duration::from_millis(ms)).await;
-            n.fetch_sub(1, Ordering::SeqCst);
             noesis_agent::ToolOutput::ok(format!("slept {ms}"))
         })
     });
