@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 . scripts/local-model.sh
 . scripts/python-deps.sh
 . scripts/browser.sh
+. scripts/mcp-servers.sh
 need_cargo
 # Tests that need something outside the workspace are required: a missing
 # dependency fails them. Each has one opt-out, which skips them instead:
@@ -13,6 +14,7 @@ need_cargo
 #   NOESIS_SKIP_LOCAL_MODEL=1  tests that load the real model file
 #   NOESIS_SKIP_MCP_SDK=1      `noesis mcp` driven by the official MCP Python SDK
 #   NOESIS_SKIP_BROWSER=1      the dashboard in headless Chromium (Playwright)
+#   NOESIS_SKIP_MCP_SERVERS=1  the MCP client against third-party MCP servers
 # Every skip is logged, and the run ends with a summary of them.
 opted_out() { case "${!1:-}" in "" | 0 | false | FALSE | False) return 1 ;; *) return 0 ;; esac; }
 
@@ -26,6 +28,8 @@ opted_out NOESIS_SKIP_LOCAL_MODEL || install_local_model
 opted_out NOESIS_SKIP_MCP_SDK || install_mcp_client
 # tests/browser.rs drives the dashboard in Debian's Chromium with playwright-core.
 opted_out NOESIS_SKIP_BROWSER || install_browser
+# crates/noesis-mcp's tests start the filesystem (npm), git and time (PyPI) servers.
+opted_out NOESIS_SKIP_MCP_SERVERS || install_mcp_servers
 
 NOESIS_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/noesis-skips.XXXXXX")"
 export NOESIS_SKIP_LOG

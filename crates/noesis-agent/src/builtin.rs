@@ -17,6 +17,13 @@ pub const MAX_READ_BYTES: usize = 64 * 1024;
 /// Most entries `list_dir` returns.
 pub const MAX_LIST_ENTRIES: usize = 500;
 
+/// The built-in tools' names: a tool from elsewhere cannot take them.
+pub const NAMES: [&str; 7] = ["read_file", "list_dir", "write_file", "edit_file", "glob", "grep", "run_command"];
+
+pub(crate) fn names() -> &'static [&'static str] {
+    &NAMES
+}
+
 /// The declarations of the file tools.
 pub fn file_tools() -> Vec<ToolDecl> {
     let writes = Effects { writes_files: true, ..Effects::default() };

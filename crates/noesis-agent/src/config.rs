@@ -89,6 +89,32 @@ pub struct RunConfig {
     pub max_reflections: u32,
     /// Cap on each reply's output tokens.
     pub max_output_tokens: Option<u32>,
+    /// Which tools a source adds while the run goes on are offered.
+    #[serde(default, skip_serializing_if = "ToolFilter::is_empty")]
+    pub tool_filter: ToolFilter,
+}
+
+/// The tools a person chose to offer (`--tool`, `--no-tool`): kept with
+/// the run so tools an MCP server adds mid-run obey the same choice.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolFilter {
+    /// Only these (empty: any).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub only: Vec<String>,
+    /// Never these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub except: Vec<String>,
+}
+
+impl ToolFilter {
+    /// Whether `tool` may be offered.
+    pub fn offers(&self, tool: &str) -> bool {
+        (self.only.is_empty() || self.only.iter().any(|t| t == tool)) && !self.except.iter().any(|t| t == tool)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.only.is_empty() && self.except.is_empty()
+    }
 }
 
 impl Default for RunConfig {
@@ -102,6 +128,7 @@ impl Default for RunConfig {
             reflect: false,
             max_reflections: 2,
             max_output_tokens: None,
+            tool_filter: ToolFilter::default(),
         }
     }
 }

@@ -27,8 +27,21 @@ pub type ToolFn = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
 /// What a host tool returns.
 pub type ToolFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutput> + Send>>;
 
+/// Tools that come from somewhere else and may change while a run goes on
+/// (an MCP server's): the driver offers the model what [`ToolSource::decls`]
+/// says now, and routes a call to the source that owns the tool.
+pub trait ToolSource: Send + Sync {
+    /// Its tools as they are now.
+    fn decls(&self) -> Vec<ToolDecl>;
+    /// Changes whenever [`ToolSource::decls`] may have changed.
+    fn revision(&self) -> u64;
+    /// Runs `tool` if it is one of this source's; `None` if it is not.
+    fn call(&self, tool: &str, arguments: Value) -> Option<ToolFuture>;
+}
+
 /// The tools of a run: the built-ins over one workspace, and any the host
-/// adds (a module runner, frame search, a sub-agent). It is the tool
+/// adds (a module runner, frame search, a sub-agent), and those of tool
+/// sources (MCP servers). It is the tool
 /// registry: [`Toolbox::decls`] gives each tool's name, description, JSON
 /// Schema of its arguments and effects (read-only, writes files, runs
 /// commands, network); the run checks arguments against the schema before
@@ -38,6 +51,7 @@ pub struct Toolbox {
     workspace: Workspace,
     allowed_commands: Vec<String>,
     extra: BTreeMap<String, (ToolDecl, ToolFn)>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -46,6 +60,7 @@ impl std::fmt::Debug for Toolbox {
             .field("workspace", &self.workspace)
             .field("allowed_commands", &self.allowed_commands)
             .field("extra", &self.extra.keys().collect::<Vec<_>>())
+            .field("sources", &self.sources.len())
             .finish()
     }
 }
@@ -54,7 +69,38 @@ impl Toolbox {
     /// The tools over `workspace`; `run_command` runs only what
     /// `allowed_commands` allows (leading words).
     pub fn new(workspace: Workspace, allowed_commands: Vec<String>) -> Toolbox {
-        Toolbox { workspace, allowed_commands, extra: BTreeMap::new() }
+        Toolbox { workspace, allowed_commands, extra: BTreeMap::new(), sources: Vec::new() }
+    }
+
+    /// Adds a source of tools; its tools come after the built-ins and the
+    /// host's, and a name taken by those is not offered from it.
+    #[must_use]
+    pub fn with_source(mut self, source: Arc<dyn ToolSource>) -> Toolbox {
+        self.sources.push(source);
+        self
+    }
+
+    /// The sources' tools as they are now, without those whose names are
+    /// taken by a built-in or host tool.
+    pub fn source_decls(&self) -> Vec<ToolDecl> {
+        let fixed = builtin::names();
+        let mut out: Vec<ToolDecl> = Vec::new();
+        for source in &self.sources {
+            for d in source.decls() {
+                if !fixed.contains(&d.name.as_str())
+                    && !self.extra.contains_key(&d.name)
+                    && !out.iter().any(|o| o.name == d.name)
+                {
+                    out.push(d);
+                }
+            }
+        }
+        out
+    }
+
+    /// Changes whenever a source's tools may have changed.
+    pub fn revision(&self) -> u64 {
+        self.sources.iter().fold(0u64, |acc, s| acc.wrapping_add(s.revision()))
     }
 
     /// Adds (or replaces) a host tool.
@@ -76,6 +122,7 @@ impl Toolbox {
         all.push(builtin::command_tool());
         all.retain(|d| !self.extra.contains_key(&d.name));
         all.extend(self.extra.values().map(|(d, _)| d.clone()));
+        all.extend(self.source_decls());
         all
     }
 
@@ -84,6 +131,13 @@ impl Toolbox {
     pub async fn run_async(self: Arc<Self>, call: Invocation) -> ToolOutput {
         if let Some((_, run)) = self.extra.get(&call.tool) {
             return run(call.arguments).await;
+        }
+        if !builtin::names().contains(&call.tool.as_str()) {
+            for source in &self.sources {
+                if let Some(running) = source.call(&call.tool, call.arguments.clone()) {
+                    return running.await;
+                }
+            }
         }
         tokio::task::spawn_blocking(move || self.run(&call))
             .await
@@ -158,6 +212,11 @@ pub enum Progress {
         /// How long it took.
         ms: u64,
     },
+    /// A tool source's tools changed; the run now offers this many tools.
+    ToolsChanged {
+        /// Tools offered now.
+        tools: usize,
+    },
 }
 
 /// The drive could not go on; the run is as last checkpointed.
@@ -230,12 +289,30 @@ impl<'a> Driver<'a> {
         // `awaiting_reply`, which resume clears, so a state already stored
         // at this step need not be stored again before the request.
         let mut stored: Option<u64> = None;
+        // What the sources offered when this drive began; compared again
+        // only when their revision moves, so a drive without sources pays
+        // one fold per model call.
+        let mut revision = self.tools.revision();
+        let mut sourced = self.tools.source_decls();
         loop {
             if self.cancelled() {
                 run.cancel();
             }
             match run.next((self.now)()) {
-                Action::CallModel(request) => {
+                Action::CallModel(mut request) => {
+                    if self.tools.revision() != revision {
+                        revision = self.tools.revision();
+                        let current = self.tools.source_decls();
+                        if run.update_tools(&sourced, &current) {
+                            self.note(Progress::ToolsChanged { tools: run.config.tools.len() });
+                            match run.next((self.now)()) {
+                                Action::CallModel(again) => request = again,
+                                // Cannot happen: a note changes no stop condition.
+                                _ => continue,
+                            }
+                        }
+                        sourced = current;
+                    }
                     if stored != Some(run.step) {
                         checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
                     }

@@ -53,6 +53,7 @@ pub mod builtin;
 mod cognitive;
 mod config;
 mod driver;
+pub mod events;
 mod memory;
 mod record;
 mod replay;
@@ -63,8 +64,10 @@ mod workspace;
 pub use cognitive::{
     CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
 };
-pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy};
-pub use driver::{Checkpoint, DriveError, Driver, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture, Toolbox, drive};
+pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy, ToolFilter};
+pub use driver::{
+    Checkpoint, DriveError, Driver, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture, ToolSource, Toolbox, drive,
+};
 
 /// The tool registry by the seed's name: see [`Toolbox`].
 pub type ToolRegistry = Toolbox;
@@ -72,8 +75,8 @@ pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
 pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};
 pub use run::{
-    Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, NO_RESULT, Outcome, Pending, RecordedCall,
-    ReplyRecord, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence, ToolOutput, Verdict,
+    Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, McpOutcome, NO_RESULT, Outcome, Pending,
+    RecordedCall, ReplyRecord, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence, ToolOutput, Verdict,
 };
 pub use tool::{Effects, ToolDecl};
 pub use workspace::{ConfineError, Workspace};

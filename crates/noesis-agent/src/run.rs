@@ -289,6 +289,33 @@ pub enum ToolEvidence {
         /// The child run's id.
         run_id: String,
     },
+    /// A call of an MCP server's tool.
+    Mcp {
+        /// The server, as configured.
+        server: String,
+        /// The tool, by the server's name for it.
+        tool: String,
+        /// How the call ended.
+        outcome: McpOutcome,
+        /// blake3 of the text the model saw.
+        result_blake3: String,
+    },
+}
+
+/// How a call of an MCP server's tool ended: the kind of a tool error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpOutcome {
+    /// A result.
+    Ok,
+    /// The tool ran and reported failure (`isError`).
+    ToolError,
+    /// The server refused the call or answered outside the protocol.
+    ProtocolError,
+    /// No answer within the call's timeout.
+    Timeout,
+    /// The server is gone (stopped, not restartable).
+    Unavailable,
 }
 
 /// A report the run cannot accept in its present state; nothing changed.
@@ -1178,6 +1205,53 @@ When you have the answer, reply with it as plain text and call no tool.",
         if self.outcome.is_none() {
             self.stop(StopReason::Provider, detail);
         }
+    }
+
+    /// A tool source's tools changed while the run goes on (an MCP server's
+    /// list changed, or it stopped): `previous` were its tools, `current`
+    /// are. Removed tools are withdrawn, new and changed ones offered as the
+    /// run's [`crate::ToolFilter`] allows, and the model is told in a note.
+    /// Returns whether anything changed.
+    pub fn update_tools(&mut self, previous: &[ToolDecl], current: &[ToolDecl]) -> bool {
+        if self.outcome.is_some() || self.config.strategy == crate::Strategy::SingleShot {
+            return false;
+        }
+        let mut removed: Vec<String> = Vec::new();
+        for p in previous {
+            if !current.iter().any(|c| c.name == p.name) && self.config.tools.iter().any(|t| t.name == p.name) {
+                removed.push(p.name.clone());
+            }
+        }
+        self.config.tools.retain(|t| !removed.contains(&t.name));
+        let (mut added, mut changed) = (Vec::new(), Vec::new());
+        for c in current {
+            if !self.config.tool_filter.offers(&c.name) {
+                continue;
+            }
+            match self.config.tools.iter_mut().find(|t| t.name == c.name) {
+                Some(t) if t == c => {}
+                Some(t) => {
+                    *t = c.clone();
+                    changed.push(c.name.clone());
+                }
+                None => {
+                    self.config.tools.push(c.clone());
+                    added.push(c.name.clone());
+                }
+            }
+        }
+        if removed.is_empty() && added.is_empty() && changed.is_empty() {
+            return false;
+        }
+        let mut said = Vec::new();
+        for (what, names) in [("now available", &added), ("changed", &changed), ("no longer available", &removed)] {
+            if !names.is_empty() {
+                said.push(format!("{what}: {}", names.join(", ")));
+            }
+        }
+        self.entries.push(Entry::Note { content: format!("The tools changed ({}).", said.join("; ")) });
+        self.step += 1;
+        true
     }
 
     /// Stops the run as cancelled (Ctrl-C); [`AgentRun::resume`] continues it.

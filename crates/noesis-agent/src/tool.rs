@@ -16,11 +16,16 @@ pub struct Effects {
     /// It talks to the network.
     #[serde(default)]
     pub network: bool,
+    /// It changes something outside the workspace that the run cannot see
+    /// (an MCP server's tool not marked read-only).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub external: bool,
 }
 
 impl Effects {
     /// Only reads: no approval needed, may run beside other read-only calls.
-    pub const READ_ONLY: Effects = Effects { writes_files: false, runs_commands: false, network: false };
+    pub const READ_ONLY: Effects =
+        Effects { writes_files: false, runs_commands: false, network: false, external: false };
 
     /// Whether the tool only reads.
     pub fn read_only(self) -> bool {

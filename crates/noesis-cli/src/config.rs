@@ -50,6 +50,70 @@ pub(crate) struct Config {
     /// Defaults of `noesis agent`.
     #[serde(default)]
     pub agent: AgentEntry,
+    /// MCP servers whose tools agents may call.
+    #[serde(default)]
+    pub mcp: McpEntry,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpEntry {
+    /// `[mcp.servers.NAME]`, by name.
+    #[serde(default)]
+    pub servers: BTreeMap<String, McpServerEntry>,
+}
+
+/// `[mcp.servers.NAME]`: a program to start (`command`, `args`, `env`,
+/// `cwd`) or a streamable-HTTP endpoint (`url`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct McpServerEntry {
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    pub url: Option<String>,
+    /// Seconds one call may take.
+    pub timeout: Option<u64>,
+}
+
+impl McpServerEntry {
+    /// The server as the MCP client takes it; `file` names where it came from.
+    pub(crate) fn spec(&self, name: &str, file: &str) -> anyhow::Result<noesis_mcp::ServerSpec> {
+        let at = format!("{file}: mcp.servers.{name}");
+        noesis_mcp::check_server_name(name).map_err(|e| anyhow::anyhow!("{at}: {e}"))?;
+        let mut spec = match (&self.command, &self.url) {
+            (Some(command), None) => {
+                let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+                let mut spec = noesis_mcp::ServerSpec::command(name, command, &args);
+                if let noesis_mcp::Transport::Command { env, cwd, .. } = &mut spec.transport {
+                    env.clone_from(&self.env);
+                    cwd.clone_from(&self.cwd);
+                }
+                spec
+            }
+            (None, Some(url)) => {
+                if !self.args.is_empty() || !self.env.is_empty() || self.cwd.is_some() {
+                    anyhow::bail!("{at}: `args`, `env` and `cwd` go with `command`, not `url`");
+                }
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    anyhow::bail!("{at}.url: `{url}` is not an http(s) URL");
+                }
+                noesis_mcp::ServerSpec::http(name, url)
+            }
+            (Some(_), Some(_)) => anyhow::bail!("{at}: give `command` or `url`, not both"),
+            (None, None) => anyhow::bail!("{at}: give `command` (a program to start) or `url` (streamable HTTP)"),
+        };
+        match self.timeout {
+            Some(0) => anyhow::bail!("{at}.timeout: must be at least 1 second"),
+            Some(secs) => spec.call_timeout = std::time::Duration::from_secs(secs),
+            None => {}
+        }
+        Ok(spec)
+    }
 }
 
 /// `[agent]`.
@@ -186,6 +250,8 @@ impl Config {
         }
         self.agent.approve = over.agent.approve.or(self.agent.approve);
         self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
+        // A server named again in a closer file replaces the whole entry.
+        self.mcp.servers.extend(over.mcp.servers);
         self
     }
 
@@ -208,6 +274,9 @@ impl Config {
                     "policies.allow[{i}]: `{p}` is not a policy name (network, filesystem_write, side_effects, code_execution, …)"
                 )));
             }
+        }
+        for (name, server) in &self.mcp.servers {
+            server.spec(name, &path.display().to_string())?;
         }
         if let Some(a) = &self.agent.approve
             && !matches!(a.as_str(), "ask" | "auto" | "never")

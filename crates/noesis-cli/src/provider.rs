@@ -541,6 +541,20 @@ impl Providers {
         Ok(provider)
     }
 
+    /// The provider of an agent run a request started: the request's
+    /// provider and model if the allow-list permits them, else the default.
+    pub(crate) fn for_agent(&self, name: Option<&str>, model: Option<&str>) -> Result<Arc<dyn Provider>, String> {
+        let model = self.permitted(name, model).map_err(|e| e.to_string())?;
+        let mut args = self.flags.clone();
+        if let Some(n) = name {
+            args.provider = Some(n.to_owned());
+        }
+        if let Some(m) = model {
+            args.model = Some(m);
+        }
+        self.get(&args, None).map_err(|e| format!("{e:#}"))
+    }
+
     /// Puts a provider already made for `module` in the cache, so the
     /// modules a run calls share it (one connection pool, one cap) when
     /// their route picks the same provider and model.

@@ -684,3 +684,87 @@ fn an_endpoint_marked_without_tools_gets_the_text_protocol() {
     assert!(server.received()[0].json().get("tools").is_none());
     assert_eq!(shown(&work, "r-text")["calls"][0]["status"], "completed");
 }
+
+/// The installed filesystem MCP server's program, or `None` (skipped
+/// loudly) when it is not installed and the opt-out is set.
+fn filesystem_server(test: &str) -> Option<String> {
+    match std::env::var("NOESIS_MCP_SERVER_FILESYSTEM").ok().filter(|p| std::path::Path::new(p).exists()) {
+        Some(p) => Some(p),
+        None => {
+            noesis_testkit::skip::missing(
+                noesis_testkit::skip::Dependency::McpServers,
+                test,
+                "NOESIS_MCP_SERVER_FILESYSTEM does not name an installed server",
+            );
+            None
+        }
+    }
+}
+
+#[test]
+fn mcp_server_tools_from_the_config_pause_for_approval_and_reconnect_on_resume() {
+    let Some(fs) = filesystem_server("mcp_server_tools_from_the_config") else { return };
+    let work = Work::new();
+    let ws = ws(&work);
+    let shared = work.path().join("shared").canonicalize().unwrap_or_else(|_| {
+        std::fs::create_dir_all(work.path().join("shared")).unwrap();
+        work.path().join("shared").canonicalize().unwrap()
+    });
+    std::fs::write(shared.join("in.txt"), "7\n").unwrap();
+    work.write(
+        "noesis.toml",
+        &format!("[mcp.servers.files]\ncommand = {fs:?}\nargs = [{:?}]\n", shared.to_str().unwrap()),
+    );
+    let server = FakeServer::start(vec![
+        call("m1", "files__read_text_file", json!({"path": shared.join("in.txt")})),
+        call("m2", "files__write_file", json!({"path": shared.join("out.txt"), "content": "14"})),
+        Reply::Chat("Doubled.".into()),
+    ])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["Double in.txt", "--workspace", &ws, "--run-id", "r-mcp"]));
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert!(o.stderr.contains("starting MCP server files"), "{}", o.stderr);
+    // The model was offered the server's tools under the server's name.
+    let offered: Vec<String> = server.received()[0].json()["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(offered.contains(&"files__read_text_file".to_owned()), "{offered:?}");
+    // The read ran without asking; the write waits.
+    let run = shown(&work, "r-mcp");
+    assert_eq!(run["calls"][0]["status"], "completed");
+    assert_eq!(run["calls"][0]["evidence"][0]["kind"], "mcp");
+    assert_eq!(run["calls"][0]["evidence"][0]["outcome"], "ok");
+    assert_eq!(run["calls"][1]["status"], "awaiting_approval");
+    assert!(!shared.join("out.txt").exists());
+    let o = output(work.noesis_bare().args(["agent", "approve", "r-mcp"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // Another process: the server is started again from the config.
+    let o = output(agent(&work, &server).args(["resume", "r-mcp"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Doubled.\n"), "{}", o.stderr);
+    assert_eq!(std::fs::read_to_string(shared.join("out.txt")).unwrap(), "14");
+}
+
+#[test]
+fn the_agent_drives_noesis_own_mcp_server_through_the_mcp_flag() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let bin = assert_cmd::cargo::cargo_bin("noesis");
+    let flag = format!("self={} mcp --provider test", bin.to_string_lossy());
+    let server = FakeServer::start(vec![call("s1", "self__list", json!({})), Reply::Chat("Listed.".into())]).unwrap();
+    let o = output(agent(&work, &server).args(["What modules are there?", "--workspace", &ws, "--mcp", &flag]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Listed.\n"), "{}", o.stderr);
+    let result = &tool_messages(&server, 1)[0];
+    assert!(result["content"].as_str().unwrap().contains("\"valid\""), "{result}");
+    // A flag that is not NAME=COMMAND is refused before anything starts.
+    let o = output(agent(&work, &server).args(["x", "--workspace", &ws, "--mcp", "no-equals-sign"]));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--mcp no-equals-sign") && o.stderr.contains("NAME="), "{}", o.stderr);
+    // A bad config entry names the file and the field.
+    work.write("noesis.toml", "[mcp.servers.x]\nargs = [\"a\"]\n");
+    let o = output(agent(&work, &server).args(["x", "--workspace", &ws]));
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("mcp.servers.x") && o.stderr.contains("give `command`"), "{}", o.stderr);
+}

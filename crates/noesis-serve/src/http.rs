@@ -88,6 +88,9 @@ pub struct ServeConfig {
     /// Pages served beside the API (the dashboard), behind the same token
     /// rules: a browser signs in once at `/login` and gets a cookie.
     pub pages: Option<Router>,
+    /// The agent-run routes ([`crate::agents::AgentRuns::router`]), behind
+    /// the same token rules, body limit and error envelopes.
+    pub agents: Option<Router>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -99,6 +102,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("grace", &self.grace)
             .field("access_log", &self.access_log.is_some())
             .field("pages", &self.pages.is_some())
+            .field("agents", &self.agents.is_some())
             .finish()
     }
 }
@@ -112,6 +116,7 @@ impl Default for ServeConfig {
             grace: Duration::from_secs(10),
             access_log: None,
             pages: None,
+            agents: None,
         }
     }
 }
@@ -225,6 +230,9 @@ fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationTo
         .with_state(Arc::clone(&state));
     if let Some(pages) = &config.pages {
         app = app.merge(pages.clone());
+    }
+    if let Some(agents) = &config.agents {
+        app = app.merge(agents.clone());
     }
     app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

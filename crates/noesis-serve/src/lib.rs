@@ -36,6 +36,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod agents;
 pub mod http;
 pub mod mcp;
 pub mod service;

@@ -18,12 +18,14 @@ pub enum Dependency {
     McpSdk,
     /// Chromium driven by Playwright.
     Browser,
+    /// Third-party MCP servers (`scripts/mcp-servers.sh`).
+    McpServers,
 }
 
 impl Dependency {
     /// Every dependency, in the order the summary names them.
-    pub const ALL: [Dependency; 4] =
-        [Dependency::Postgres, Dependency::LocalModel, Dependency::McpSdk, Dependency::Browser];
+    pub const ALL: [Dependency; 5] =
+        [Dependency::Postgres, Dependency::LocalModel, Dependency::McpSdk, Dependency::Browser, Dependency::McpServers];
 
     /// The variable that, set to anything but empty, `0` or `false`, skips
     /// the tests that need this dependency.
@@ -33,6 +35,7 @@ impl Dependency {
             Dependency::LocalModel => "NOESIS_SKIP_LOCAL_MODEL",
             Dependency::McpSdk => "NOESIS_SKIP_MCP_SDK",
             Dependency::Browser => "NOESIS_SKIP_BROWSER",
+            Dependency::McpServers => "NOESIS_SKIP_MCP_SERVERS",
         }
     }
 
@@ -43,6 +46,7 @@ impl Dependency {
             Dependency::LocalModel => "local-model",
             Dependency::McpSdk => "mcp-sdk",
             Dependency::Browser => "browser",
+            Dependency::McpServers => "mcp-servers",
         }
     }
 

@@ -193,7 +193,8 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
     let writer = a.host.frame_writer();
     let settings = a.host.settings(&config, writer.clone())?;
-    let providers = a.host.providers(config)?;
+    let agent_config = config.clone();
+    let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request. Looking at frames needs none.
     let default = match providers.get(&a.host.provider, None) {
@@ -204,7 +205,10 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let service = Arc::new(Service::new(search.clone(), Arc::new(providers)).with_settings(settings));
+    let service = Arc::new(
+        Service::new(search.clone(), Arc::clone(&providers) as Arc<dyn noesis_serve::ProviderSource>)
+            .with_settings(settings),
+    );
     let config = ServeConfig {
         addr: SocketAddr::new(a.bind, a.port),
         token: a.token,
@@ -212,11 +216,24 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         grace: Duration::from_secs(a.grace),
         access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
         pages: None,
+        agents: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let config = ServeConfig { pages: dashboard(&rt, &service), ..config };
+    let agents = agent_runs(&rt, search, agent_config, &providers)?;
+    let config = ServeConfig {
+        pages: dashboard(&rt, &service),
+        agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
+        ..config
+    };
     rt.block_on(async {
         let server = Server::bind(service, config).await?;
+        if let Some(agents) = &agents {
+            match agents.resume_unfinished().await {
+                Ok(0) => {}
+                Ok(n) => out::note(&format!("resuming {n} agent run(s) the last server left unfinished")),
+                Err(e) => out::note(&format!("warning: unfinished agent runs were not resumed: {e}")),
+            }
+        }
         let model = default.map(|d| format!("{}/{}", d.name(), d.model())).unwrap_or_else(|| "none".into());
         out::note(&format!(
             "noesis {}: listening on http://{} (provider {model}; Ctrl-C stops)",
@@ -227,6 +244,10 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
             out::data(&format!("http://{}/", server.local_addr()))?;
         }
         server.run(shutdown_signal()).await?;
+        if let Some(agents) = &agents {
+            // Stopped as cancelled and marked: the next server resumes them.
+            agents.shutdown().await;
+        }
         if let Some(w) = writer {
             // Every run is over: what they queued is written before exit.
             tokio::task::spawn_blocking(move || w.finish()).await?;
@@ -234,6 +255,43 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         out::note("noesis serve: stopped");
         anyhow::Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Agent runs over HTTP, in the store in force, on the current folder as
+/// workspace, with `[mcp.servers]` started once; `None` (with a warning)
+/// when the store cannot be opened.
+fn agent_runs(
+    rt: &tokio::runtime::Runtime,
+    search: &SearchPath,
+    config: Config,
+    providers: &Arc<Providers>,
+) -> anyhow::Result<Option<Arc<noesis_serve::agents::AgentRuns>>> {
+    let (project, store) = match rt.block_on(crate::memory::context()) {
+        Ok(c) => c,
+        Err(e) => {
+            out::note(&format!("warning: no agent runs over HTTP (the store cannot be opened): {e:#}"));
+            return Ok(None);
+        }
+    };
+    let workspace = noesis_agent::Workspace::new(&std::env::current_dir()?)
+        .map_err(|e| anyhow::anyhow!("the current folder cannot be the agents' workspace: {e}"))?;
+    let mut specs = Vec::new();
+    for (name, entry) in &config.mcp.servers {
+        specs.push(entry.spec(name, "noesis.toml")?);
+    }
+    let mcp =
+        if specs.is_empty() { None } else { Some(Arc::new(rt.block_on(noesis_mcp::McpServers::connect(specs))?)) };
+    let host = crate::cmd::agent::ServedAgents {
+        providers: Arc::clone(providers),
+        store: Arc::from(store),
+        project,
+        workspace,
+        prices: prices(&config),
+        config,
+        search: search.clone(),
+        mcp,
+    };
+    Ok(Some(noesis_serve::agents::AgentRuns::new(Arc::new(host), noesis_agent::events::EventBus::new(1024))))
 }
 
 /// Ctrl-C or SIGTERM.

@@ -71,6 +71,45 @@ struct Ctx {
     json: bool,
     quiet: bool,
     tool_timeout: std::time::Duration,
+    /// The MCP servers whose tools are in `tools`, stopped when the drive ends.
+    mcp: Option<Arc<noesis_mcp::McpServers>>,
+}
+
+/// Connects the MCP servers of `config` and of `flags` (`--mcp`); `None`
+/// when there are none.
+fn connect_mcp(
+    rt: &tokio::runtime::Runtime,
+    config: &Config,
+    flags: &[String],
+    quiet: bool,
+) -> anyhow::Result<Option<Arc<noesis_mcp::McpServers>>> {
+    let mut specs = Vec::new();
+    for (name, entry) in &config.mcp.servers {
+        specs.push(entry.spec(name, "noesis.toml")?);
+    }
+    for flag in flags {
+        let spec = noesis_mcp::ServerSpec::parse_flag(flag).map_err(|e| anyhow::anyhow!("--mcp {flag}: {e}"))?;
+        // A flag names a server for this run; it wins over the config's.
+        specs.retain(|s| s.name != spec.name);
+        specs.push(spec);
+    }
+    if specs.is_empty() {
+        return Ok(None);
+    }
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    if !quiet {
+        out::note(&format!("starting MCP server{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", ")));
+    }
+    let servers = rt.block_on(noesis_mcp::McpServers::connect(specs))?;
+    Ok(Some(Arc::new(servers)))
+}
+
+/// `tools` with the MCP servers' tools.
+pub(super) fn with_mcp(tools: Toolbox, mcp: Option<&Arc<noesis_mcp::McpServers>>) -> Toolbox {
+    match mcp {
+        Some(servers) => tools.with_source(Arc::clone(servers) as Arc<dyn noesis_agent::ToolSource>),
+        None => tools,
+    }
 }
 
 fn load_config() -> anyhow::Result<Config> {
@@ -87,7 +126,7 @@ fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
 
 /// `provider`, speaking the JSON tool protocol in text when it has no tool
 /// calling of its own or the config says so (`[providers.NAME] tools = false`).
-fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
+pub(super) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
     let off = config.providers.get(provider.name()).and_then(|e| e.tools) == Some(false);
     if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
 }
@@ -111,7 +150,9 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
     let mut allow_commands = config.agent.allow_commands.clone();
     allow_commands.extend(a.allow_commands.iter().cloned());
-    let mut all = Toolbox::new(workspace.clone(), Vec::new()).decls();
+    let rt = crate::memory::runtime()?;
+    let mcp = connect_mcp(&rt, &config, &a.mcp, a.drive.quiet)?;
+    let mut all = with_mcp(Toolbox::new(workspace.clone(), Vec::new()), mcp.as_ref()).decls();
     all.extend(super::tools::decls(0));
     for name in a.tools.iter().chain(&a.no_tools) {
         if !all.iter().any(|d| &d.name == name) {
@@ -146,10 +187,10 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         approval: approval(a.drive.approve.as_deref(), &config),
         limits,
         reflect: a.reflect,
+        tool_filter: noesis_agent::ToolFilter { only: a.tools.clone(), except: a.no_tools.clone() },
         ..RunConfig::default()
     };
     let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
-    let rt = crate::memory::runtime()?;
     let (project, store) = rt.block_on(crate::memory::context())?;
     let store: Arc<dyn Store> = Arc::from(store);
     let remembered = match &a.session {
@@ -171,6 +212,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         "model": provider.model(),
         "session": a.session,
         "project_id": project.project_id,
+        "mcp": a.mcp,
     });
     let host = super::tools::Host {
         search: search.clone(),
@@ -185,11 +227,12 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         project_id: project.project_id.clone(),
         project,
         provider,
-        tools: Arc::new(toolbox(&workspace, allow_commands, &host)),
+        tools: Arc::new(with_mcp(toolbox(&workspace, allow_commands, &host), mcp.as_ref())),
         prices: prices(&config),
         json: a.drive.json,
         quiet: a.drive.quiet,
         tool_timeout: std::time::Duration::from_secs(a.drive.tool_timeout),
+        mcp,
     };
     if !ctx.quiet {
         out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
@@ -247,16 +290,22 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         run_id: run.id.clone(),
         depth: run.host["depth"].as_u64().unwrap_or(0),
     };
+    let flags: Vec<String> = run.host["mcp"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+        .unwrap_or_default();
+    let mcp = connect_mcp(rt, &config, &flags, d.quiet)?;
     Ok(Ctx {
         store,
         project,
         project_id,
         provider,
-        tools: Arc::new(toolbox(&workspace, allow, &host)),
+        tools: Arc::new(with_mcp(toolbox(&workspace, allow, &host), mcp.as_ref())),
         prices: prices(&config),
         json: d.json,
         quiet: d.quiet,
         tool_timeout: std::time::Duration::from_secs(d.tool_timeout),
+        mcp,
     })
 }
 
@@ -307,13 +356,14 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
     let prices = Arc::clone(&ctx.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
     let quiet = ctx.quiet;
+    let run_id = run.id.clone();
     let spinner = Spinner::new(!quiet && std::io::stderr().is_terminal());
     let observe = |p: &Progress| {
         if quiet {
             return;
         }
         spinner.stop();
-        out::note(&progress_line(p));
+        out::note(&event_line(&noesis_agent::events::progress_event("agents.runs", &run_id, p)));
         match p {
             Progress::ModelCall { turn } => spinner.start(format!("thinking (turn {})", turn + 1)),
             Progress::ToolStart { tool, .. } => spinner.start(format!("running {tool}")),
@@ -351,11 +401,14 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             run.decide(&decisions)?;
         }
         if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
-            && let Err(e) = record_frames(ctx, &mut run).await
+            && let Err(e) = record_frames(ctx.store.as_ref(), &ctx.project, &mut run).await
         {
             out::note(&format!("warning: the run was not recorded as frames: {e:#}"));
         }
         spinner.stop();
+        if let Some(mcp) = &ctx.mcp {
+            mcp.shutdown().await;
+        }
         anyhow::Ok(())
     })?;
     report(&run, ctx.json)?;
@@ -375,12 +428,16 @@ fn sub_agent_ids(run: &AgentRun) -> Vec<String> {
 
 /// Writes a finished run's frames (once), under the session's root when a
 /// session is open, and notes the root frame in the run.
-async fn record_frames(ctx: &Ctx, run: &mut AgentRun) -> anyhow::Result<()> {
+pub(super) async fn record_frames(
+    store: &dyn Store,
+    project: &noesis_frames::project::Project,
+    run: &mut AgentRun,
+) -> anyhow::Result<()> {
     if run.host.get("frame_id").is_some_and(|f| !f.is_null()) {
         return Ok(());
     }
-    let store = ctx.store.as_ref();
-    let parent = match store.latest_session_root(&ctx.project_id).await? {
+    let project_id = run.host["project_id"].as_str().unwrap_or(&project.project_id).to_owned();
+    let parent = match store.latest_session_root(&project_id).await? {
         Some(id) => store.frame(&id).await?.filter(|f| f.status != noesis_frames::Status::Invalidated),
         None => None,
     };
@@ -398,12 +455,11 @@ async fn record_frames(ctx: &Ctx, run: &mut AgentRun) -> anyhow::Result<()> {
             children.insert(id, child);
         }
     }
-    let frames =
-        super::frames::frames_of(run, &ctx.project, parent.as_ref(), noesis_frames::Timestamp::now(), &children)?;
+    let frames = super::frames::frames_of(run, project, parent.as_ref(), noesis_frames::Timestamp::now(), &children)?;
     store.insert_frames(&frames).await?;
     if let Some(root) = frames.first() {
         run.host["frame_id"] = json!(root.frame_id.to_string());
-        store.save_agent_state(&state_of(run, &ctx.project_id)).await?;
+        store.save_agent_state(&state_of(run, &project_id)).await?;
     }
     Ok(())
 }
@@ -494,17 +550,27 @@ fn ask_in_terminal(pending: &[Pending]) -> anyhow::Result<Vec<Decision>> {
     Ok(decisions)
 }
 
-/// One line of the live view.
-fn progress_line(p: &Progress) -> String {
-    match p {
-        Progress::ModelCall { turn } => format!("  think   turn {}", turn + 1),
-        Progress::ModelReply { turn, tool_calls, ms } => {
-            format!("  think   turn {} done in {ms} ms: {tool_calls} tool call(s)", turn + 1)
-        }
-        Progress::ToolStart { tool, arguments, .. } => format!("  act     {tool} {}", short_args(arguments)),
-        Progress::ToolEnd { tool, is_error, ms, .. } => {
-            format!("  act     {tool} {} in {ms} ms", if *is_error { "failed" } else { "done" })
-        }
+/// One line of the live view, read from the step's event (the same event
+/// `noesis serve` streams to HTTP clients).
+fn event_line(e: &noesis_agent::events::Event) -> String {
+    let d = &e.data;
+    let turn = d["turn"].as_u64().unwrap_or(0) + 1;
+    let tool = d["tool"].as_str().unwrap_or("?");
+    match e.kind.as_str() {
+        "model_call" => format!("  think   turn {turn}"),
+        "model_reply" => format!(
+            "  think   turn {turn} done in {} ms: {} tool call(s)",
+            d["ms"].as_u64().unwrap_or(0),
+            d["tool_calls"].as_u64().unwrap_or(0)
+        ),
+        "tool_call" => format!("  act     {tool} {}", short_args(&d["arguments"])),
+        "tool_result" => format!(
+            "  act     {tool} {} in {} ms",
+            if d["is_error"].as_bool().unwrap_or(false) { "failed" } else { "done" },
+            d["ms"].as_u64().unwrap_or(0)
+        ),
+        "tools_changed" => format!("  tools   changed: {} offered now", d["tools"].as_u64().unwrap_or(0)),
+        other => format!("  {other}"),
     }
 }
 

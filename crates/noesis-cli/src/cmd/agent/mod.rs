@@ -5,7 +5,10 @@
 mod drive;
 mod frames;
 mod manage;
+mod served;
 mod tools;
+
+pub(crate) use served::ServedAgents;
 
 use std::process::ExitCode;
 
@@ -185,6 +188,11 @@ pub(crate) struct StartArgs {
     /// Instructions placed before the task.
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// An MCP server whose tools the agent may call, as NAME='COMMAND ARGS'
+    /// or NAME=URL (repeatable; added to `[mcp.servers]`). Its tools are
+    /// offered as NAME__TOOL; those not marked read-only ask for approval.
+    #[arg(long = "mcp", value_name = "NAME=CMD")]
+    mcp: Vec<String>,
     /// The run's id [default: a new UUIDv7].
     #[arg(long, value_name = "ID")]
     run_id: Option<String>,

@@ -75,7 +75,7 @@ pub(super) fn decls(depth: u64) -> Vec<ToolDecl> {
                 json!({"type": "object", "properties": {"task": {"type": "string", "maxLength": 4000}},
                        "required": ["task"], "additionalProperties": false}),
             )
-            .with_effects(Effects { writes_files: true, runs_commands: true, network: false }),
+            .with_effects(Effects { writes_files: true, runs_commands: true, ..Effects::default() }),
         );
     }
     all

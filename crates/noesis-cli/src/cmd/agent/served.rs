@@ -1,0 +1,174 @@
+//! Agent runs started over HTTP (`noesis serve`): the same runs as `noesis
+//! agent`'s — the same tools over a workspace, the same store, frames when
+//! they finish — created from a request, with the provider a request may
+//! choose limited to the server's allow-list.
+
+use std::sync::Arc;
+
+use noesis_agent::{AgentRun, ApprovalPolicy, Limits, RunConfig, Strategy, ToolFilter, Toolbox, Workspace};
+use noesis_llm::{ChatResponse, PriceTable, Provider};
+use noesis_modules::search::SearchPath;
+use noesis_serve::agents::{AgentHost, AgentRequest};
+use noesis_store::Store;
+use serde_json::{Value, json};
+
+use super::drive::{now_ms, state_of};
+use crate::config::Config;
+use crate::provider::Providers;
+
+/// What `noesis serve` gives its agent runs.
+pub(crate) struct ServedAgents {
+    pub(crate) providers: Arc<Providers>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) project: noesis_frames::project::Project,
+    pub(crate) workspace: Workspace,
+    pub(crate) config: Config,
+    pub(crate) search: SearchPath,
+    pub(crate) prices: Arc<PriceTable>,
+    /// The configured MCP servers, started once for every run.
+    pub(crate) mcp: Option<Arc<noesis_mcp::McpServers>>,
+}
+
+impl ServedAgents {
+    fn provider(&self, name: Option<&str>, model: Option<&str>) -> Result<Arc<dyn Provider>, String> {
+        let provider = self.providers.for_agent(name, model)?;
+        Ok(super::drive::with_text_tools(provider, &self.config))
+    }
+
+    fn tools(&self, run_id: &str, depth: u64, provider: Arc<dyn Provider>) -> Toolbox {
+        let host = super::tools::Host {
+            search: self.search.clone(),
+            provider,
+            store: Arc::clone(&self.store),
+            project_id: self.project.project_id.clone(),
+            run_id: run_id.to_owned(),
+            depth,
+        };
+        let tools = super::tools::with_host_tools(
+            Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone()),
+            &host,
+        );
+        super::drive::with_mcp(tools, self.mcp.as_ref())
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentHost for ServedAgents {
+    fn create(&self, id: &str, request: &AgentRequest) -> Result<AgentRun, String> {
+        let strategy = match request.strategy.as_deref() {
+            None | Some("react") => Strategy::React,
+            Some("single-shot") => Strategy::SingleShot,
+            Some("chain-of-thought") => Strategy::ChainOfThought,
+            Some(other) => {
+                return Err(format!("`strategy`: `{other}` is not react, single-shot or chain-of-thought"));
+            }
+        };
+        let approval = match request.approve.as_deref().or(self.config.agent.approve.as_deref()) {
+            None | Some("ask") => ApprovalPolicy::Ask,
+            Some("auto") => ApprovalPolicy::Auto,
+            Some("never") => ApprovalPolicy::Never,
+            Some(other) => return Err(format!("`approve`: `{other}` is not ask, auto or never")),
+        };
+        let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
+        let all = self.tools(id, 0, Arc::clone(&provider)).decls();
+        for name in &request.tools {
+            if !all.iter().any(|d| &d.name == name) {
+                let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+                return Err(format!("`tools`: no tool `{name}` (the tools are {})", known.join(", ")));
+            }
+        }
+        let l = &request.limits;
+        if let Some(c) = l.max_cost_usd
+            && !(c.is_finite() && c >= 0.0)
+        {
+            return Err("`limits.max_cost_usd` must be a non-negative number".into());
+        }
+        let limits = Limits {
+            max_turns: l.max_turns.or(self.config.agent.max_iterations).unwrap_or(Limits::default().max_turns),
+            max_tool_calls: l.max_tool_calls.unwrap_or(Limits::default().max_tool_calls),
+            max_tokens: l.max_tokens.or(self.config.budget.max_tokens),
+            max_cost_usd: l.max_cost_usd.or(self.config.budget.max_cost_usd),
+            max_wall_ms: l.max_seconds.map(|s| s.saturating_mul(1000)),
+            ..Limits::default()
+        };
+        let offered = all.into_iter().filter(|d| request.tools.is_empty() || request.tools.contains(&d.name)).collect();
+        let config = RunConfig {
+            strategy,
+            system_prompt: request.system.clone(),
+            tools: if strategy == Strategy::SingleShot { Vec::new() } else { offered },
+            approval,
+            limits,
+            reflect: request.reflect,
+            tool_filter: ToolFilter { only: request.tools.clone(), except: Vec::new() },
+            ..RunConfig::default()
+        };
+        let mut run = AgentRun::new(id, request.task.clone(), config, now_ms());
+        run.host = json!({
+            "task": request.task,
+            "workspace": self.workspace.root().to_string_lossy(),
+            "allow_commands": self.config.agent.allow_commands,
+            "provider": provider.name(),
+            "model": provider.model(),
+            "project_id": self.project.project_id,
+            "origin": "http",
+        });
+        Ok(run)
+    }
+
+    async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String> {
+        let provider = self.provider(run.host["provider"].as_str(), run.host["model"].as_str())?;
+        let depth = run.host["depth"].as_u64().unwrap_or(0);
+        let tools = self.tools(&run.id, depth, Arc::clone(&provider));
+        Ok((provider, Arc::new(tools)))
+    }
+
+    async fn save(&self, run: &AgentRun) -> Result<(), String> {
+        self.store.save_agent_state(&state_of(run, &self.project.project_id)).await.map_err(|e| e.to_string())
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<AgentRun>, String> {
+        let Some(state) = self.store.agent_state(id, None).await.map_err(|e| e.to_string())? else { return Ok(None) };
+        AgentRun::from_json(&state.state).map(Some).map_err(|e| format!("run `{id}` cannot be read: {e}"))
+    }
+
+    async fn list(&self, limit: u32) -> Result<Vec<Value>, String> {
+        let runs = self.store.agent_runs(&self.project.project_id, limit).await.map_err(|e| e.to_string())?;
+        Ok(runs
+            .into_iter()
+            .map(|r| {
+                json!({"run_id": r.run_id, "task": r.task, "status": r.status, "step": r.latest_step,
+                       "forked_from": r.forked_from})
+            })
+            .collect())
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>, String> {
+        let runs = self.store.agent_runs(&self.project.project_id, 1000).await.map_err(|e| e.to_string())?;
+        let mut ids = Vec::new();
+        for r in runs {
+            // Only runs a server started: a run of `noesis agent` that
+            // stopped is its owner's to resume.
+            let open = matches!(r.status.as_str(), "running" | "awaiting_approval" | "cancelled");
+            if !open {
+                continue;
+            }
+            if let Some(run) = self.load(&r.run_id).await?
+                && run.host["origin"] == "http"
+                && (r.status != "cancelled" || run.host["server_stopped"] == true)
+            {
+                ids.push(r.run_id);
+            }
+        }
+        Ok(ids)
+    }
+
+    fn price(&self, reply: &ChatResponse) -> f64 {
+        reply.usage.and_then(|u| self.prices.cost(&reply.model, u)).unwrap_or(0.0)
+    }
+
+    async fn finished(&self, run: &mut AgentRun) {
+        if let Err(e) = super::drive::record_frames(self.store.as_ref(), &self.project, run).await {
+            crate::out::note(&format!("warning: run {} was not recorded as frames: {e:#}", run.id));
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! The MCP client against real third-party servers, installed pinned by
+//! `scripts/mcp-servers.sh`: the reference filesystem server (npm),
+//! `mcp-server-git` and `mcp-server-time` (PyPI). Each test starts its
+//! own server processes on a temporary folder.
+
+use std::sync::Arc;
+
+use noesis_agent::{
+    Action, AgentRun, ApprovalPolicy, CallStatus, Decision, McpOutcome, Outcome, RunConfig, ToolEvidence, ToolOutput,
+    ToolSource, Toolbox, Verdict, Workspace, drive,
+};
+use noesis_llm::{EndpointConfig, OpenAiCompatible, RetryPolicy};
+use noesis_mcp::{McpServers, ServerSpec};
+use noesis_testkit::skip::{Dependency, missing};
+use noesis_testkit::{FakeServer, Reply, tool_call_completion};
+use serde_json::{Value, json};
+
+/// The program `var` names, or `None` (the test is skipped, loudly) when
+/// the servers are not installed and the opt-out is set.
+fn server(var: &str, test: &str) -> Option<String> {
+    match std::env::var(var).ok().filter(|p| std::path::Path::new(p).exists()) {
+        Some(p) => Some(p),
+        None => {
+            missing(Dependency::McpServers, test, &format!("{var} does not name an installed server"));
+            None
+        }
+    }
+}
+
+async fn call(servers: &McpServers, tool: &str, args: Value) -> ToolOutput {
+    servers.call(tool, args).unwrap_or_else(|| panic!("no source for {tool}")).await
+}
+
+fn mcp_evidence(out: &ToolOutput) -> (McpOutcome, String) {
+    match out.evidence.as_slice() {
+        [ToolEvidence::Mcp { outcome, tool, .. }] => (*outcome, tool.clone()),
+        other => panic!("expected one MCP evidence, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filesystem_server_tools_are_listed_with_their_hints_and_called() {
+    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "filesystem_server_tools") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "alpha\nbeta\n").unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let servers = McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap();
+    let decls = servers.decls();
+    let find = |name: &str| decls.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("no {name} in {decls:?}"));
+    // Read tools carry readOnlyHint: read-only, idempotent; writing ones
+    // change the world outside the run's view and need a decision.
+    let read = find("fs__read_text_file");
+    assert!(read.effects.read_only() && read.idempotent, "{read:?}");
+    assert!(read.description.contains("MCP server `fs`; read-only"), "{}", read.description);
+    let write = find("fs__write_file");
+    assert!(!write.effects.read_only() && write.effects.external, "{write:?}");
+    // The server marks it idempotent (the same content twice is one write):
+    // a crash mid-call may run it again on resume.
+    assert!(write.idempotent && write.description.contains("may change or delete data"), "{write:?}");
+    assert!(write.parameters["properties"]["path"].is_object(), "{}", write.parameters);
+
+    let path = root.join("notes.txt");
+    let out = call(&servers, "fs__read_text_file", json!({"path": path})).await;
+    assert!(!out.is_error && out.content.contains("alpha\nbeta"), "{out:?}");
+    assert_eq!(mcp_evidence(&out), (McpOutcome::Ok, "read_text_file".into()));
+
+    // Outside the allowed folder: the server's own isError, a typed tool error.
+    let out = call(&servers, "fs__read_text_file", json!({"path": "/etc/hostname"})).await;
+    assert!(out.is_error, "{out:?}");
+    assert!(out.content.to_lowercase().contains("access denied"), "{}", out.content);
+    assert_eq!(mcp_evidence(&out).0, McpOutcome::ToolError);
+
+    let out = call(&servers, "fs__write_file", json!({"path": root.join("new.txt"), "content": "written"})).await;
+    assert!(!out.is_error, "{out:?}");
+    assert_eq!(std::fs::read_to_string(root.join("new.txt")).unwrap(), "written");
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn git_and_time_servers_from_pypi_answer() {
+    let Some(git) = server("NOESIS_MCP_SERVER_GIT", "git_and_time_servers") else { return };
+    let Some(time) = server("NOESIS_MCP_SERVER_TIME", "git_and_time_servers") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path();
+    let sh = |args: &[&str]| {
+        let ok = std::process::Command::new("git").args(args).current_dir(repo).status().unwrap().success();
+        assert!(ok, "git {args:?}");
+    };
+    sh(&["init", "-q", "-b", "main"]);
+    std::fs::write(repo.join("README"), "hello\n").unwrap();
+    sh(&["-c", "user.name=t", "-c", "user.email=t@example.invalid", "add", "README"]);
+    sh(&["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "first commit"]);
+    std::fs::write(repo.join("untracked.txt"), "x").unwrap();
+    let servers = McpServers::connect(vec![
+        ServerSpec::command("git", &git, &["--repository", repo.to_str().unwrap()]),
+        ServerSpec::command("time", &time, &["--local-timezone", "UTC"]),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(servers.names(), ["git", "time"]);
+    let decls = servers.decls();
+    let status = decls.iter().find(|d| d.name == "git__git_status").expect("git_status");
+    assert!(status.effects.read_only(), "{status:?}");
+    let commit = decls.iter().find(|d| d.name == "git__git_commit").expect("git_commit");
+    assert!(!commit.effects.read_only(), "{commit:?}");
+
+    let out = call(&servers, "git__git_status", json!({"repo_path": repo})).await;
+    assert!(!out.is_error && out.content.contains("untracked.txt"), "{out:?}");
+    let out = call(&servers, "git__git_log", json!({"repo_path": repo})).await;
+    assert!(out.content.contains("first commit"), "{out:?}");
+
+    let out = call(&servers, "time__get_current_time", json!({"timezone": "UTC"})).await;
+    assert!(!out.is_error, "{out:?}");
+    let answer: Value = serde_json::from_str(&out.content).unwrap();
+    assert_eq!(answer["timezone"], "UTC");
+    // An unknown zone is the server's error, typed as such.
+    let out = call(&servers, "time__get_current_time", json!({"timezone": "Mars/Olympus"})).await;
+    assert!(out.is_error, "{out:?}");
+    servers.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_dies_is_restarted_once_then_its_tools_report_it() {
+    let Some(time) = server("NOESIS_MCP_SERVER_TIME", "a_server_that_dies") else { return };
+    let servers =
+        McpServers::connect(vec![ServerSpec::command("time", &time, &["--local-timezone", "UTC"])]).await.unwrap();
+    let kill = |pid: u32| {
+        assert!(std::process::Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap().success());
+    };
+    let first = servers.pid("time").unwrap();
+    kill(first);
+    // Give the client time to see the pipe close.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let out = call(&servers, "time__get_current_time", json!({"timezone": "UTC"})).await;
+    assert!(!out.is_error, "restarted and answered: {out:?}");
+    let second = servers.pid("time").unwrap();
+    assert_ne!(first, second);
+
+    let before = servers.revision();
+    kill(second);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let out = call(&servers, "time__get_current_time", json!({"timezone": "UTC"})).await;
+    assert!(out.is_error && out.content.contains("already started again once"), "{out:?}");
+    assert_eq!(mcp_evidence(&out).0, McpOutcome::Unavailable);
+    // Its tools are withdrawn from the run's next request.
+    assert!(servers.decls().is_empty() && servers.revision() != before);
+    let out = call(&servers, "time__convert_time", json!({})).await;
+    assert!(out.is_error, "{out:?}");
+}
+
+#[test]
+fn a_server_that_cannot_start_is_a_clear_error() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let e = rt
+        .block_on(McpServers::connect(vec![ServerSpec::command("nope", "/nonexistent/mcp-server", &[])]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with("MCP server `nope` could not be started") && e.contains("/nonexistent/mcp-server"), "{e}");
+    // A program that exits at once: its stderr explains.
+    let e = rt
+        .block_on(McpServers::connect(vec![ServerSpec::command("sh", "sh", &["-c", "echo broken config >&2; exit 3"])]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("broken config"), "{e}");
+    let e = rt.block_on(McpServers::connect(vec![ServerSpec::command("a__b", "true", &[])])).unwrap_err().to_string();
+    assert!(e.contains("cannot name a server"), "{e}");
+}
+
+fn provider(server: &FakeServer) -> OpenAiCompatible {
+    let mut cfg = EndpointConfig::openai("gpt-test");
+    cfg.base_url = server.base_url();
+    cfg.api_key = Some("sk-test".into());
+    cfg.http.retry = RetryPolicy::none();
+    OpenAiCompatible::new(cfg).unwrap()
+}
+
+fn tool_call(id: &str, name: &str, args: Value) -> Reply {
+    Reply::Status(200, tool_call_completion(id, name, &args).to_string(), vec![])
+}
+
+/// A run over the OpenAI wire (the fake server on 127.0.0.1) with the
+/// filesystem server's tools: the read runs at once, the write waits for a
+/// decision, then runs, and the model sees both results.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_reads_without_asking_and_waits_for_approval_to_write() {
+    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "a_run_reads_without_asking") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("in.txt"), "42\n").unwrap();
+    let servers =
+        Arc::new(McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap());
+    let llm = FakeServer::start(vec![
+        tool_call("c1", "fs__read_text_file", json!({"path": root.join("in.txt")})),
+        tool_call("c2", "fs__write_file", json!({"path": root.join("out.txt"), "content": "42 doubled is 84"})),
+        Reply::Chat("Wrote out.txt.".into()),
+    ])
+    .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let tools = Arc::new(
+        Toolbox::new(Workspace::new(ws.path()).unwrap(), vec![])
+            .with_source(Arc::clone(&servers) as Arc<dyn ToolSource>),
+    );
+    let config = RunConfig {
+        tools: tools.decls().into_iter().filter(|d| d.name.starts_with("fs__")).collect(),
+        approval: ApprovalPolicy::Ask,
+        ..RunConfig::default()
+    };
+    let mut run = AgentRun::new("r1", "Double the number in in.txt into out.txt", config, 0);
+    let provider = provider(&llm);
+    let action = drive(&mut run, &provider, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    let Action::AwaitApproval(pending) = action else { panic!("{action:?}") };
+    assert_eq!(pending.len(), 1);
+    assert_eq!(pending[0].tool, "fs__write_file");
+    assert_eq!(run.calls[0].status, CallStatus::Completed);
+    assert!(!root.join("out.txt").exists(), "nothing written before the decision");
+    run.decide(&[Decision {
+        call_id: pending[0].call_id.clone(),
+        tool: pending[0].tool.clone(),
+        arguments_hash: pending[0].arguments_hash.clone(),
+        verdict: Verdict::Approve,
+    }])
+    .unwrap();
+    let action = drive(&mut run, &provider, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(action, Action::Done(Outcome::Answer { text: "Wrote out.txt.".into() }));
+    assert_eq!(std::fs::read_to_string(root.join("out.txt")).unwrap(), "42 doubled is 84");
+    let sent = llm.received()[2].json();
+    let results: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert!(results[0].contains("42") && results[1].to_lowercase().contains("successfully wrote"), "{results:?}");
+    servers.shutdown().await;
+}

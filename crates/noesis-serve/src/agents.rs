@@ -1,0 +1,600 @@
+//! Agent runs over HTTP: `POST /agents/runs` starts a run that outlives the
+//! request, `GET /agents/runs[/{id}]` shows runs, `GET
+//! /agents/runs/{id}/events` streams a run's steps as server-sent events
+//! (resumable with `Last-Event-ID`), `POST /agents/runs/{id}/approvals`
+//! decides its pending calls, `POST /agents/runs/{id}/cancel` stops it.
+//!
+//! [`AgentRuns`] owns the live runs: one task per run drives it (through
+//! `noesis_agent`'s driver), checkpointing every change through the
+//! [`AgentHost`] the binary implements (provider, tools, store), and
+//! publishes each step on the [`EventBus`] (topic `agents.runs.{id}`) and in
+//! the run's event log. A run waiting for approval waits in its task for a
+//! decision or a cancel. [`AgentRuns::resume_unfinished`] continues, when
+//! the server starts, every run its last process left running: finished
+//! calls are kept, never run twice.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::{Stream, StreamExt};
+use noesis_agent::events::{Event, EventBus, outcome_event, progress_event};
+use noesis_agent::{Action, AgentRun, Decision, Driver, Pending, Progress, Toolbox, Verdict};
+use noesis_llm::{ChatResponse, Provider};
+use noesis_modules::{ErrorCode, Failure};
+use noesis_runtime::CancellationToken;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::service::refuse;
+
+/// Events a run's log keeps for late readers; older ones are dropped (a
+/// reader resuming before them gets a `gap` event).
+const EVENT_LOG: usize = 10_000;
+
+/// What a client asks for when it starts a run.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentRequest {
+    /// What the agent should do.
+    pub task: String,
+    /// `react` (default), `single-shot` or `chain-of-thought`.
+    #[serde(default)]
+    pub strategy: Option<String>,
+    /// Offer only these tools (default: all).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// `ask` (default: calls that change anything wait for
+    /// `POST …/approvals`), `auto` or `never`.
+    #[serde(default)]
+    pub approve: Option<String>,
+    /// Instructions before the task.
+    #[serde(default)]
+    pub system: Option<String>,
+    /// The provider (among those the server allows).
+    #[serde(default)]
+    pub provider: Option<String>,
+    /// The model.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Limits.
+    #[serde(default)]
+    pub limits: RequestLimits,
+    /// Critique each answer and go on while the goal is not achieved.
+    #[serde(default)]
+    pub reflect: bool,
+}
+
+/// Limits a client may set on its run.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLimits {
+    /// Model calls.
+    pub max_turns: Option<u32>,
+    /// Tool calls.
+    pub max_tool_calls: Option<u32>,
+    /// Seconds since the start.
+    pub max_seconds: Option<u64>,
+    /// Input plus output tokens.
+    pub max_tokens: Option<u64>,
+    /// US dollars.
+    pub max_cost_usd: Option<f64>,
+}
+
+/// What the server needs from its host to run agents. Errors are messages
+/// for the client (no secrets in them).
+#[async_trait::async_trait]
+pub trait AgentHost: Send + Sync + 'static {
+    /// A new run `id` for `request`, its config and host data set; an error
+    /// is the client's mistake (400).
+    fn create(&self, id: &str, request: &AgentRequest) -> Result<AgentRun, String>;
+    /// The model and the tools for `run` (new or continued).
+    async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String>;
+    /// Stores `run` as it is now.
+    async fn save(&self, run: &AgentRun) -> Result<(), String>;
+    /// A stored run.
+    async fn load(&self, id: &str) -> Result<Option<AgentRun>, String>;
+    /// The stored runs, most recent first.
+    async fn list(&self, limit: u32) -> Result<Vec<Value>, String>;
+    /// Runs a previous server left unfinished (running or awaiting approval).
+    async fn unfinished(&self) -> Result<Vec<String>, String>;
+    /// Dollars for a reply.
+    fn price(&self, _reply: &ChatResponse) -> f64 {
+        0.0
+    }
+    /// Called once a run is done (to record frames, say).
+    async fn finished(&self, _run: &mut AgentRun) {}
+}
+
+/// A decision request from the client, answered by the run's task.
+type Decide = (Vec<Decision>, oneshot::Sender<Result<(), String>>);
+
+#[derive(Default)]
+struct Log {
+    next: u64,
+    events: VecDeque<Event>,
+    done: bool,
+}
+
+struct Live {
+    log: Mutex<Log>,
+    changed: tokio::sync::Notify,
+    cancel: CancellationToken,
+    decide: mpsc::Sender<Decide>,
+    pending: Mutex<Vec<Pending>>,
+}
+
+impl Live {
+    fn push(&self, mut event: Event) {
+        let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        log.next += 1;
+        event.id = log.next;
+        log.events.push_back(event);
+        if log.events.len() > EVENT_LOG {
+            log.events.pop_front();
+        }
+        drop(log);
+        self.changed.notify_waiters();
+    }
+
+    fn close(&self) {
+        self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).done = true;
+        self.changed.notify_waiters();
+    }
+}
+
+/// The live agent runs of a server.
+pub struct AgentRuns {
+    host: Arc<dyn AgentHost>,
+    bus: EventBus,
+    live: Mutex<BTreeMap<String, Arc<Live>>>,
+    /// Cancelled when the server stops: runs stop as cancelled, resumable.
+    stop: CancellationToken,
+    tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
+    tool_timeout: Duration,
+}
+
+impl AgentRuns {
+    /// Runs through `host`, publishing on `bus`.
+    pub fn new(host: Arc<dyn AgentHost>, bus: EventBus) -> Arc<AgentRuns> {
+        Arc::new(AgentRuns {
+            host,
+            bus,
+            live: Mutex::new(BTreeMap::new()),
+            stop: CancellationToken::new(),
+            tasks: tokio::sync::Mutex::new(tokio::task::JoinSet::new()),
+            tool_timeout: noesis_agent::TOOL_TIMEOUT,
+        })
+    }
+
+    /// The bus runs publish on.
+    pub fn bus(&self) -> &EventBus {
+        &self.bus
+    }
+
+    fn live(&self, id: &str) -> Option<Arc<Live>> {
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned()
+    }
+
+    /// Starts a new run; its id.
+    pub async fn start(self: &Arc<Self>, request: AgentRequest) -> Result<String, (StatusCode, String)> {
+        if request.task.trim().is_empty() {
+            return Err((StatusCode::BAD_REQUEST, "`task` is empty: say what the agent should do".into()));
+        }
+        let id = uuid::Uuid::now_v7().to_string();
+        let run = self.host.create(&id, &request).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        self.host.save(&run).await.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
+        self.spawn(run).await;
+        Ok(id)
+    }
+
+    /// Continues every run the last server left unfinished; how many.
+    pub async fn resume_unfinished(self: &Arc<Self>) -> Result<usize, String> {
+        let ids = self.host.unfinished().await?;
+        let mut n = 0;
+        for id in ids {
+            if let Some(mut run) = self.host.load(&id).await? {
+                run.resume();
+                if let Some(host) = run.host.as_object_mut() {
+                    host.remove("server_stopped");
+                }
+                self.spawn(run).await;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    async fn spawn(self: &Arc<Self>, run: AgentRun) {
+        let (tx, rx) = mpsc::channel(4);
+        let live = Arc::new(Live {
+            log: Mutex::new(Log::default()),
+            changed: tokio::sync::Notify::new(),
+            cancel: self.stop.child_token(),
+            decide: tx,
+            pending: Mutex::new(Vec::new()),
+        });
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), Arc::clone(&live));
+        let me = Arc::clone(self);
+        self.tasks.lock().await.spawn(async move { me.drive(run, live, rx).await });
+    }
+
+    fn publish(&self, live: &Live, event: Event) {
+        // Other subscribers get it if they have room; the log always does.
+        let _ = self.bus.try_publish(event.clone());
+        live.push(event);
+    }
+
+    async fn drive(self: Arc<Self>, mut run: AgentRun, live: Arc<Live>, mut decisions: mpsc::Receiver<Decide>) {
+        let topic = format!("agents.runs.{}", run.id);
+        let equipped = self.host.equip(&run).await;
+        let (provider, tools) = match equipped {
+            Ok(e) => e,
+            Err(e) => {
+                run.stop_for_driver(format!("the run could not be set up: {e}"));
+                let _ = self.host.save(&run).await;
+                self.end(&run, &live, &topic);
+                return;
+            }
+        };
+        let run_id = run.id.clone();
+        let observe = |p: &Progress| self.publish(&live, progress_event(&topic, &run_id, p));
+        let now = now_ms;
+        let host = Arc::clone(&self.host);
+        let price = move |r: &ChatResponse| host.price(r);
+        let driver = Driver {
+            now: &now,
+            price: &price,
+            cancel: Some(live.cancel.clone()),
+            observe: Some(&observe),
+            tool_timeout: self.tool_timeout,
+            ..Driver::new(provider.as_ref(), tools)
+        };
+        let mut keep = Keep(Arc::clone(&self.host));
+        self.publish(&live, Event::new(&topic, "run_started", &run.id, json!({"step": run.step})));
+        loop {
+            let action = match driver.drive(&mut run, &mut keep).await {
+                Ok(a) => a,
+                Err(e) => {
+                    // Not stored: the run is as last checkpointed; a restart resumes it.
+                    self.publish(&live, Event::new(&topic, "error", &run.id, json!({"message": e.to_string()})));
+                    break;
+                }
+            };
+            let Action::AwaitApproval(pending) = action else { break };
+            *live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pending.clone();
+            self.publish(&live, Event::new(&topic, "approval_needed", &run.id, json!({"pending": pending})));
+            let decided = tokio::select! {
+                d = decisions.recv() => d,
+                () = live.cancel.cancelled() => None,
+            };
+            match decided {
+                Some((ds, answer)) => {
+                    let result = run.decide(&ds).map_err(|e| e.to_string());
+                    let ok = result.is_ok();
+                    let _ = answer.send(result);
+                    if ok {
+                        live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
+                        self.publish(&live, Event::new(&topic, "decided", &run.id, json!({"decisions": ds})));
+                    }
+                }
+                None => {
+                    run.cancel();
+                    let _ = keep.0.save(&run).await;
+                    break;
+                }
+            }
+        }
+        if run.outcome == Some(noesis_agent::Outcome::Cancelled) && self.stop.is_cancelled() {
+            // Stopped by the server, not the client: the next server
+            // resumes it.
+            run.host["server_stopped"] = json!(true);
+            let _ = self.host.save(&run).await;
+        } else if run.outcome.is_some() {
+            self.host.finished(&mut run).await;
+        }
+        self.end(&run, &live, &topic);
+    }
+
+    fn end(&self, run: &AgentRun, live: &Live, topic: &str) {
+        if let Some(outcome) = &run.outcome {
+            self.publish(live, outcome_event(topic, &run.id, outcome));
+        }
+        live.close();
+    }
+
+    /// Stops every run as cancelled (resumable) and waits for their tasks.
+    pub async fn shutdown(&self) {
+        self.stop.cancel();
+        let mut tasks = self.tasks.lock().await;
+        while tasks.join_next().await.is_some() {}
+    }
+
+    /// The routes, to merge into the server's router (its token rules,
+    /// body limit and error envelopes apply).
+    pub fn router(self: &Arc<Self>) -> Router {
+        Router::new()
+            .route("/agents/runs", post(start_run).get(list_runs))
+            .route("/agents/runs/{id}", get(show_run))
+            .route("/agents/runs/{id}/events", get(events))
+            .route("/agents/runs/{id}/approvals", post(approvals))
+            .route("/agents/runs/{id}/cancel", post(cancel))
+            .with_state(Arc::clone(self))
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}
+
+struct Keep(Arc<dyn AgentHost>);
+
+#[async_trait::async_trait]
+impl noesis_agent::Checkpoint for Keep {
+    async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
+        self.0.save(run).await
+    }
+}
+
+type St = State<Arc<AgentRuns>>;
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], bytes).into_response()
+}
+
+fn refusal(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
+    json_response(status, &refuse(Failure::new(code, message), std::time::Instant::now()))
+}
+
+fn bad_request(message: impl Into<String>) -> Response {
+    refusal(StatusCode::BAD_REQUEST, ErrorCode::E1001, message)
+}
+
+fn not_found(id: &str) -> Response {
+    refusal(StatusCode::NOT_FOUND, ErrorCode::E4006, format!("no agent run `{id}`"))
+}
+
+fn store_failed(e: &str) -> Response {
+    refusal(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::E4000, format!("the run store failed: {e}"))
+}
+
+/// What a run is doing.
+fn status(run: &AgentRun) -> &'static str {
+    use noesis_agent::Outcome;
+    match &run.outcome {
+        None if run.awaiting_approval() => "awaiting_approval",
+        None => "running",
+        Some(Outcome::Answer { .. }) => "done",
+        Some(Outcome::Stopped { .. }) => "stopped",
+        Some(Outcome::Cancelled) => "cancelled",
+        Some(Outcome::Aborted { .. }) => "aborted",
+    }
+}
+
+async fn start_run(State(runs): St, body: Bytes) -> Response {
+    let request: AgentRequest = match serde_json::from_slice(&body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(format!("the request body is not a valid agent request: {e}")),
+    };
+    match runs.start(request).await {
+        Ok(id) => json_response(
+            StatusCode::CREATED,
+            &json!({"run_id": id, "status": "running", "events": format!("/agents/runs/{id}/events")}),
+        ),
+        Err((StatusCode::BAD_REQUEST, m)) => bad_request(m),
+        Err((_, m)) => store_failed(&m),
+    }
+}
+
+async fn list_runs(State(runs): St, uri: axum::http::Uri) -> Response {
+    let limit = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "limit")
+        .map(|(_, v)| v.parse::<u32>());
+    let limit = match limit {
+        None => 50,
+        Some(Ok(n)) => n.clamp(1, 1000),
+        Some(Err(_)) => return bad_request("`limit` must be a whole number"),
+    };
+    match runs.host.list(limit).await {
+        Ok(list) => json_response(StatusCode::OK, &json!({"runs": list})),
+        Err(e) => store_failed(&e),
+    }
+}
+
+async fn show_run(State(runs): St, Path(id): Path<String>) -> Response {
+    match runs.host.load(&id).await {
+        Ok(Some(run)) => {
+            let live = runs.live(&id).is_some_and(|l| !l.log.lock().map(|g| g.done).unwrap_or(true));
+            let mut body = json!({
+                "run_id": run.id,
+                "status": status(&run),
+                "live": live,
+                "step": run.step,
+                "usage": run.usage,
+                "outcome": run.outcome,
+                "pending": runs.live(&id).map(|l| l.pending.lock().map(|p| p.clone()).unwrap_or_default()),
+            });
+            body["run"] = run.to_json();
+            json_response(StatusCode::OK, &body)
+        }
+        Ok(None) => not_found(&id),
+        Err(e) => store_failed(&e),
+    }
+}
+
+/// `{"decisions": [{"call_id", "verdict": "approve" | "deny" | "approve_edited" | "abort",
+/// "arguments"?, "message"?, "arguments_hash"?}]}` or `{"approve_all": true}` /
+/// `{"deny_all": "why"}`: one decision for the whole pending batch.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalsBody {
+    #[serde(default)]
+    decisions: Vec<ClientDecision>,
+    #[serde(default)]
+    approve_all: bool,
+    #[serde(default)]
+    deny_all: Option<String>,
+}
+
+// No deny_unknown_fields: serde cannot have it beside `flatten`.
+#[derive(Deserialize)]
+struct ClientDecision {
+    call_id: String,
+    #[serde(flatten)]
+    verdict: Verdict,
+    #[serde(default)]
+    arguments_hash: Option<String>,
+}
+
+async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Response {
+    let body: ApprovalsBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad_request(format!("the request body is not a valid decision: {e}")),
+    };
+    let Some(live) = runs.live(&id) else {
+        return match runs.host.load(&id).await {
+            Ok(Some(run)) => refusal(
+                StatusCode::CONFLICT,
+                ErrorCode::E4003,
+                format!("run `{id}` is {} and not live on this server; nothing waits for a decision", status(&run)),
+            ),
+            Ok(None) => not_found(&id),
+            Err(e) => store_failed(&e),
+        };
+    };
+    let pending = live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    if pending.is_empty() {
+        return refusal(
+            StatusCode::CONFLICT,
+            ErrorCode::E4003,
+            format!("run `{id}` has no call waiting for a decision"),
+        );
+    }
+    let mut decisions = Vec::new();
+    if body.approve_all || body.deny_all.is_some() {
+        for p in &pending {
+            let verdict = match &body.deny_all {
+                Some(message) => Verdict::Deny { message: Some(message.clone()) },
+                None => Verdict::Approve,
+            };
+            decisions.push(Decision {
+                call_id: p.call_id.clone(),
+                tool: p.tool.clone(),
+                arguments_hash: p.arguments_hash.clone(),
+                verdict,
+            });
+        }
+    } else {
+        for d in body.decisions {
+            let Some(p) = pending.iter().find(|p| p.call_id == d.call_id) else {
+                return bad_request(format!("call `{}` is not waiting for a decision", d.call_id));
+            };
+            decisions.push(Decision {
+                call_id: d.call_id,
+                tool: p.tool.clone(),
+                arguments_hash: d.arguments_hash.unwrap_or_else(|| p.arguments_hash.clone()),
+                verdict: d.verdict,
+            });
+        }
+    }
+    let (tx, rx) = oneshot::channel();
+    if live.decide.send((decisions, tx)).await.is_err() {
+        return refusal(StatusCode::CONFLICT, ErrorCode::E4003, format!("run `{id}` is no longer waiting"));
+    }
+    match rx.await {
+        Ok(Ok(())) => json_response(StatusCode::OK, &json!({"run_id": id, "status": "running"})),
+        Ok(Err(e)) => refusal(StatusCode::CONFLICT, ErrorCode::E4003, e),
+        Err(_) => refusal(StatusCode::CONFLICT, ErrorCode::E4003, format!("run `{id}` is no longer waiting")),
+    }
+}
+
+async fn cancel(State(runs): St, Path(id): Path<String>) -> Response {
+    match runs.live(&id) {
+        Some(live) => {
+            live.cancel.cancel();
+            json_response(StatusCode::ACCEPTED, &json!({"run_id": id, "status": "cancelling"}))
+        }
+        None => match runs.host.load(&id).await {
+            Ok(Some(run)) => refusal(
+                StatusCode::CONFLICT,
+                ErrorCode::E4003,
+                format!("run `{id}` is {} and not live on this server", status(&run)),
+            ),
+            Ok(None) => not_found(&id),
+            Err(e) => store_failed(&e),
+        },
+    }
+}
+
+fn sse(event: &Event) -> SseEvent {
+    SseEvent::default().id(event.id.to_string()).event(event.kind.clone()).data(
+        serde_json::to_string(&json!({"kind": event.kind, "run_id": event.correlation_id, "data": event.data}))
+            .unwrap_or_default(),
+    )
+}
+
+async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap) -> Response {
+    let after: u64 =
+        headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+    let Some(live) = runs.live(&id) else {
+        // Not live here: what the store knows, as one event.
+        return match runs.host.load(&id).await {
+            Ok(Some(run)) => {
+                let event = match &run.outcome {
+                    Some(o) => outcome_event("", &run.id, o),
+                    None => Event::new("", "not_live", &run.id, json!({"status": status(&run)})),
+                };
+                let once = futures_util::stream::iter([Ok::<_, Infallible>(sse(&Event { id: 1, ..event }))]);
+                Sse::new(once).into_response()
+            }
+            Ok(None) => not_found(&id),
+            Err(e) => store_failed(&e),
+        };
+    };
+    Sse::new(follow(live, after)).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// The run's events after `after`, then each as it comes, ending with the run.
+fn follow(live: Arc<Live>, after: u64) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    futures_util::stream::unfold((live, after), |(live, mut after)| async move {
+        loop {
+            let changed = live.changed.notified();
+            let (batch, done) = {
+                let log = live.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let first = log.events.front().map_or(log.next + 1, |e| e.id);
+                let mut batch: Vec<Event> = Vec::new();
+                if after + 1 < first && after < log.next {
+                    batch.push(Event { id: first - 1, ..Event::new("", "gap", "", json!({"missed_before": first})) });
+                }
+                batch.extend(log.events.iter().filter(|e| e.id > after).cloned());
+                (batch, log.done)
+            };
+            if let Some(last) = batch.last() {
+                after = last.id;
+                let events: Vec<Result<SseEvent, Infallible>> = batch.iter().map(|e| Ok(sse(e))).collect();
+                // One item per wake-up: the batch joined into one SSE chunk
+                // would lose the per-event ids, so send them one by one.
+                drop(changed);
+                return Some((futures_util::stream::iter(events), (live, after)));
+            }
+            if done {
+                return None;
+            }
+            changed.await;
+        }
+    })
+    .flatten()
+}
