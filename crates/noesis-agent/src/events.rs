@@ -289,8 +289,8 @@ pub trait AgentBehavior: Send + 'static {
     async fn on_event(&mut self, event: &Event, state: &mut AgentState) -> Vec<AgentAction>;
 }
 
-/// A [`CognitiveLoop`] as an agent: each event's `data.task` (or its data,
-/// if a string) is a task; the outcome is published on `output` as `answer`
+/// A [`CognitiveLoop`] as an agent: each event's `data.task` (or
+/// `data.text`, another agent's answer, or its data if a string) is a task; the outcome is published on `output` as `answer`
 /// (with `text`) or `stopped`, with the event's correlation id.
 pub struct CognitiveAgent<L: CognitiveLoop> {
     inner: L,
@@ -314,7 +314,7 @@ impl<L: CognitiveLoop + 'static> AgentBehavior for CognitiveAgent<L> {
     async fn on_event(&mut self, event: &Event, _state: &mut AgentState) -> Vec<AgentAction> {
         let task = match &event.data {
             Value::String(s) => s.clone(),
-            other => match other.get("task").and_then(Value::as_str) {
+            other => match other.get("task").or_else(|| other.get("text")).and_then(Value::as_str) {
                 Some(t) => t.to_owned(),
                 None => return Vec::new(),
             },

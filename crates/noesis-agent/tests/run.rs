@@ -760,3 +760,33 @@ fn a_context_overflow_leaves_out_the_oldest_turns_and_asks_again_never_a_surpris
         Action::Done(Outcome::Stopped { reason: StopReason::Provider, ref detail }) if detail.contains("does not fit")
     ));
 }
+
+#[test]
+fn a_sources_changed_tools_are_offered_from_the_next_request_and_the_model_is_told() {
+    let mcp = |name: &str| ToolDecl::read_only(name, "from a server", path_schema());
+    let mut config = config(ApprovalPolicy::Auto);
+    config.tools.extend([mcp("srv__a"), mcp("srv__b")]);
+    config.tool_filter = noesis_agent::ToolFilter { only: Vec::new(), except: vec!["srv__hidden".into()] };
+    let mut run = AgentRun::new("r", "task", config, 0);
+    let before = [mcp("srv__a"), mcp("srv__b")];
+    // b removed, a changed, c and hidden added: hidden stays out by the filter.
+    let mut changed_a = mcp("srv__a");
+    changed_a.description = "changed".into();
+    let now = [changed_a, mcp("srv__c"), mcp("srv__hidden")];
+    let step = run.step;
+    assert!(run.update_tools(&before, &now));
+    assert_eq!(run.step, step + 1);
+    let Action::CallModel(request) = run.next(0) else { panic!() };
+    let offered: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+    assert!(offered.contains(&"srv__a") && offered.contains(&"srv__c"), "{offered:?}");
+    assert!(!offered.contains(&"srv__b") && !offered.contains(&"srv__hidden"), "{offered:?}");
+    assert_eq!(request.tools.iter().find(|t| t.name == "srv__a").unwrap().description, "changed");
+    let Some(Entry::Note { content }) = run.entries.last() else { panic!("{:?}", run.entries) };
+    assert_eq!(content, "The tools changed (now available: srv__c; changed: srv__a; no longer available: srv__b).");
+    // The same list again changes nothing; the built-ins were never touched.
+    assert!(!run.update_tools(&now, &now));
+    assert!(offered.contains(&"read_file"));
+    // A finished run, or a single-shot one, is left alone.
+    let mut single = AgentRun::new("s", "t", RunConfig { strategy: Strategy::SingleShot, ..RunConfig::default() }, 0);
+    assert!(!single.update_tools(&[], &now));
+}

@@ -317,3 +317,151 @@ fn every_run_a_client_saw_finish_is_recorded_before_the_server_exits() {
     assert_eq!(frames.as_array().unwrap().len(), runs, "{}", s.stderr.lock().unwrap());
     assert!(!s.stderr.lock().unwrap().contains("not recorded"), "{}", s.stderr.lock().unwrap());
 }
+
+/// Reads a run's server-sent events from `GET /agents/runs/{id}/events`
+/// (after `last_id` when given) until one of kind `until` arrives: every
+/// event up to it as (id, kind, data).
+fn follow_events(addr: &str, run: &str, last_id: Option<u64>, until: &str) -> Vec<(u64, String, Value)> {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let resume = last_id.map(|i| format!("last-event-id: {i}\r\n")).unwrap_or_default();
+    let req =
+        format!("GET /agents/runs/{run}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n{resume}\r\n");
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut reader = BufReader::new(conn);
+    let (mut events, mut id, mut kind) = (Vec::new(), 0u64, String::new());
+    loop {
+        let mut line = String::new();
+        assert!(reader.read_line(&mut line).unwrap() > 0, "the stream ended before `{until}`: {events:?}");
+        let line = line.trim_end();
+        if let Some(v) = line.strip_prefix("id: ") {
+            id = v.parse().unwrap();
+        } else if let Some(v) = line.strip_prefix("event: ") {
+            kind = v.to_owned();
+        } else if let Some(v) = line.strip_prefix("data: ") {
+            let data: Value = serde_json::from_str(v).unwrap();
+            let done = kind == until;
+            events.push((id, kind.clone(), data["data"].clone()));
+            if done {
+                return events;
+            }
+        }
+    }
+}
+
+fn agent_serve(work: &Work, fake: &FakeServer) -> Serving {
+    let base_url = fake.base_url();
+    serve(
+        work,
+        &[],
+        &[
+            ("LLM_PROVIDER", "openai"),
+            ("LLM_MODEL", "gpt-test"),
+            ("OPENAI_BASE_URL", &base_url),
+            ("OPENAI_API_KEY", "sk-test"),
+        ],
+    )
+}
+
+fn tool_reply(id: &str, tool: &str, args: &Value) -> Reply {
+    Reply::Status(200, noesis_testkit::tool_call_completion(id, tool, args).to_string(), vec![])
+}
+
+#[test]
+fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finishes() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![
+        tool_reply("c1", "write_file", &json!({"path": "out.txt", "content": "from http"})),
+        Reply::Chat("Wrote out.txt.".into()),
+    ])
+    .unwrap();
+    let s = agent_serve(&work, &fake);
+    // Bad requests are refused with an envelope naming the field.
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "strategy": "magic"})), None);
+    assert_eq!(status, 400, "{env}");
+    assert!(env["error"]["message"].as_str().unwrap().contains("`strategy`"), "{env}");
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "bogus": 1})), None);
+    assert_eq!(status, 400, "{env}");
+
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write out.txt"})), None);
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let events = follow_events(&s.addr, &id, None, "approval_needed");
+    let kinds: Vec<&str> = events.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["run_started", "model_call", "model_reply", "approval_needed"], "{events:?}");
+    assert!(events.windows(2).all(|w| w[0].0 < w[1].0), "ids increase: {events:?}");
+    let pending = &events[3].2["pending"][0];
+    assert_eq!((pending["call_id"].as_str(), pending["tool"].as_str()), (Some("c1"), Some("write_file")));
+    assert!(!work.path().join("out.txt").exists(), "nothing written before the decision");
+    let (_, shown) = http(&s.addr, "GET", &format!("/agents/runs/{id}"), None, None);
+    assert_eq!(shown["status"], "awaiting_approval", "{shown}");
+
+    // A wrong call id is refused; the batch decision goes through.
+    let wrong = json!({"decisions": [{"call_id": "nope", "verdict": "approve"}]});
+    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/approvals"), Some(&wrong), None);
+    assert_eq!(status, 400);
+    let (status, body) =
+        http(&s.addr, "POST", &format!("/agents/runs/{id}/approvals"), Some(&json!({"approve_all": true})), None);
+    assert_eq!(status, 200, "{body}");
+    // Resumed after the last event seen: only what came since.
+    let last = events.last().unwrap().0;
+    let rest = follow_events(&s.addr, &id, Some(last), "done");
+    assert!(rest.iter().all(|(i, _, _)| *i > last), "{rest:?}");
+    let kinds: Vec<&str> = rest.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["decided", "tool_call", "tool_result", "model_call", "model_reply", "done"], "{rest:?}");
+    assert_eq!(rest.last().unwrap().2["text"], "Wrote out.txt.");
+    assert_eq!(std::fs::read_to_string(work.path().join("out.txt")).unwrap(), "from http");
+
+    let (_, shown) = http(&s.addr, "GET", &format!("/agents/runs/{id}"), None, None);
+    assert_eq!((shown["status"].as_str(), shown["live"].as_bool()), (Some("done"), Some(false)), "{shown}");
+    assert_eq!(shown["usage"]["turns"], 2);
+    let (_, listed) = http(&s.addr, "GET", "/agents/runs", None, None);
+    assert_eq!(listed["runs"][0]["run_id"], id.as_str());
+    // The same run, seen by `noesis agent show` in another process.
+    let o = output(work.noesis_bare().args(["agent", "show", &id, "--json"]));
+    assert_eq!(o.json()["calls"][0]["status"], "completed", "{}", o.stderr);
+    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/cancel"), None, None);
+    assert_eq!(status, 409, "a finished run cannot be cancelled");
+    let (status, _) = http(&s.addr, "GET", "/agents/runs/does-not-exist", None, None);
+    assert_eq!(status, 404);
+}
+
+#[test]
+fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
+    let work = Work::new();
+    work.write("noesis.toml", "[agent]\nallow_commands = [\"sh count.sh\"]\n");
+    work.write("count.sh", "echo ran >> count.txt\n");
+    let fake = FakeServer::start(vec![
+        tool_reply("c1", "run_command", &json!({"command": "sh count.sh"})),
+        // The first server is killed while it waits for this.
+        Reply::Delay(Duration::from_secs(30), Box::new(Reply::Chat("too late".into()))),
+        Reply::Chat("Counted once.".into()),
+    ])
+    .unwrap();
+    let mut s = agent_serve(&work, &fake);
+    let (status, started) =
+        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Count", "approve": "auto"})), None);
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let seen = follow_events(&s.addr, &id, None, "tool_result");
+    assert_eq!(seen.last().unwrap().2["is_error"], false, "{seen:?}");
+    // Wait until the second model request is out, then kill -9.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fake.received().len() < 2 {
+        assert!(Instant::now() < deadline, "the second model call never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = Command::new("kill").args(["-KILL", &s.child.id().to_string()]).status().unwrap();
+    assert!(killed.success());
+    let _ = s.child.wait();
+    let o = output(work.noesis_bare().args(["agent", "show", &id, "--json"]));
+    assert_eq!(o.json()["outcome"], Value::Null, "left unfinished: {}", o.stdout);
+
+    let s2 = agent_serve(&work, &fake);
+    let events = follow_events(&s2.addr, &id, None, "done");
+    assert_eq!(events.last().unwrap().2["text"], "Counted once.", "{events:?}");
+    assert!(s2.stderr.lock().unwrap().contains("resuming 1 agent run"), "{}", s2.stderr.lock().unwrap());
+    assert!(!events.iter().any(|(_, k, _)| k == "tool_call"), "no tool ran again: {events:?}");
+    assert_eq!(std::fs::read_to_string(work.path().join("count.txt")).unwrap(), "ran\n");
+    assert_eq!(fake.received().len(), 3);
+}

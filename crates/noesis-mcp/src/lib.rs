@@ -161,6 +161,44 @@ impl rmcp::ClientHandler for Handler {
 
 type Client = RunningService<RoleClient, Handler>;
 
+/// A transport that notes a changed tool list as the message is read, in
+/// order with the responses: the SDK hands notifications to the handler on
+/// a task of their own, so a call's response can overtake the notice the
+/// server sent before it.
+struct Watched<T> {
+    inner: T,
+    stale: Arc<AtomicBool>,
+}
+
+impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleClient> for Watched<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<rmcp::service::RxJsonRpcMessage<RoleClient>>> + Send {
+        let stale = Arc::clone(&self.stale);
+        let next = self.inner.receive();
+        async move {
+            let message = next.await;
+            if let Some(rmcp::model::JsonRpcMessage::Notification(n)) = &message
+                && matches!(n.notification, rmcp::model::ServerNotification::ToolListChangedNotification(_))
+            {
+                stale.store(true, Ordering::SeqCst);
+            }
+            message
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 /// A remote tool as offered: the run's declaration and the server's name
 /// for it.
 #[derive(Debug, Clone)]
@@ -186,6 +224,8 @@ struct Server {
     restarted: AtomicBool,
     stderr: Arc<Mutex<Vec<u8>>>,
     pid: Mutex<Option<u32>>,
+    /// Held by whoever lists the tools again after a change notice.
+    listing: tokio::sync::Mutex<()>,
 }
 
 impl Server {
@@ -213,10 +253,12 @@ impl Server {
                     tokio::spawn(keep_tail(stderr, Arc::clone(&self.stderr)));
                 }
                 *self.pid.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = transport.id();
+                let transport = Watched { inner: transport, stale: Arc::clone(&self.stale) };
                 tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport)).await
             }
             Transport::Http { url } => {
                 let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+                let transport = Watched { inner: transport, stale: Arc::clone(&self.stale) };
                 tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport)).await
             }
         };
@@ -337,6 +379,14 @@ impl Server {
                     );
                 }
                 Ok(Ok(result)) => {
+                    // A server that changed its tools during the call said
+                    // so before answering: list them now, so the run's next
+                    // request offers what the result may refer to.
+                    // The watcher may be listing already: wait for it.
+                    let _listing = self.listing.lock().await;
+                    if self.stale.swap(false, Ordering::SeqCst) {
+                        let _ = self.list(&peer).await;
+                    }
                     let (content, is_error) = render(&result);
                     let outcome = if is_error { McpOutcome::ToolError } else { McpOutcome::Ok };
                     let e = evidence(outcome, &content);
@@ -374,6 +424,9 @@ impl Server {
         loop {
             wake.notified().await;
             let Some(server) = me.upgrade() else { return };
+            // Held while listing, so a call that ends meanwhile waits for
+            // the new list instead of answering before it.
+            let _listing = server.listing.lock().await;
             if !server.stale.swap(false, Ordering::SeqCst) {
                 continue;
             }
@@ -494,6 +547,7 @@ impl McpServers {
                 restarted: AtomicBool::new(false),
                 stderr: Arc::new(Mutex::new(Vec::new())),
                 pid: Mutex::new(None),
+                listing: tokio::sync::Mutex::new(()),
             });
             let client = server.start().await?;
             let peer = client.peer().clone();

@@ -234,3 +234,60 @@ async fn a_run_reads_without_asking_and_waits_for_approval_to_write() {
     assert!(results[0].contains("42") && results[1].to_lowercase().contains("successfully wrote"), "{results:?}");
     servers.shutdown().await;
 }
+
+/// The Python the official MCP SDK is installed in (scripts/python-deps.sh).
+fn sdk_python(test: &str) -> Option<String> {
+    match std::env::var("NOESIS_MCP_PYTHON").ok().filter(|p| std::path::Path::new(p).exists()) {
+        Some(p) => Some(p),
+        None => {
+            missing(Dependency::McpSdk, test, "NOESIS_MCP_PYTHON does not name the SDK's Python");
+            None
+        }
+    }
+}
+
+/// A server (the official Python SDK) adds a tool mid-run and sends
+/// `notifications/tools/list_changed`: the run's next request offers it,
+/// the model is told, and calling it works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_list_that_changes_mid_run_is_offered_from_the_next_turn() {
+    let Some(python) = sdk_python("a_tool_list_that_changes_mid_run") else { return };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/changing.py");
+    let servers = Arc::new(
+        McpServers::connect(vec![ServerSpec::command("chg", &python, &[script.to_str().unwrap()])]).await.unwrap(),
+    );
+    let names = |d: Vec<noesis_agent::ToolDecl>| d.into_iter().map(|d| d.name).collect::<Vec<_>>();
+    assert_eq!(names(servers.decls()), ["chg__unlock"]);
+    let llm = FakeServer::start(vec![
+        tool_call("c1", "chg__unlock", json!({})),
+        tool_call("c2", "chg__shout", json!({"word": "hey"})),
+        Reply::Chat("HEY".into()),
+    ])
+    .unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let tools = Arc::new(
+        Toolbox::new(Workspace::new(ws.path()).unwrap(), vec![])
+            .with_source(Arc::clone(&servers) as Arc<dyn ToolSource>),
+    );
+    let config = RunConfig {
+        tools: tools.decls().into_iter().filter(|d| d.name.starts_with("chg__")).collect(),
+        ..RunConfig::default()
+    };
+    let mut run = AgentRun::new("r1", "Shout hey", config, 0);
+    let action = drive(&mut run, &provider(&llm), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(action, Action::Done(Outcome::Answer { text: "HEY".into() }));
+    let offered = |i: usize| -> Vec<String> {
+        llm.received()[i].json()["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(offered(0), ["chg__unlock"]);
+    assert_eq!(offered(1), ["chg__unlock", "chg__shout"]);
+    assert_eq!(run.calls[1].result.as_deref(), Some("HEY"));
+    let told = llm.received()[1].json()["messages"].to_string();
+    assert!(told.contains("The tools changed (now available: chg__shout)"), "{told}");
+    servers.shutdown().await;
+}

@@ -40,6 +40,9 @@ use crate::service::refuse;
 /// Events a run's log keeps for late readers; older ones are dropped (a
 /// reader resuming before them gets a `gap` event).
 const EVENT_LOG: usize = 10_000;
+/// Finished runs whose event logs are kept (ids are UUIDv7: the map's
+/// order is their age).
+const KEPT_LOGS: usize = 256;
 
 /// What a client asks for when it starts a run.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
@@ -181,7 +184,13 @@ impl AgentRuns {
         &self.bus
     }
 
+    /// The run's live state while its task runs (a finished run's log
+    /// stays readable through [`AgentRuns::log`]).
     fn live(&self, id: &str) -> Option<Arc<Live>> {
+        self.log(id).filter(|l| !l.log.lock().map(|g| g.done).unwrap_or(true))
+    }
+
+    fn log(&self, id: &str) -> Option<Arc<Live>> {
         self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned()
     }
 
@@ -310,6 +319,17 @@ impl AgentRuns {
             self.publish(live, outcome_event(topic, &run.id, outcome));
         }
         live.close();
+        // Finished runs' logs stay readable for a while, not forever: the
+        // oldest beyond KEPT_LOGS go (their runs stay in the store).
+        let mut all = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let done: Vec<String> = all
+            .iter()
+            .filter(|(_, l)| l.log.lock().map(|g| g.done).unwrap_or(true))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in done.iter().take(done.len().saturating_sub(KEPT_LOGS)) {
+            all.remove(id);
+        }
     }
 
     /// Stops every run as cancelled (resumable) and waits for their tasks.
@@ -417,7 +437,7 @@ async fn list_runs(State(runs): St, uri: axum::http::Uri) -> Response {
 async fn show_run(State(runs): St, Path(id): Path<String>) -> Response {
     match runs.host.load(&id).await {
         Ok(Some(run)) => {
-            let live = runs.live(&id).is_some_and(|l| !l.log.lock().map(|g| g.done).unwrap_or(true));
+            let live = runs.live(&id).is_some();
             let mut body = json!({
                 "run_id": run.id,
                 "status": status(&run),
@@ -549,8 +569,8 @@ fn sse(event: &Event) -> SseEvent {
 async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap) -> Response {
     let after: u64 =
         headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
-    let Some(live) = runs.live(&id) else {
-        // Not live here: what the store knows, as one event.
+    let Some(live) = runs.log(&id) else {
+        // Not run by this server: what the store knows, as one event.
         return match runs.host.load(&id).await {
             Ok(Some(run)) => {
                 let event = match &run.outcome {

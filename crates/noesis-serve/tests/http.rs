@@ -39,6 +39,48 @@ impl ProviderSource for Fake {
     }
 }
 
+/// Agent runs kept in memory, on the fake's OpenAI wire, with the
+/// built-in tools over a temporary folder.
+struct Agents {
+    base_url: String,
+    dir: tempfile::TempDir,
+    runs: std::sync::Mutex<std::collections::BTreeMap<String, noesis_agent::AgentRun>>,
+}
+
+#[async_trait::async_trait]
+impl noesis_serve::agents::AgentHost for Agents {
+    fn create(&self, id: &str, request: &noesis_serve::agents::AgentRequest) -> Result<noesis_agent::AgentRun, String> {
+        let tools = noesis_agent::Toolbox::new(noesis_agent::Workspace::new(self.dir.path()).unwrap(), vec![]);
+        let config = noesis_agent::RunConfig { tools: tools.decls(), ..noesis_agent::RunConfig::default() };
+        Ok(noesis_agent::AgentRun::new(id, request.task.clone(), config, 0))
+    }
+    async fn equip(
+        &self,
+        _: &noesis_agent::AgentRun,
+    ) -> Result<(Arc<dyn Provider>, Arc<noesis_agent::Toolbox>), String> {
+        let mut cfg = EndpointConfig::openai("gpt-4o-mini");
+        cfg.base_url.clone_from(&self.base_url);
+        cfg.api_key = Some("sk-test".into());
+        cfg.http.retry = RetryPolicy::none();
+        let provider: Arc<dyn Provider> = Arc::new(OpenAiCompatible::new(cfg).map_err(|e| e.to_string())?);
+        let tools = noesis_agent::Toolbox::new(noesis_agent::Workspace::new(self.dir.path()).unwrap(), vec![]);
+        Ok((provider, Arc::new(tools)))
+    }
+    async fn save(&self, run: &noesis_agent::AgentRun) -> Result<(), String> {
+        self.runs.lock().unwrap().insert(run.id.clone(), run.clone());
+        Ok(())
+    }
+    async fn load(&self, id: &str) -> Result<Option<noesis_agent::AgentRun>, String> {
+        Ok(self.runs.lock().unwrap().get(id).cloned())
+    }
+    async fn list(&self, _: u32) -> Result<Vec<Value>, String> {
+        Ok(self.runs.lock().unwrap().keys().map(|id| json!({"run_id": id})).collect())
+    }
+    async fn unfinished(&self) -> Result<Vec<String>, String> {
+        Ok(Vec::new())
+    }
+}
+
 fn good_reply() -> String {
     json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "removed + 0"},
            "data": {"simplified_code": "x = 1", "changes": [{"type": "remove_redundancy", "description": "+ 0", "scope": "local", "risk": "none"}],
@@ -75,7 +117,16 @@ impl Drop for Running {
 
 async fn start_with(base_url: &str, search: SearchPath, tweak: impl FnOnce(&mut ServeConfig)) -> Running {
     let service = Arc::new(Service::new(search, Arc::new(Fake { base_url: base_url.to_owned() })));
-    let mut config = ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), ..ServeConfig::default() };
+    let agents = noesis_serve::agents::AgentRuns::new(
+        Arc::new(Agents {
+            base_url: base_url.to_owned(),
+            dir: tempfile::tempdir().unwrap(),
+            runs: std::sync::Mutex::default(),
+        }),
+        noesis_agent::events::EventBus::new(64),
+    );
+    let mut config =
+        ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), agents: Some(agents.router()), ..ServeConfig::default() };
     tweak(&mut config);
     let server = Server::bind(Arc::clone(&service), config).await.unwrap();
     let addr = server.local_addr();
@@ -362,6 +413,12 @@ async fn openapi_describes_every_route() {
         ("post", "/run/stream"),
         ("post", "/compose"),
         ("get", "/openapi.json"),
+        ("post", "/agents/runs"),
+        ("get", "/agents/runs"),
+        ("get", "/agents/runs/{id}"),
+        ("get", "/agents/runs/{id}/events"),
+        ("post", "/agents/runs/{id}/approvals"),
+        ("post", "/agents/runs/{id}/cancel"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     for (method, path) in routes {
@@ -373,7 +430,7 @@ async fn openapi_describes_every_route() {
         for method in ops.as_object().unwrap().keys() {
             documented += 1;
             assert!(routes.contains(&(method.as_str(), path.as_str())), "{method} {path} is documented but not listed");
-            let url = s.url(&path.replace("{name}", "code-simplifier"));
+            let url = s.url(&path.replace("{name}", "code-simplifier").replace("{id}", "no-such-run"));
             let req = match method.as_str() {
                 "get" => client().get(&url),
                 "post" => client().post(&url).body("{}"),
