@@ -555,6 +555,14 @@ impl Providers {
         self.get(&args, None).map_err(|e| format!("{e:#}"))
     }
 
+    /// The provider a run was started with (its choice was checked then):
+    /// exactly this provider and model, no allow-list.
+    pub(crate) fn pinned(&self, name: &str, model: Option<&str>) -> Result<Arc<dyn Provider>, String> {
+        let args =
+            ProviderArgs { provider: Some(name.to_owned()), model: model.map(str::to_owned), ..self.flags.clone() };
+        self.get(&args, None).map_err(|e| format!("{e:#}"))
+    }
+
     /// Puts a provider already made for `module` in the cache, so the
     /// modules a run calls share it (one connection pool, one cap) when
     /// their route picks the same provider and model.

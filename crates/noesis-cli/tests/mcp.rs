@@ -59,7 +59,7 @@ fn mcp_python_sdk_client() {
 
     let names: Vec<&str> =
         r["tools"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["run", "compose", "list", "info"]);
+    assert_eq!(names, ["run", "compose", "list", "info", "agent"]);
 
     let ok = &r["run_ok"];
     assert_eq!(ok["isError"], false, "{ok}");
@@ -114,4 +114,62 @@ fn mcp_drops_an_oversized_line_and_keeps_serving() {
     assert_eq!(answers[0]["error"]["code"], -32600, "{answers:?}");
     assert!(answers[0]["error"]["message"].as_str().unwrap().contains("1024 bytes"));
     assert_eq!(answers[1], json!({"jsonrpc": "2.0", "id": 2, "result": {}}), "the next message is served");
+}
+
+#[test]
+fn mcp_agent_tool_delegates_a_task_and_reports_each_step_as_progress() {
+    let w = Work::new();
+    let fake = noesis_testkit::FakeServer::start(vec![
+        noesis_testkit::Reply::Status(
+            200,
+            noesis_testkit::tool_call_completion("w1", "write_file", &json!({"path": "note.txt", "content": "hi"}))
+                .to_string(),
+            vec![],
+        ),
+        noesis_testkit::Reply::Chat("Wrote note.txt.".into()),
+    ])
+    .unwrap();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "agent",
+               "arguments": {"task": "Write note.txt", "approve": "auto"}, "_meta": {"progressToken": "p1"}}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "agent",
+               "arguments": {"task": "x", "approve": "ask"}}}),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let o = w
+        .noesis_bare()
+        .args(["mcp"])
+        .env("OPENAI_BASE_URL", fake.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .write_stdin(input)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out: Vec<Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let answer = |id: i64| out.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("no answer {id}: {out:?}"));
+    let tools = answer(2)["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "agent"), "{tools:?}");
+    let result = &answer(3)["result"];
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["answer"], "Wrote note.txt.");
+    assert_eq!(result["structuredContent"]["status"], "done");
+    assert_eq!(std::fs::read_to_string(w.path().join("note.txt")).unwrap(), "hi");
+    // Each step went out as progress before the answer, counting up.
+    let position = |id: i64| out.iter().position(|m| m["id"] == id).unwrap();
+    let progress: Vec<(usize, &Value)> =
+        out.iter().enumerate().filter(|(_, m)| m["method"] == "notifications/progress").collect();
+    assert!(progress.len() >= 4, "{out:?}");
+    assert!(progress.iter().all(|(i, m)| *i < position(3) && m["params"]["progressToken"] == "p1"));
+    let counts: Vec<u64> = progress.iter().map(|(_, m)| m["params"]["progress"].as_u64().unwrap()).collect();
+    assert!(counts.windows(2).all(|w| w[0] < w[1]), "{counts:?}");
+    assert!(progress.iter().any(|(_, m)| m["params"]["message"] == "tool_call write_file"), "{progress:?}");
+    // Nobody can be asked over MCP: `ask` is refused, naming the field.
+    let refused = &answer(4)["result"];
+    assert_eq!(refused["isError"], true);
+    assert!(refused["structuredContent"]["error"]["message"].as_str().unwrap().contains("`approve`"), "{refused}");
 }

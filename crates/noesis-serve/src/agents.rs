@@ -332,6 +332,30 @@ impl AgentRuns {
         }
     }
 
+    /// Follows run `id` to its end, handing `each` every event as it comes;
+    /// `cancel` cancels the run (it still ends, as cancelled). The run as
+    /// stored at the end.
+    pub async fn wait(
+        &self,
+        id: &str,
+        mut each: impl FnMut(&Event),
+        cancel: &CancellationToken,
+    ) -> Result<AgentRun, String> {
+        if let Some(live) = self.log(id) {
+            let mut events = std::pin::pin!(raw_events(Arc::clone(&live), 0));
+            loop {
+                tokio::select! {
+                    e = events.next() => match e {
+                        Some(e) => each(&e),
+                        None => break,
+                    },
+                    () = cancel.cancelled(), if !live.cancel.is_cancelled() => live.cancel.cancel(),
+                }
+            }
+        }
+        self.host.load(id).await?.ok_or_else(|| format!("no agent run `{id}`"))
+    }
+
     /// Stops every run as cancelled (resumable) and waits for their tasks.
     pub async fn shutdown(&self) {
         self.stop.cancel();
@@ -391,7 +415,15 @@ fn store_failed(e: &str) -> Response {
     refusal(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::E4000, format!("the run store failed: {e}"))
 }
 
-/// What a run is doing.
+/// An event of a run's log, as [`AgentRuns::wait`] hands it out.
+pub type RunEvent = Event;
+
+/// What a run is doing: running, awaiting_approval, done, stopped,
+/// cancelled or aborted.
+pub fn status_of(run: &AgentRun) -> &'static str {
+    status(run)
+}
+
 fn status(run: &AgentRun) -> &'static str {
     use noesis_agent::Outcome;
     match &run.outcome {
@@ -589,6 +621,10 @@ async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap) -> 
 
 /// The run's events after `after`, then each as it comes, ending with the run.
 fn follow(live: Arc<Live>, after: u64) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    raw_events(live, after).map(|e| Ok(sse(&e)))
+}
+
+fn raw_events(live: Arc<Live>, after: u64) -> impl Stream<Item = Event> {
     futures_util::stream::unfold((live, after), |(live, mut after)| async move {
         loop {
             let changed = live.changed.notified();
@@ -604,11 +640,8 @@ fn follow(live: Arc<Live>, after: u64) -> impl Stream<Item = Result<SseEvent, In
             };
             if let Some(last) = batch.last() {
                 after = last.id;
-                let events: Vec<Result<SseEvent, Infallible>> = batch.iter().map(|e| Ok(sse(e))).collect();
-                // One item per wake-up: the batch joined into one SSE chunk
-                // would lose the per-event ids, so send them one by one.
                 drop(changed);
-                return Some((futures_util::stream::iter(events), (live, after)));
+                return Some((futures_util::stream::iter(batch), (live, after)));
             }
             if done {
                 return None;

@@ -78,6 +78,10 @@ pub struct Mcp {
     /// end of input is over.
     shutdown: CancellationToken,
     grace: Duration,
+    /// Agent runs, when the `agent` tool is offered.
+    agents: Option<Arc<crate::agents::AgentRuns>>,
+    /// Where notifications (progress) go while [`Mcp::serve`] runs.
+    notify: Mutex<Option<mpsc::UnboundedSender<String>>>,
 }
 
 impl std::fmt::Debug for Mcp {
@@ -143,7 +147,20 @@ impl Mcp {
             running: Mutex::new(HashMap::new()),
             shutdown: CancellationToken::new(),
             grace,
+            agents: None,
+            notify: Mutex::new(None),
         })
+    }
+
+    /// A server that also offers the `agent` tool: a task delegated to an
+    /// agent run in `agents`, its steps sent as progress notifications when
+    /// the call carries a `progressToken`.
+    pub fn with_agents(service: Arc<Service>, grace: Duration, agents: Arc<crate::agents::AgentRuns>) -> Arc<Mcp> {
+        let mut mcp = Mcp::with_grace(service, grace);
+        if let Some(m) = Arc::get_mut(&mut mcp) {
+            m.agents = Some(agents);
+        }
+        mcp
     }
 
     /// The protocol revision in use.
@@ -156,6 +173,7 @@ impl Mcp {
     /// finish for the grace period, cancels the rest, and returns when
     /// every answer has been handed to `output`.
     pub async fn serve(self: Arc<Self>, mut input: mpsc::Receiver<Vec<u8>>, output: mpsc::UnboundedSender<String>) {
+        *self.notify.lock().unwrap_or_else(PoisonError::into_inner) = Some(output.clone());
         let mut tasks = JoinSet::new();
         while let Some(line) = input.recv().await {
             if line.iter().all(u8::is_ascii_whitespace) {
@@ -346,7 +364,11 @@ impl Mcp {
         let version = self.version();
         let structured = at_least(version, "2025-06-18");
         let annotated = at_least(version, "2025-03-26");
-        let tools: Vec<Value> = tool_definitions()
+        let mut all = tool_definitions();
+        if self.agents.is_some() {
+            all.push(agent_tool());
+        }
+        let tools: Vec<Value> = all
             .into_iter()
             .map(|mut t| {
                 let Some(obj) = t.as_object_mut() else { return t };
@@ -419,7 +441,62 @@ impl Mcp {
                     Err(envelope) => tool_result(mcp_hints(envelope), true, version),
                 })
             }
-            other => Err(RpcError::invalid_params(format!("unknown tool `{other}` (tools: run, compose, list, info)"))),
+            "agent" if self.agents.is_some() => {
+                let progress = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
+                match agent_request(arguments) {
+                    Ok(request) => Ok(self.delegate(request, progress, &cancel, version).await),
+                    Err(b) => bad(b),
+                }
+            }
+            other => Err(RpcError::invalid_params(format!(
+                "unknown tool `{other}` (tools: run, compose, list, info{})",
+                if self.agents.is_some() { ", agent" } else { "" }
+            ))),
+        }
+    }
+
+    /// Runs `request` as an agent run to its end; each step is a progress
+    /// notification when the client gave a token.
+    async fn delegate(
+        &self,
+        request: crate::agents::AgentRequest,
+        progress: Option<Value>,
+        cancel: &CancellationToken,
+        version: &str,
+    ) -> Value {
+        let Some(agents) = &self.agents else { return tool_result(json!({"error": "no agents"}), true, version) };
+        let id = match agents.start(request).await {
+            Ok(id) => id,
+            Err((_, message)) => {
+                let failure = Failure::new(ErrorCode::E1001, message);
+                return tool_result(refuse(failure, Instant::now()), true, version);
+            }
+        };
+        let notify = self.notify.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let mut count = 0u64;
+        let each = |e: &crate::agents::RunEvent| {
+            let (Some(token), Some(out)) = (&progress, &notify) else { return };
+            count += 1;
+            let message = match e.data.get("tool").and_then(Value::as_str) {
+                Some(tool) => format!("{} {tool}", e.kind),
+                None => e.kind.clone(),
+            };
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                              "params": {"progressToken": token, "progress": count, "message": message}});
+            let _ = out.send(note.to_string());
+        };
+        match agents.wait(&id, each, cancel).await {
+            Ok(run) => {
+                let status = crate::agents::status_of(&run);
+                let answer = match &run.outcome {
+                    Some(noesis_agent::Outcome::Answer { text }) => Some(text.clone()),
+                    _ => None,
+                };
+                let result = json!({"run_id": run.id, "status": status, "answer": answer,
+                                    "outcome": run.outcome, "usage": run.usage});
+                tool_result(result, status != "done", version)
+            }
+            Err(e) => tool_result(json!({"run_id": id, "error": e}), true, version),
         }
     }
 
@@ -601,6 +678,73 @@ fn error_response(id: &Value, e: RpcError) -> Value {
 
 /// The tools, as the newest revision describes them; [`Mcp::tools`] drops
 /// what older revisions do not know.
+/// The `agent` tool's request: a task, how calls that change anything are
+/// decided (no person can be asked over MCP), the tools and a turn limit.
+fn agent_request(mut arguments: Map<String, Value>) -> Result<crate::agents::AgentRequest, BadArgument> {
+    known_fields(&arguments, &["task", "approve", "tools", "max_turns"])?;
+    let task = match arguments.remove("task") {
+        Some(Value::String(t)) if !t.trim().is_empty() => t,
+        Some(Value::String(_)) | None => {
+            return Err(BadArgument {
+                code: ErrorCode::E1002,
+                message: "`task` is missing: what should the agent do?".into(),
+            });
+        }
+        Some(_) => return Err(BadArgument { code: ErrorCode::E1003, message: "`task` must be a string".into() }),
+    };
+    let approve = match arguments.remove("approve") {
+        None => "never".to_owned(),
+        Some(Value::String(a)) if a == "auto" || a == "never" => a,
+        Some(_) => {
+            return Err(BadArgument {
+                code: ErrorCode::E1003,
+                message: "`approve` must be \"auto\" or \"never\": over MCP no person can be asked (POST /agents/runs can wait for one)".into(),
+            });
+        }
+    };
+    let tools = match arguments.remove("tools") {
+        None => Vec::new(),
+        Some(v) => serde_json::from_value(v).map_err(|_| BadArgument {
+            code: ErrorCode::E1003,
+            message: "`tools` must be a list of tool names".into(),
+        })?,
+    };
+    let max_turns = match arguments.remove("max_turns") {
+        None => None,
+        Some(v) => Some(serde_json::from_value(v).map_err(|_| BadArgument {
+            code: ErrorCode::E1003,
+            message: "`max_turns` must be a whole number".into(),
+        })?),
+    };
+    Ok(crate::agents::AgentRequest {
+        task,
+        approve: Some(approve),
+        tools,
+        limits: crate::agents::RequestLimits { max_turns, ..Default::default() },
+        ..Default::default()
+    })
+}
+
+fn agent_tool() -> Value {
+    json!({
+        "name": "agent",
+        "title": "Delegate a task to an agent",
+        "description": "Runs a noesis agent on a task: it reads, searches and edits the server's workspace, runs allowed commands and modules, and answers. Calls that change anything run only with approve=auto (default never: they are denied and the agent is told). Returns {run_id, status, answer, outcome, usage}; with a progressToken each step is a progress notification.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "task": {"type": "string", "description": "What the agent should do"},
+                "approve": {"enum": ["auto", "never"], "description": "Whether calls that change anything may run"},
+                "tools": {"type": "array", "items": {"type": "string"}, "description": "Offer only these tools"},
+                "max_turns": {"type": "integer", "minimum": 1, "description": "Most model calls"},
+            },
+            "required": ["task"],
+            "additionalProperties": false,
+        },
+        "annotations": {"readOnlyHint": false, "destructiveHint": true, "openWorldHint": true},
+    })
+}
+
 fn tool_definitions() -> Vec<Value> {
     let envelope = json!({
         "type": "object",

@@ -34,12 +34,20 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let settings = a.host.settings(&config, frames.clone())?;
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.
-    let providers = a.host.providers(config)?;
+    let agent_config = config.clone();
+    let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: exit 2
     // now, before a client has connected, not on its first run.
     let default = providers.get(&a.host.provider, None)?;
-    let service = Service::new(search.clone(), Arc::new(providers)).with_settings(settings);
-    let mcp = Mcp::with_grace(Arc::new(service), std::time::Duration::from_secs(a.grace));
+    let service = Service::new(search.clone(), Arc::clone(&providers) as Arc<dyn noesis_serve::ProviderSource>)
+        .with_settings(settings);
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let grace = std::time::Duration::from_secs(a.grace);
+    // The `agent` tool, when the store opens (agent runs are kept there).
+    let mcp = match super::serve::agent_runs(&rt, search, agent_config, &providers, "mcp")? {
+        Some(agents) => Mcp::with_agents(Arc::new(service), grace, agents),
+        None => Mcp::with_grace(Arc::new(service), grace),
+    };
 
     let (lines_in, lines) = mpsc::channel::<Vec<u8>>(64);
     let (answers, mut answers_out) = mpsc::unbounded_channel::<String>();
@@ -85,7 +93,6 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         default.name(),
         default.model()
     ));
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(mcp.serve(lines, answers));
     // Blocking module loads may still be finishing; the answers are sent.
     rt.shutdown_timeout(std::time::Duration::from_secs(5));

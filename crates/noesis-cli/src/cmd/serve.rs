@@ -219,7 +219,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         agents: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let agents = agent_runs(&rt, search, agent_config, &providers)?;
+    let agents = agent_runs(&rt, search, agent_config, &providers, "http")?;
     let config = ServeConfig {
         pages: dashboard(&rt, &service),
         agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
@@ -260,11 +260,12 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
 /// Agent runs over HTTP, in the store in force, on the current folder as
 /// workspace, with `[mcp.servers]` started once; `None` (with a warning)
 /// when the store cannot be opened.
-fn agent_runs(
+pub(crate) fn agent_runs(
     rt: &tokio::runtime::Runtime,
     search: &SearchPath,
     config: Config,
     providers: &Arc<Providers>,
+    origin: &'static str,
 ) -> anyhow::Result<Option<Arc<noesis_serve::agents::AgentRuns>>> {
     let (project, store) = match rt.block_on(crate::memory::context()) {
         Ok(c) => c,
@@ -290,6 +291,7 @@ fn agent_runs(
         config,
         search: search.clone(),
         mcp,
+        origin,
     };
     Ok(Some(noesis_serve::agents::AgentRuns::new(Arc::new(host), noesis_agent::events::EventBus::new(1024))))
 }

@@ -27,6 +27,9 @@ pub(crate) struct ServedAgents {
     pub(crate) prices: Arc<PriceTable>,
     /// The configured MCP servers, started once for every run.
     pub(crate) mcp: Option<Arc<noesis_mcp::McpServers>>,
+    /// Who starts the runs: `http` (a server resumes its unfinished ones)
+    /// or `mcp` (a client's session; not resumed by a server).
+    pub(crate) origin: &'static str,
 }
 
 impl ServedAgents {
@@ -110,13 +113,18 @@ impl AgentHost for ServedAgents {
             "provider": provider.name(),
             "model": provider.model(),
             "project_id": self.project.project_id,
-            "origin": "http",
+            "origin": self.origin,
         });
         Ok(run)
     }
 
     async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String> {
-        let provider = self.provider(run.host["provider"].as_str(), run.host["model"].as_str())?;
+        let provider = match run.host["provider"].as_str() {
+            Some(name) => {
+                super::drive::with_text_tools(self.providers.pinned(name, run.host["model"].as_str())?, &self.config)
+            }
+            None => self.provider(None, None)?,
+        };
         let depth = run.host["depth"].as_u64().unwrap_or(0);
         let tools = self.tools(&run.id, depth, Arc::clone(&provider));
         Ok((provider, Arc::new(tools)))
