@@ -159,6 +159,35 @@ impl Toolbox {
     }
 }
 
+/// Chooses the provider of each model call by its role: `plan`, `think`,
+/// `reflect` (from [`AgentRun::role`]) or `sub_agent` (see [`AsRole`]).
+pub trait ModelRouter: Send + Sync {
+    /// The provider for a call of `role` sending `request`, and why (kept
+    /// with the reply); an error is why no provider may answer, and stops
+    /// the run (resumable).
+    fn route(&self, role: &str, request: &noesis_llm::ChatRequest) -> Result<(Arc<dyn Provider>, String), String>;
+}
+
+/// A router that answers every call as one role (a sub-agent's calls are
+/// `sub_agent` calls, whatever their phase).
+pub struct AsRole {
+    role: &'static str,
+    router: Arc<dyn ModelRouter>,
+}
+
+impl AsRole {
+    /// `router`, always asked for `role`.
+    pub fn new(role: &'static str, router: Arc<dyn ModelRouter>) -> AsRole {
+        AsRole { role, router }
+    }
+}
+
+impl ModelRouter for AsRole {
+    fn route(&self, _: &str, request: &noesis_llm::ChatRequest) -> Result<(Arc<dyn Provider>, String), String> {
+        self.router.route(self.role, request)
+    }
+}
+
 /// Where the driver keeps the run after every change. Implemented for any
 /// `FnMut(&AgentRun)` (a checkpoint that cannot fail).
 #[async_trait::async_trait]
@@ -251,6 +280,9 @@ pub struct Driver<'a> {
     pub tool_timeout: std::time::Duration,
     /// Most calls of one batch running at once (read-only batches).
     pub max_concurrent_tools: usize,
+    /// Chooses the provider of each call by its role; `None`: `provider`
+    /// answers every call.
+    pub router: Option<Arc<dyn ModelRouter>>,
 }
 
 /// [`Driver::tool_timeout`] unless the driver says otherwise.
@@ -269,6 +301,7 @@ impl<'a> Driver<'a> {
             observe: None,
             tool_timeout: TOOL_TIMEOUT,
             max_concurrent_tools: 8,
+            router: None,
         }
     }
 
@@ -317,14 +350,33 @@ impl<'a> Driver<'a> {
                         checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
                     }
                     let turn = run.usage.turns;
+                    let routed = match &self.router {
+                        Some(router) => match router.route(run.role(), &request) {
+                            Ok(r) => Some(r),
+                            Err(why) => {
+                                if let Err(e) = run.on_model_error(&format!("no route: {why}")) {
+                                    run.stop_for_driver(e.to_string());
+                                }
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
                     self.note(Progress::ModelCall { turn });
                     let began = Instant::now();
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
-                            r = self.provider.chat(&request) => Some(r),
+                            r = provider.chat(&request) => Some(r),
                             () = token.cancelled() => None,
                         },
-                        None => Some(self.provider.chat(&request).await),
+                        None => Some(provider.chat(&request).await),
+                    };
+                    let answered_by = match &reply {
+                        Some(Ok(r)) => {
+                            r.served_by.clone().unwrap_or_else(|| format!("{}/{}", provider.name(), r.model))
+                        }
+                        _ => String::new(),
                     };
                     let reported = match reply {
                         None => {
@@ -348,6 +400,10 @@ impl<'a> Driver<'a> {
                     if let Err(e) = reported {
                         // Only a driver bug gets here; the run says what.
                         run.stop_for_driver(e.to_string());
+                    } else if let Some((_, why)) = routed
+                        && !answered_by.is_empty()
+                    {
+                        run.note_route(format!("{why}; answered by {answered_by}"));
                     }
                 }
                 Action::ExecuteTools(batch) => {

@@ -433,6 +433,9 @@ pub struct ReplyRecord {
     pub usage: Option<noesis_llm::Usage>,
     /// What the driver priced it at.
     pub cost_usd: f64,
+    /// Which provider the router chose for it, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route: Option<String>,
 }
 
 /// A tool call as the model sent it.
@@ -527,6 +530,23 @@ impl AgentRun {
         matches!(self.outcome, Some(Outcome::Answer { .. }))
             && self.config.reflect
             && self.replies.last().and_then(|r| parse_critique(&r.text)).is_some_and(|c| c.goal_achieved)
+    }
+
+    /// The role of the model call the run asks for now: `plan`, `think` or
+    /// `reflect` (a router chooses the provider by it).
+    pub fn role(&self) -> &'static str {
+        match self.phase {
+            Phase::Plan => "plan",
+            Phase::Reflect { .. } => "reflect",
+            _ => "think",
+        }
+    }
+
+    /// Notes on the last reply which provider the router chose and why.
+    pub fn note_route(&mut self, reason: String) {
+        if let Some(last) = self.replies.last_mut() {
+            last.route = Some(reason);
+        }
     }
 
     /// Whether the run waits for a person.
@@ -811,6 +831,7 @@ When you have the answer, reply with it as plain text and call no tool.",
                 .collect(),
             usage: reply.usage,
             cost_usd,
+            route: None,
         });
         self.step += 1;
         match self.phase.clone() {

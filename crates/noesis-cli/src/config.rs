@@ -127,6 +127,10 @@ pub(crate) struct AgentEntry {
     pub approve: Option<String>,
     /// Model turns per run when `--max-iterations` is not given.
     pub max_iterations: Option<u32>,
+    /// `[agent.roles.ROLE]`: who answers each kind of model call (`plan`,
+    /// `think`, `reflect`, `sub_agent`).
+    #[serde(default)]
+    pub roles: BTreeMap<String, noesis_llm::policy::RolePolicy>,
 }
 
 /// `[serve]`.
@@ -187,6 +191,8 @@ pub(crate) struct ProviderEntry {
     /// `false` for an endpoint without tool calling: agents then use the
     /// JSON protocol in text.
     pub tools: Option<bool>,
+    /// `true` for an endpoint on this machine: `local_only` routes may use it.
+    pub local: Option<bool>,
 }
 
 /// `[budget]`.
@@ -230,6 +236,7 @@ impl Config {
                     api_key_env: entry.api_key_env.or(base.api_key_env),
                     model_path: entry.model_path.or(base.model_path),
                     tools: entry.tools.or(base.tools),
+                    local: entry.local.or(base.local),
                 },
             );
         }
@@ -250,6 +257,8 @@ impl Config {
         }
         self.agent.approve = over.agent.approve.or(self.agent.approve);
         self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
+        // A role named again in a closer file replaces its whole policy.
+        self.agent.roles.extend(over.agent.roles);
         // A server named again in a closer file replaces the whole entry.
         self.mcp.servers.extend(over.mcp.servers);
         self
@@ -273,6 +282,25 @@ impl Config {
                 return Err(bad(format!(
                     "policies.allow[{i}]: `{p}` is not a policy name (network, filesystem_write, side_effects, code_execution, …)"
                 )));
+            }
+        }
+        for (role, policy) in &self.agent.roles {
+            let at = format!("agent.roles.{role}");
+            if !matches!(role.as_str(), "plan" | "think" | "reflect" | "sub_agent") {
+                return Err(bad(format!("{at}: `{role}` is not a role (plan, think, reflect, sub_agent)")));
+            }
+            for (i, f) in policy.fallback.iter().enumerate() {
+                if noesis_llm::policy::Candidate::parse(f).is_none() {
+                    return Err(bad(format!("{at}.fallback[{i}]: `{f}` is not `provider` or `provider:model`")));
+                }
+            }
+            if let Some(c) = policy.max_cost_usd
+                && !(c.is_finite() && c >= 0.0)
+            {
+                return Err(bad(format!("{at}.max_cost_usd: must be a non-negative number")));
+            }
+            if policy.max_latency_ms == Some(0) {
+                return Err(bad(format!("{at}.max_latency_ms: must be at least 1")));
             }
         }
         for (name, server) in &self.mcp.servers {

@@ -768,3 +768,87 @@ fn the_agent_drives_noesis_own_mcp_server_through_the_mcp_flag() {
     assert_ne!(o.code, 0);
     assert!(o.stderr.contains("mcp.servers.x") && o.stderr.contains("give `command`"), "{}", o.stderr);
 }
+
+/// Two OpenAI-wire endpoints on 127.0.0.1, as `alpha` and `beta`.
+fn two_endpoints(work: &Work, alpha: &FakeServer, beta: &FakeServer, roles: &str) {
+    work.write(
+        "noesis.toml",
+        &format!(
+            "provider = \"alpha\"\n\n[providers.alpha]\nwire = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-alpha\"\n\n\
+             [providers.beta]\nwire = \"openai\"\nbase_url = \"{}\"\nmodel = \"m-beta\"\n\n{roles}",
+            alpha.base_url(),
+            beta.base_url()
+        ),
+    );
+}
+
+#[test]
+fn each_role_goes_where_its_policy_says_and_the_reason_is_kept() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let critique = r#"{"goal_achieved": true, "what_went_wrong": "", "next_step": ""}"#;
+    let alpha = FakeServer::start(vec![Reply::Chat("The answer is 4.".into())]).unwrap();
+    let beta = FakeServer::start(vec![Reply::Chat(critique.into())]).unwrap();
+    two_endpoints(&work, &alpha, &beta, "[agent.roles.reflect]\nprovider = \"beta\"\n");
+    let o =
+        output(work.noesis_bare().args(["agent", "What is 2+2?", "--workspace", &ws, "--reflect", "--run-id", "r1"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "The answer is 4.\n"), "{}", o.stderr);
+    // think went to alpha (no policy: the run's provider), reflect to beta.
+    assert_eq!((alpha.received().len(), beta.received().len()), (1, 1));
+    assert_eq!(beta.received()[0].json()["model"], "m-beta");
+    let run = shown(&work, "r1");
+    let routes: Vec<&str> = run["replies"].as_array().unwrap().iter().map(|r| r["route"].as_str().unwrap()).collect();
+    assert_eq!(
+        routes[0],
+        "think: no policy for this role; the run's provider alpha:m-alpha; answered by alpha/fake-model"
+    );
+    assert_eq!(routes[1], "reflect: policy agent.roles.reflect chose beta; answered by beta/fake-model");
+    let o = output(work.noesis_bare().args(["agent", "show", "r1"]));
+    assert!(
+        o.stdout.contains("routes\n  1. think: no policy") && o.stdout.contains("  2. reflect: policy"),
+        "{}",
+        o.stdout
+    );
+}
+
+#[test]
+fn local_only_refuses_a_cloud_route_and_a_failing_provider_falls_back() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let alpha = FakeServer::start(vec![Reply::Status(503, "{\"error\": \"down\"}".into(), vec![])]).unwrap();
+    let beta = FakeServer::start(vec![Reply::Chat("From beta.".into())]).unwrap();
+    // think: alpha first, beta when alpha fails.
+    two_endpoints(&work, &alpha, &beta, "[agent.roles.think]\nprovider = \"alpha\"\nfallback = [\"beta\"]\n");
+    let o = output(work.noesis_bare().args(["agent", "Hi", "--workspace", &ws, "--run-id", "fb", "--retries", "0"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "From beta.\n"), "{}", o.stderr);
+    assert!(!alpha.received().is_empty());
+    let run = shown(&work, "fb");
+    let route = run["replies"][0]["route"].as_str().unwrap();
+    assert_eq!(route, "think: policy agent.roles.think chose alpha, then beta; answered by beta/m-beta");
+
+    // local_only: both are cloud endpoints; nothing is sent anywhere.
+    two_endpoints(&work, &alpha, &beta, "[agent.roles.think]\nprovider = \"beta\"\nlocal_only = true\n");
+    let before = (alpha.received().len(), beta.received().len());
+    let o = output(work.noesis_bare().args(["agent", "Hi", "--workspace", &ws, "--run-id", "lo"]));
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    assert_eq!((alpha.received().len(), beta.received().len()), before, "no request left the machine");
+    let run = shown(&work, "lo");
+    let detail = run["outcome"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("no provider may answer think")
+            && detail.contains("beta (local_only: it is not on this machine)"),
+        "{detail}"
+    );
+    // An endpoint marked local is allowed.
+    let o = work.path().join("noesis.toml");
+    let text =
+        std::fs::read_to_string(&o).unwrap().replace("model = \"m-beta\"\n", "model = \"m-beta\"\nlocal = true\n");
+    std::fs::write(&o, text).unwrap();
+    let out = output(work.noesis_bare().args(["agent", "Hi", "--workspace", &ws, "--run-id", "lo2"]));
+    assert_eq!((out.code, out.stdout.as_str()), (0, "From beta.\n"), "{}", out.stderr);
+    // A role that is not one is refused, naming the field.
+    work.write("noesis.toml", "[agent.roles.thinking]\nprovider = \"x\"\n");
+    let o = output(work.noesis_bare().args(["agent", "Hi", "--workspace", &ws]));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("agent.roles.thinking"), "{}", o.stderr);
+}

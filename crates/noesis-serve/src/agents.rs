@@ -110,6 +110,11 @@ pub trait AgentHost: Send + Sync + 'static {
     async fn list(&self, limit: u32) -> Result<Vec<Value>, String>;
     /// Runs a previous server left unfinished (running or awaiting approval).
     async fn unfinished(&self) -> Result<Vec<String>, String>;
+    /// Chooses each call's provider by its role (`None`: the equipped
+    /// provider answers every call).
+    fn router(&self, _provider: &Arc<dyn Provider>) -> Option<Arc<dyn noesis_agent::ModelRouter>> {
+        None
+    }
     /// Dollars for a reply.
     fn price(&self, _reply: &ChatResponse) -> f64 {
         0.0
@@ -266,6 +271,7 @@ impl AgentRuns {
             cancel: Some(live.cancel.clone()),
             observe: Some(&observe),
             tool_timeout: self.tool_timeout,
+            router: self.host.router(&provider),
             ..Driver::new(provider.as_ref(), tools)
         };
         let mut keep = Keep(Arc::clone(&self.host));

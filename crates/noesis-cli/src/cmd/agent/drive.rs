@@ -73,6 +73,24 @@ struct Ctx {
     tool_timeout: std::time::Duration,
     /// The MCP servers whose tools are in `tools`, stopped when the drive ends.
     mcp: Option<Arc<noesis_mcp::McpServers>>,
+    /// Chooses each call's provider by its role.
+    router: Arc<dyn noesis_agent::ModelRouter>,
+}
+
+/// The router of a run whose own provider is `provider`.
+pub(super) fn router(
+    provider: &Arc<dyn Provider>,
+    flags: &ProviderArgs,
+    config: &Config,
+    providers: Option<Arc<crate::provider::Providers>>,
+) -> Arc<dyn noesis_agent::ModelRouter> {
+    Arc::new(super::route::Router {
+        default: Arc::clone(provider),
+        providers: providers
+            .unwrap_or_else(|| Arc::new(crate::provider::Providers::new(flags.clone(), config.clone()))),
+        config: config.clone(),
+        prices: prices(config),
+    })
 }
 
 /// Connects the MCP servers of `config` and of `flags` (`--mcp`); `None`
@@ -214,6 +232,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         "project_id": project.project_id,
         "mcp": a.mcp,
     });
+    let run_router = router(&provider, &a.drive.provider, &config, None);
     let host = super::tools::Host {
         search: search.clone(),
         provider: Arc::clone(&provider),
@@ -221,6 +240,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         project_id: project.project_id.clone(),
         run_id: run.id.clone(),
         depth: 0,
+        router: Some(Arc::clone(&run_router)),
     };
     let ctx = Ctx {
         store,
@@ -233,6 +253,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         quiet: a.drive.quiet,
         tool_timeout: std::time::Duration::from_secs(a.drive.tool_timeout),
         mcp,
+        router: run_router,
     };
     if !ctx.quiet {
         out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
@@ -282,6 +303,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
     let (project, store) = rt.block_on(crate::memory::context())?;
     let store: Arc<dyn Store> = Arc::from(store);
     let project_id = run.host["project_id"].as_str().map_or_else(|| project.project_id.clone(), str::to_owned);
+    let run_router = router(&provider, &d.provider, &config, None);
     let host = super::tools::Host {
         search: search.clone(),
         provider: Arc::clone(&provider),
@@ -289,6 +311,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         project_id: project_id.clone(),
         run_id: run.id.clone(),
         depth: run.host["depth"].as_u64().unwrap_or(0),
+        router: Some(Arc::clone(&run_router)),
     };
     let flags: Vec<String> = run.host["mcp"]
         .as_array()
@@ -306,6 +329,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         quiet: d.quiet,
         tool_timeout: std::time::Duration::from_secs(d.tool_timeout),
         mcp,
+        router: run_router,
     })
 }
 
@@ -387,6 +411,7 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             cancel: Some(cancel.clone()),
             observe: Some(&observe),
             tool_timeout: ctx.tool_timeout,
+            router: Some(Arc::clone(&ctx.router)),
             ..Driver::new(ctx.provider.as_ref(), Arc::clone(&ctx.tools))
         };
         let mut keep = Keep { store: ctx.store.as_ref(), project_id: ctx.project_id.clone() };

@@ -83,11 +83,32 @@ pub(super) fn frames_of(
     let mut all = vec![root.clone()];
     let mut observed = Vec::new();
     let mut turn = 0u32;
+    let mut cursor = 0;
     for e in &run.entries {
         let Entry::Assistant { content, calls } = e else { continue };
         turn += 1;
+        // The reply this turn came from (replies also hold critiques and
+        // plans, which make no turn): its route is the call's route.
+        let found = run.replies[cursor..]
+            .iter()
+            .position(|r| {
+                if calls.is_empty() {
+                    r.tool_calls.is_empty() && r.text.trim() == content.trim()
+                } else {
+                    r.tool_calls.iter().map(|c| &c.id).eq(calls.iter())
+                }
+            })
+            .map(|i| cursor + i);
+        if let Some(i) = found {
+            cursor = i + 1;
+        }
+        let reply = found.map(|i| &run.replies[i]);
+        let mut slice = json!({"agent_run": run.id, "turn": turn});
+        if let Some(route) = reply.and_then(|r| r.route.as_deref()) {
+            slice["route"] = json!(route);
+        }
         let turn_frame = Draft {
-            context_slice: json!({"agent_run": run.id, "turn": turn}).to_string(),
+            context_slice: slice.to_string(),
             conclusion: if content.is_empty() {
                 format!("asked for {} tool call(s)", calls.len())
             } else {

@@ -136,6 +136,13 @@ pub(super) fn show(id: &str, at: Option<i64>, json: bool) -> anyhow::Result<Exit
             Entry::Note { content } => t.push_str(&format!("note: {}\n", content.trim())),
         }
     }
+    let routes: Vec<&str> = run.replies.iter().filter_map(|r| r.route.as_deref()).collect();
+    if !routes.is_empty() {
+        t.push_str("\nroutes\n");
+        for (i, r) in routes.iter().enumerate() {
+            t.push_str(&format!("  {}. {r}\n", i + 1));
+        }
+    }
     if let Some(o) = &run.outcome {
         t.push_str(&format!("\noutcome  {}\n", serde_json::to_string(o).unwrap_or_default()));
     }

@@ -5,6 +5,7 @@
 mod drive;
 mod frames;
 mod manage;
+mod route;
 mod served;
 mod tools;
 

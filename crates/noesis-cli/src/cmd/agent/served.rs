@@ -38,14 +38,24 @@ impl ServedAgents {
         Ok(super::drive::with_text_tools(provider, &self.config))
     }
 
+    fn router(&self, provider: &Arc<dyn Provider>) -> Arc<dyn noesis_agent::ModelRouter> {
+        super::drive::router(
+            provider,
+            &crate::provider::ProviderArgs::default(),
+            &self.config,
+            Some(Arc::clone(&self.providers)),
+        )
+    }
+
     fn tools(&self, run_id: &str, depth: u64, provider: Arc<dyn Provider>) -> Toolbox {
         let host = super::tools::Host {
             search: self.search.clone(),
-            provider,
+            provider: Arc::clone(&provider),
             store: Arc::clone(&self.store),
             project_id: self.project.project_id.clone(),
             run_id: run_id.to_owned(),
             depth,
+            router: Some(ServedAgents::router(self, &provider)),
         };
         let tools = super::tools::with_host_tools(
             Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone()),
@@ -116,6 +126,10 @@ impl AgentHost for ServedAgents {
             "origin": self.origin,
         });
         Ok(run)
+    }
+
+    fn router(&self, provider: &Arc<dyn Provider>) -> Option<Arc<dyn noesis_agent::ModelRouter>> {
+        Some(ServedAgents::router(self, provider))
     }
 
     async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String> {

@@ -33,6 +33,8 @@ pub(super) struct Host {
     pub(super) run_id: String,
     /// The run's depth.
     pub(super) depth: u64,
+    /// The run's router: a sub-agent's calls go through it as `sub_agent`.
+    pub(super) router: Option<Arc<dyn noesis_agent::ModelRouter>>,
 }
 
 /// The declarations of the host tools (the same for every run, so a stored
@@ -220,7 +222,11 @@ async fn sub_agent(h: Host, args: Value) -> ToolOutput {
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
     let tools = Arc::new(with_host_tools(Toolbox::new(workspace, allow), &child));
-    let driver = Driver { now: &now_ms, ..Driver::new(h.provider.as_ref(), tools) };
+    let router = h
+        .router
+        .clone()
+        .map(|r| Arc::new(noesis_agent::AsRole::new("sub_agent", r)) as Arc<dyn noesis_agent::ModelRouter>);
+    let driver = Driver { now: &now_ms, router, ..Driver::new(h.provider.as_ref(), tools) };
     let mut keep = Keep { store: h.store.as_ref(), project_id: h.project_id.clone() };
     let evidence = ToolEvidence::SubAgent { run_id: id.clone() };
     // The child's future holds its own driver; boxing keeps the recursion
