@@ -162,6 +162,53 @@ impl Provider for Fallback {
     }
 }
 
+/// A provider whose calls fail with a timeout after `limit` (a latency
+/// budget): in a [`Fallback`] chain the next member then gets the request.
+pub struct Deadline {
+    inner: Arc<dyn Provider>,
+    limit: std::time::Duration,
+}
+
+impl Deadline {
+    /// `inner`, each call cut off after `limit`.
+    pub fn new(inner: Arc<dyn Provider>, limit: std::time::Duration) -> Deadline {
+        Deadline { inner, limit }
+    }
+
+    fn late(&self) -> ProviderError {
+        ProviderError::new(
+            self.inner.name(),
+            ErrorKind::Timeout(self.limit),
+            format!("no reply within the latency budget of {} ms", self.limit.as_millis()),
+        )
+    }
+}
+
+#[async_trait::async_trait]
+impl Provider for Deadline {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn model(&self) -> &str {
+        self.inner.model()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
+        tokio::time::timeout(self.limit, self.inner.chat(request)).await.unwrap_or_else(|_| Err(self.late()))
+    }
+
+    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
+        tokio::time::timeout(self.limit, self.inner.chat_stream(request, on_text))
+            .await
+            .unwrap_or_else(|_| Err(self.late()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,52 +263,5 @@ mod tests {
         ] {
             assert_eq!(glob(p, t), want, "{p} ~ {t}");
         }
-    }
-}
-
-/// A provider whose calls fail with a timeout after `limit` (a latency
-/// budget): in a [`Fallback`] chain the next member then gets the request.
-pub struct Deadline {
-    inner: Arc<dyn Provider>,
-    limit: std::time::Duration,
-}
-
-impl Deadline {
-    /// `inner`, each call cut off after `limit`.
-    pub fn new(inner: Arc<dyn Provider>, limit: std::time::Duration) -> Deadline {
-        Deadline { inner, limit }
-    }
-
-    fn late(&self) -> ProviderError {
-        ProviderError::new(
-            self.inner.name(),
-            ErrorKind::Timeout(self.limit),
-            format!("no reply within the latency budget of {} ms", self.limit.as_millis()),
-        )
-    }
-}
-
-#[async_trait::async_trait]
-impl Provider for Deadline {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn model(&self) -> &str {
-        self.inner.model()
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn chat(&self, request: &ChatRequest) -> Result<ChatResponse, ProviderError> {
-        tokio::time::timeout(self.limit, self.inner.chat(request)).await.unwrap_or_else(|_| Err(self.late()))
-    }
-
-    async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
-        tokio::time::timeout(self.limit, self.inner.chat_stream(request, on_text))
-            .await
-            .unwrap_or_else(|_| Err(self.late()))
     }
 }

@@ -291,3 +291,47 @@ async fn a_tool_list_that_changes_mid_run_is_offered_from_the_next_turn() {
     assert!(told.contains("The tools changed (now available: chg__shout)"), "{told}");
     servers.shutdown().await;
 }
+
+/// The streamable-HTTP transport against the official Python SDK's server
+/// on 127.0.0.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_over_streamable_http_is_listed_and_called() {
+    let Some(python) = sdk_python("a_server_over_streamable_http") else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/http_server.py");
+    let mut child = std::process::Command::new(&python)
+        .args([script.to_str().unwrap(), &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "the HTTP server never listened");
+        assert!(child.try_wait().unwrap().is_none(), "the HTTP server exited");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let servers = McpServers::connect(vec![ServerSpec::http("web", &url)]).await;
+    let servers = match servers {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = child.kill();
+            panic!("{e}");
+        }
+    };
+    let decls = servers.decls();
+    let echo = decls.iter().find(|d| d.name == "web__echo").expect("echo");
+    assert!(echo.effects.read_only());
+    let fail = decls.iter().find(|d| d.name == "web__fail").expect("fail");
+    assert!(fail.effects.external, "no hint: it may change things");
+    let out = call(&servers, "web__echo", json!({"text": "hi"})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "echo: hi"));
+    let out = call(&servers, "web__fail", json!({"reason": "on purpose"})).await;
+    // The SDK hides the exception text; the failure itself is the point.
+    assert!(out.is_error && out.content.contains("fail"), "{out:?}");
+    assert_eq!(mcp_evidence(&out).0, McpOutcome::ToolError);
+    servers.shutdown().await;
+    let _ = child.kill();
+    let _ = child.wait();
+}
