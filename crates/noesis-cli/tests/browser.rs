@@ -78,3 +78,52 @@ fn in_chromium_a_session_tree_shows_why_a_frame_was_invalidated_and_hostile_text
         assert!(shots.join(format!("{view}.png")).is_file(), "no screenshot of {view}");
     }
 }
+
+#[test]
+fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_answer() {
+    let Some((playwright, chromium)) = playwright() else {
+        noesis_testkit::skip::missing(
+            Dependency::Browser,
+            "in_chromium_a_live_runs_page_takes_the_approval",
+            "NOESIS_PLAYWRIGHT/NOESIS_CHROMIUM do not name an installed playwright-core and Chromium (scripts/browser.sh installs them)",
+        );
+        return;
+    };
+    use crate::serve::{agent_serve, http, tool_reply, wait_status};
+    let work = Work::new();
+    let fake = noesis_testkit::FakeServer::start(vec![
+        tool_reply("b1", "write_file", &serde_json::json!({"path": "from-browser.txt", "content": "ok"})),
+        noesis_testkit::Reply::Chat("Answer from the browser run.".into()),
+    ])
+    .unwrap();
+    let s = agent_serve(&work, &fake);
+    let (_, started) =
+        http(&s.addr, "POST", "/agents/runs", Some(&serde_json::json!({"task": "Write from-browser.txt"})), None);
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    wait_status(&s.addr, &id, "awaiting_approval");
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/live_run.cjs");
+    let out = std::process::Command::new("node")
+        .arg(&script)
+        .arg(format!("http://{}", s.addr))
+        .arg(&id)
+        .arg(&shots)
+        .env("NOESIS_PLAYWRIGHT", &playwright)
+        .env("NOESIS_CHROMIUM", &chromium)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "the browser script failed: {}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        report["errors"],
+        serde_json::json!([]),
+        "console or page errors (a CSP violation shows here): {report}"
+    );
+    assert_eq!(report["dialogs"], serde_json::json!([]), "{report}");
+    assert_eq!(report["checks"]["approve_buttons"], 1, "{report}");
+    assert_eq!(report["checks"]["live_after"], 0, "the finished run's page has no live view: {report}");
+    assert_eq!(std::fs::read_to_string(work.path().join("from-browser.txt")).unwrap(), "ok");
+    let done = wait_status(&s.addr, &id, "done");
+    assert_eq!(done["outcome"]["text"], "Answer from the browser run.");
+}

@@ -13,9 +13,9 @@ use serde_json::{Value, json};
 use crate::support::{Work, assert_valid_envelope, output};
 
 /// A running `noesis serve --port 0`; killed when dropped.
-struct Serving {
+pub(crate) struct Serving {
     child: Child,
-    addr: String,
+    pub(crate) addr: String,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -67,7 +67,7 @@ fn serve(work: &Work, args: &[&str], envs: &[(&str, &str)]) -> Serving {
 }
 
 /// One HTTP/1.1 request on its own connection: (status, body as JSON).
-fn http(addr: &str, method: &str, path: &str, body: Option<&Value>, token: Option<&str>) -> (u16, Value) {
+pub(crate) fn http(addr: &str, method: &str, path: &str, body: Option<&Value>, token: Option<&str>) -> (u16, Value) {
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let body = body.map(Value::to_string).unwrap_or_default();
@@ -349,7 +349,7 @@ fn follow_events(addr: &str, run: &str, last_id: Option<u64>, until: &str) -> Ve
     }
 }
 
-fn agent_serve(work: &Work, fake: &FakeServer) -> Serving {
+pub(crate) fn agent_serve(work: &Work, fake: &FakeServer) -> Serving {
     let base_url = fake.base_url();
     serve(
         work,
@@ -363,7 +363,7 @@ fn agent_serve(work: &Work, fake: &FakeServer) -> Serving {
     )
 }
 
-fn tool_reply(id: &str, tool: &str, args: &Value) -> Reply {
+pub(crate) fn tool_reply(id: &str, tool: &str, args: &Value) -> Reply {
     Reply::Status(200, noesis_testkit::tool_call_completion(id, tool, args).to_string(), vec![])
 }
 
@@ -464,4 +464,95 @@ fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
     assert!(!events.iter().any(|(_, k, _)| k == "tool_call"), "no tool ran again: {events:?}");
     assert_eq!(std::fs::read_to_string(work.path().join("count.txt")).unwrap(), "ran\n");
     assert_eq!(fake.received().len(), 3);
+}
+
+/// One raw request with a form body; (status, headers and body as text).
+fn form(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\naccept: text/html\r\n\
+         content-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    (raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), raw)
+}
+
+pub(crate) fn wait_status(addr: &str, id: &str, want: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, shown) = http(addr, "GET", &format!("/agents/runs/{id}"), None, None);
+        // Awaiting approval: once the live run lists what it waits on.
+        let waiting = want == "awaiting_approval" && shown["pending"].as_array().is_some_and(|p| !p.is_empty());
+        if shown["status"] == want && (shown["live"] == false || waiting) {
+            return shown;
+        }
+        assert!(Instant::now() < deadline, "run {id} never became {want}: {shown}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_dashboard_follows_a_live_run_and_decides_cancels_and_resumes_it() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![
+        tool_reply("w1", "write_file", &json!({"path": "page.txt", "content": "approved in the page"})),
+        Reply::Chat("Written.".into()),
+        // The second run: slow, cancelled from the page, resumed there.
+        Reply::Delay(Duration::from_secs(30), Box::new(Reply::Chat("too late".into()))),
+        Reply::Chat("Resumed and done.".into()),
+    ])
+    .unwrap();
+    let s = agent_serve(&work, &fake);
+    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write page.txt"})), None);
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let shown = wait_status(&s.addr, &id, "awaiting_approval");
+    let hash = shown["pending"][0]["arguments_hash"].as_str().unwrap().to_owned();
+    // The page: live steps from the event stream, a form per pending call.
+    let (status, page) = form(&s.addr, "GET", &format!("/runs/{id}"), "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("data-events=\"/agents/runs/{id}/events?after=")), "{page}");
+    assert!(page.contains(&format!("action=\"/runs/{id}/decide\"")) && page.contains(&hash), "{page}");
+    // A decision on arguments the person did not see is refused.
+    let (status, _) = form(&s.addr, "POST", &format!("/runs/{id}/decide"), "call=w1&hash=0000&verdict=approve");
+    assert_eq!(status, 409);
+    assert!(!work.path().join("page.txt").exists());
+    let (status, raw) =
+        form(&s.addr, "POST", &format!("/runs/{id}/decide"), &format!("call=w1&hash={hash}&verdict=approve"));
+    assert_eq!(status, 303, "{raw}");
+    assert!(raw.to_lowercase().contains(&format!("location: /runs/{id}")), "{raw}");
+    wait_status(&s.addr, &id, "done");
+    assert_eq!(std::fs::read_to_string(work.path().join("page.txt")).unwrap(), "approved in the page");
+    let (_, page) = form(&s.addr, "GET", &format!("/runs/{id}"), "");
+    assert!(!page.contains("id=\"live\"") && !page.contains("/decide"), "a finished run has no live view: {page}");
+
+    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Slow"})), None);
+    let slow = started["run_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fake.received().len() < 3 {
+        assert!(Instant::now() < deadline, "the slow model call never came");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, _) = form(&s.addr, "POST", &format!("/runs/{slow}/cancel"), "");
+    assert_eq!(status, 303);
+    wait_status(&s.addr, &slow, "cancelled");
+    let (_, page) = form(&s.addr, "GET", &format!("/runs/{slow}"), "");
+    assert!(page.contains(&format!("action=\"/runs/{slow}/resume\"")), "{page}");
+    // A cross-site form cannot resume it.
+    let mut conn = TcpStream::connect(&s.addr).unwrap();
+    let req = format!(
+        "POST /runs/{slow}/resume HTTP/1.1\r\nhost: {}\r\norigin: http://evil.example\r\nconnection: close\r\ncontent-length: 0\r\n\r\n",
+        s.addr
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 403"), "{raw}");
+    let (status, _) = form(&s.addr, "POST", &format!("/runs/{slow}/resume"), "");
+    assert_eq!(status, 303);
+    let done = wait_status(&s.addr, &slow, "done");
+    assert_eq!(done["outcome"]["text"], "Resumed and done.");
 }

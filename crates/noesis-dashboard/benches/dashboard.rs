@@ -88,8 +88,12 @@ fn main() {
         }
         ("s-bench".to_owned(), root.frame_id.to_string(), some)
     });
-    let app =
-        noesis_dashboard::router(noesis_dashboard::Dashboard { store, project_id: PROJECT.into(), modules: None });
+    let app = noesis_dashboard::router(noesis_dashboard::Dashboard {
+        store,
+        project_id: PROJECT.into(),
+        modules: None,
+        agents: None,
+    });
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();
     rt.spawn(async move {

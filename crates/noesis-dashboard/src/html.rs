@@ -429,7 +429,11 @@ pub fn runs_page(runs: &[noesis_store::AgentSummary]) -> String {
 /// One agent run as a timeline: every model turn with the calls it asked
 /// for (arguments, status, result, time), notes, what is pending and how to
 /// decide it, usage and the outcome.
-pub fn run_page(run: &noesis_agent::AgentRun, status: &str) -> String {
+pub fn run_page(
+    run: &noesis_agent::AgentRun,
+    status: &str,
+    live: Option<&(bool, Vec<noesis_agent::Pending>, u64)>,
+) -> String {
     use noesis_agent::{CallStatus, Entry, Outcome};
     let task = run.host.get("task").and_then(|t| t.as_str()).unwrap_or(&run.task);
     let mut body = format!("<h1>{} {}</h1>", run_badge(status), esc(&clip(task, 200)));
@@ -468,8 +472,56 @@ pub fn run_page(run: &noesis_agent::AgentRun, status: &str) -> String {
         let _ = write!(body, "<dt>Sub-agent of</dt><dd><a href=\"/runs/{}\">{}</a></dd>", enc(p), esc(p));
     }
     body.push_str("</dl>");
+    let rid = enc(&run.id);
+    match live {
+        // Driven by this server: follow it, decide here, cancel it.
+        Some((true, waiting, after)) => {
+            let _ = write!(
+                body,
+                "<form method=\"post\" action=\"/runs/{rid}/cancel\"><button>Cancel the run</button></form>\
+                 <h2>Live</h2><ol class=\"timeline\" id=\"live\" data-events=\"/agents/runs/{rid}/events?after={after}\"></ol>"
+            );
+            if !waiting.is_empty() {
+                let _ = write!(body, "<h2>Waiting for your decision ({})</h2>", waiting.len());
+                if waiting.len() > 1 {
+                    let _ = write!(
+                        body,
+                        "<form method=\"post\" action=\"/runs/{rid}/decide\"><input type=\"hidden\" name=\"call\" value=\"all\">\
+                         <button name=\"verdict\" value=\"approve\">Approve all</button></form>"
+                    );
+                }
+                body.push_str("<ul class=\"pending\">");
+                for p in waiting {
+                    let (call, hash) = (esc(&p.call_id), esc(&p.arguments_hash));
+                    let args = serde_json::to_string_pretty(&p.arguments).unwrap_or_default();
+                    let _ = write!(
+                        body,
+                        "<li><code>{}</code> <span class=\"pre\">{}</span>\
+                         <form method=\"post\" action=\"/runs/{rid}/decide\" class=\"decide\">\
+                         <input type=\"hidden\" name=\"call\" value=\"{call}\"><input type=\"hidden\" name=\"hash\" value=\"{hash}\">\
+                         <button name=\"verdict\" value=\"approve\" data-call=\"{call}\">Approve</button> \
+                         <label>Why not <input name=\"message\"></label> <button name=\"verdict\" value=\"deny\">Deny</button> \
+                         <button name=\"verdict\" value=\"abort\">Abort the run</button>\
+                         <details><summary>Edit the arguments</summary><textarea name=\"arguments\" rows=\"6\" cols=\"60\">{}</textarea>\
+                         <button name=\"verdict\" value=\"approve_edited\">Approve edited</button></details></form></li>",
+                        esc(&p.tool),
+                        esc(&clip(&p.arguments.to_string(), 400)),
+                        esc(&args),
+                    );
+                }
+                body.push_str("</ul>");
+            }
+        }
+        Some((false, _, _)) if matches!(status, "running" | "awaiting_approval" | "cancelled" | "stopped") => {
+            let _ = write!(
+                body,
+                "<form method=\"post\" action=\"/runs/{rid}/resume\"><button>Resume the run here</button></form>"
+            );
+        }
+        _ => {}
+    }
     let pending: Vec<_> = run.calls.iter().filter(|c| c.status == CallStatus::AwaitingApproval).collect();
-    if !pending.is_empty() {
+    if !pending.is_empty() && !live.is_some_and(|(l, _, _)| *l) {
         let _ = write!(body, "<h2>Waiting for a decision ({})</h2><ul class=\"pending\">", pending.len());
         for c in pending {
             let _ = write!(

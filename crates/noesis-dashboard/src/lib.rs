@@ -49,6 +49,9 @@ pub struct Dashboard {
     pub project_id: String,
     /// The modules page and its forms; `None`: no modules page.
     pub modules: Option<Arc<dyn Modules>>,
+    /// The server's live agent runs: their pages follow them and decide,
+    /// cancel and resume from the page. `None`: runs are shown as stored.
+    pub agents: Option<Arc<noesis_serve::agents::AgentRuns>>,
 }
 
 /// The modules the embedding server serves, as JSON (the server's own
@@ -81,6 +84,9 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/catalog/{name}", get(module).post(run_module))
         .route("/runs", get(runs))
         .route("/runs/{id}", get(run))
+        .route("/runs/{id}/decide", axum::routing::post(decide))
+        .route("/runs/{id}/cancel", axum::routing::post(cancel_run))
+        .route("/runs/{id}/resume", axum::routing::post(resume_run))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         // Browsers ask for it on every page; nothing to show, nothing to log.
@@ -93,7 +99,10 @@ async fn secure(mut resp: Response) -> Response {
     let h = resp.headers_mut();
     h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: under it Chromium sends `Origin: null` with the
+    // page's own form posts, which the server must refuse as cross-site.
+    // `same-origin` still tells other sites nothing.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
@@ -282,11 +291,89 @@ async fn runs(State(d): St) -> Response {
 async fn run(State(d): St, Path(id): Path<String>) -> Response {
     match d.store.agent_state(&id, None).await {
         Ok(Some(state)) if state.project_id == d.project_id => match noesis_agent::AgentRun::from_json(&state.state) {
-            Ok(run) => html_response(StatusCode::OK, html::run_page(&run, &state.status)),
+            Ok(run) => {
+                let live = d.agents.as_ref().map(|a| (a.is_live(&id), a.pending(&id), a.last_event(&id)));
+                html_response(StatusCode::OK, html::run_page(&run, &state.status, live.as_ref()))
+            }
             Err(e) => failed(&e),
         },
         Ok(_) => html_response(StatusCode::NOT_FOUND, html::not_found(&format!("no agent run {id} in this project"))),
         Err(e) => failed(&e),
+    }
+}
+
+/// Back to the run's page after a decision, a cancel or a resume.
+fn to_run(id: &str) -> Response {
+    let mut resp = StatusCode::SEE_OTHER.into_response();
+    if let Ok(to) = HeaderValue::from_str(&format!("/runs/{}", html::enc(id))) {
+        resp.headers_mut().insert(header::LOCATION, to);
+    }
+    resp
+}
+
+fn no_agents() -> Response {
+    html_response(StatusCode::NOT_FOUND, html::not_found("this server runs no agents"))
+}
+
+/// A decision from the run's page: `call` (or `all`), `verdict`
+/// (`approve`, `deny`, `approve_edited`, `abort`), the `hash` the person
+/// saw, a `message` for a denial and `arguments` (JSON) for an edit.
+async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+    use noesis_agent::{Decision, Verdict};
+    let Some(agents) = &d.agents else { return no_agents() };
+    let form: std::collections::HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
+    let field = |k: &str| form.get(k).map(String::as_str).unwrap_or_default();
+    let message = Some(field("message").trim().to_owned()).filter(|m| !m.is_empty());
+    let verdict = match field("verdict") {
+        "approve" => Verdict::Approve,
+        "deny" => Verdict::Deny { message },
+        "abort" => Verdict::Abort { message },
+        "approve_edited" => match serde_json::from_str(field("arguments")) {
+            Ok(arguments) => Verdict::ApproveEdited { arguments },
+            Err(e) => {
+                return html_response(
+                    StatusCode::BAD_REQUEST,
+                    html::not_found(&format!("the edited arguments are not JSON: {e}")),
+                );
+            }
+        },
+        other => return html_response(StatusCode::BAD_REQUEST, html::not_found(&format!("no verdict `{other}`"))),
+    };
+    let pending = agents.pending(&id);
+    let chosen: Vec<_> = pending.iter().filter(|p| field("call") == "all" || p.call_id == field("call")).collect();
+    if chosen.is_empty() {
+        return html_response(StatusCode::CONFLICT, html::not_found("no such call waits for a decision"));
+    }
+    let decisions = chosen
+        .into_iter()
+        .map(|p| Decision {
+            call_id: p.call_id.clone(),
+            tool: p.tool.clone(),
+            // What the person saw; a call whose arguments differ is refused.
+            arguments_hash: if field("call") == "all" { p.arguments_hash.clone() } else { field("hash").to_owned() },
+            verdict: verdict.clone(),
+        })
+        .collect();
+    match agents.decide(&id, decisions).await {
+        Ok(()) => to_run(&id),
+        Err((status, m)) => html_response(status, html::not_found(&m)),
+    }
+}
+
+async fn cancel_run(State(d): St, Path(id): Path<String>) -> Response {
+    let Some(agents) = &d.agents else { return no_agents() };
+    if agents.cancel(&id) {
+        to_run(&id)
+    } else {
+        html_response(StatusCode::CONFLICT, html::not_found(&format!("run {id} is not running on this server")))
+    }
+}
+
+async fn resume_run(State(d): St, Path(id): Path<String>) -> Response {
+    let Some(agents) = &d.agents else { return no_agents() };
+    match agents.resume(&id).await {
+        Ok(()) => to_run(&id),
+        Err((status, m)) => html_response(status, html::not_found(&m)),
     }
 }
 

@@ -338,6 +338,62 @@ impl AgentRuns {
         }
     }
 
+    /// Whether this server is driving run `id` now.
+    pub fn is_live(&self, id: &str) -> bool {
+        self.live(id).is_some()
+    }
+
+    /// The calls run `id` waits on (empty when it waits on none, or is not live).
+    pub fn pending(&self, id: &str) -> Vec<Pending> {
+        self.live(id).map(|l| l.pending.lock().map(|p| p.clone()).unwrap_or_default()).unwrap_or_default()
+    }
+
+    /// The id of the last event in run `id`'s log (0: none): a page that
+    /// shows the run as of now follows it from there (`?after=`).
+    pub fn last_event(&self, id: &str) -> u64 {
+        self.log(id).map_or(0, |l| l.log.lock().map(|g| g.next).unwrap_or(0))
+    }
+
+    /// Cancels live run `id`; false when it is not live here.
+    pub fn cancel(&self, id: &str) -> bool {
+        self.live(id).map(|l| l.cancel.cancel()).is_some()
+    }
+
+    /// Hands run `id` these decisions (each for a pending call); the
+    /// error is a status and a message for the person who decided.
+    pub async fn decide(&self, id: &str, decisions: Vec<Decision>) -> Result<(), (StatusCode, String)> {
+        let conflict = |m: String| (StatusCode::CONFLICT, m);
+        let Some(live) = self.live(id) else { return Err(conflict(format!("run `{id}` is not live on this server"))) };
+        let (tx, rx) = oneshot::channel();
+        if live.decide.send((decisions, tx)).await.is_err() {
+            return Err(conflict(format!("run `{id}` is no longer waiting")));
+        }
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(conflict(e)),
+            Err(_) => Err(conflict(format!("run `{id}` is no longer waiting"))),
+        }
+    }
+
+    /// Drives a stored run that is not live again (after a stop, a cancel
+    /// or a crash): finished calls are kept, a running one is interrupted.
+    pub async fn resume(self: &Arc<Self>, id: &str) -> Result<(), (StatusCode, String)> {
+        if self.is_live(id) {
+            return Err((StatusCode::CONFLICT, format!("run `{id}` is running already")));
+        }
+        let mut run = match self.host.load(id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return Err((StatusCode::NOT_FOUND, format!("no agent run `{id}`"))),
+            Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
+        };
+        if matches!(run.outcome, Some(noesis_agent::Outcome::Answer { .. } | noesis_agent::Outcome::Aborted { .. })) {
+            return Err((StatusCode::CONFLICT, format!("run `{id}` is {}; there is nothing to resume", status(&run))));
+        }
+        run.resume();
+        self.spawn(run).await;
+        Ok(())
+    }
+
     /// Follows run `id` to its end, handing `each` every event as it comes;
     /// `cancel` cancels the run (it still ends, as cancelled). The run as
     /// stored at the end.
@@ -568,14 +624,9 @@ async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Resp
             });
         }
     }
-    let (tx, rx) = oneshot::channel();
-    if live.decide.send((decisions, tx)).await.is_err() {
-        return refusal(StatusCode::CONFLICT, ErrorCode::E4003, format!("run `{id}` is no longer waiting"));
-    }
-    match rx.await {
-        Ok(Ok(())) => json_response(StatusCode::OK, &json!({"run_id": id, "status": "running"})),
-        Ok(Err(e)) => refusal(StatusCode::CONFLICT, ErrorCode::E4003, e),
-        Err(_) => refusal(StatusCode::CONFLICT, ErrorCode::E4003, format!("run `{id}` is no longer waiting")),
+    match runs.decide(&id, decisions).await {
+        Ok(()) => json_response(StatusCode::OK, &json!({"run_id": id, "status": "running"})),
+        Err((_, m)) => refusal(StatusCode::CONFLICT, ErrorCode::E4003, m),
     }
 }
 
@@ -604,9 +655,18 @@ fn sse(event: &Event) -> SseEvent {
     )
 }
 
-async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap) -> Response {
-    let after: u64 =
-        headers.get("last-event-id").and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
+    // A reconnecting client's Last-Event-ID, else `?after=` (a page that
+    // showed the run as of that event).
+    let query_after = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "after")
+        .and_then(|(_, v)| v.parse().ok());
+    let after: u64 = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or(query_after)
+        .unwrap_or(0);
     let Some(live) = runs.log(&id) else {
         // Not run by this server: what the store knows, as one event.
         return match runs.host.load(&id).await {

@@ -175,12 +175,17 @@ impl noesis_dashboard::Modules for ServedModules {
 
 /// The dashboard over the store in force and the current project; `None`
 /// (with a warning) when the store cannot be opened.
-fn dashboard(rt: &tokio::runtime::Runtime, service: &Arc<Service>) -> Option<axum::Router> {
+fn dashboard(
+    rt: &tokio::runtime::Runtime,
+    service: &Arc<Service>,
+    agents: Option<&Arc<noesis_serve::agents::AgentRuns>>,
+) -> Option<axum::Router> {
     match rt.block_on(crate::memory::context()) {
         Ok((project, store)) => Some(noesis_dashboard::router(noesis_dashboard::Dashboard {
             store: Arc::from(store),
             project_id: project.project_id,
             modules: Some(Arc::new(ServedModules(Arc::clone(service)))),
+            agents: agents.cloned(),
         })),
         Err(e) => {
             out::note(&format!("warning: no dashboard at / (the frame store cannot be opened): {e:#}"));
@@ -221,7 +226,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let agents = agent_runs(&rt, search, agent_config, &providers, "http")?;
     let config = ServeConfig {
-        pages: dashboard(&rt, &service),
+        pages: dashboard(&rt, &service, agents.as_ref()),
         agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
         ..config
     };
