@@ -316,8 +316,26 @@ impl<'a> Driver<'a> {
     }
 
     /// Drives `run` until it is done or waits for a person (the returned
-    /// action says which), checkpointing after every change.
+    /// action says which), checkpointing after every change. The drive is
+    /// an `invoke_agent` span; each model call a `chat {model}` span and each
+    /// tool call an `execute_tool {tool}` span under it (GenAI conventions).
     pub async fn drive(&self, run: &mut AgentRun, checkpoint: &mut dyn Checkpoint) -> Result<Action, DriveError> {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "invoke_agent",
+            otel.name = "invoke_agent noesis",
+            otel.kind = "internal",
+            gen_ai.operation.name = "invoke_agent",
+            gen_ai.agent.name = "noesis",
+            gen_ai.conversation.id = %run.id,
+            gen_ai.provider.name = self.provider.name(),
+            gen_ai.request.model = self.provider.model(),
+        );
+        self.drive_inner(run, checkpoint).instrument(span).await
+    }
+
+    async fn drive_inner(&self, run: &mut AgentRun, checkpoint: &mut dyn Checkpoint) -> Result<Action, DriveError> {
+        use tracing::Instrument;
         // The step of the last state stored: asking the model changes only
         // `awaiting_reply`, which resume clears, so a state already stored
         // at this step need not be stored again before the request.
@@ -365,13 +383,42 @@ impl<'a> Driver<'a> {
                     let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
                     self.note(Progress::ModelCall { turn });
                     let began = Instant::now();
+                    let chat = tracing::info_span!(
+                        "chat",
+                        otel.name = %format!("chat {}", provider.model()),
+                        otel.kind = "client",
+                        gen_ai.operation.name = "chat",
+                        gen_ai.provider.name = provider.name(),
+                        gen_ai.request.model = provider.model(),
+                        gen_ai.agent.role = run.role(),
+                        gen_ai.response.model = tracing::field::Empty,
+                        gen_ai.usage.input_tokens = tracing::field::Empty,
+                        gen_ai.usage.output_tokens = tracing::field::Empty,
+                        error.type = tracing::field::Empty,
+                    );
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
-                            r = provider.chat(&request) => Some(r),
+                            r = provider.chat(&request).instrument(chat.clone()) => Some(r),
                             () = token.cancelled() => None,
                         },
-                        None => Some(provider.chat(&request).await),
+                        None => Some(provider.chat(&request).instrument(chat.clone()).await),
                     };
+                    match &reply {
+                        Some(Ok(r)) => {
+                            chat.record("gen_ai.response.model", r.model.as_str());
+                            if let Some(u) = r.usage {
+                                chat.record("gen_ai.usage.input_tokens", u.input_tokens);
+                                chat.record("gen_ai.usage.output_tokens", u.output_tokens);
+                            }
+                        }
+                        Some(Err(e)) => {
+                            chat.record("error.type", format!("{:?}", e.kind).as_str());
+                        }
+                        None => {
+                            chat.record("error.type", "cancelled");
+                        }
+                    }
+                    drop(chat);
                     let answered_by = match &reply {
                         Some(Ok(r)) => {
                             r.served_by.clone().unwrap_or_else(|| format!("{}/{}", provider.name(), r.model))
@@ -427,13 +474,30 @@ impl<'a> Driver<'a> {
                             let began = Instant::now();
                             let meta = (call.call_id.clone(), call.tool.clone());
                             let (permits, limit) = (Arc::clone(&permits), self.tool_timeout);
-                            let task = tokio::spawn(async move {
-                                let _permit = permits.acquire_owned().await;
-                                let name = call.tool.clone();
-                                tokio::time::timeout(limit, tools.run_async(call)).await.unwrap_or_else(|_| {
-                                    ToolOutput::error(format!("`{name}` timed out after {} s", limit.as_secs()))
-                                })
-                            });
+                            let span = tracing::info_span!(
+                                "execute_tool",
+                                otel.name = %format!("execute_tool {}", call.tool),
+                                otel.kind = "internal",
+                                gen_ai.operation.name = "execute_tool",
+                                gen_ai.tool.name = %call.tool,
+                                gen_ai.tool.call.id = %call.call_id,
+                                error.type = tracing::field::Empty,
+                            );
+                            let task = tokio::spawn(
+                                async move {
+                                    let _permit = permits.acquire_owned().await;
+                                    let name = call.tool.clone();
+                                    let out =
+                                        tokio::time::timeout(limit, tools.run_async(call)).await.unwrap_or_else(|_| {
+                                            ToolOutput::error(format!("`{name}` timed out after {} s", limit.as_secs()))
+                                        });
+                                    if out.is_error {
+                                        tracing::Span::current().record("error.type", "tool_error");
+                                    }
+                                    out
+                                }
+                                .instrument(span),
+                            );
                             (meta, began, task)
                         })
                         .collect();

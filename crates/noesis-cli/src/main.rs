@@ -84,7 +84,20 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    match dispatch(cli) {
+    // Spans go to an OTLP endpoint only when OTEL_EXPORTER_OTLP_ENDPOINT
+    // (or the traces one) is set; otherwise nothing is installed.
+    let traces = match noesis_trace::Exporter::from_env("noesis") {
+        Ok(t) => t,
+        Err(e) => {
+            out::note(&format!("warning: {e}; no traces are exported"));
+            None
+        }
+    };
+    let result = dispatch(cli);
+    if let Some(t) = traces {
+        t.shutdown();
+    }
+    match result {
         Ok(code) => code,
         Err(err) => {
             if out::is_broken_pipe(&err) {

@@ -19,3 +19,4 @@ mod run;
 mod serve;
 mod snapshots;
 mod support;
+mod traces;

@@ -128,12 +128,25 @@ async fn call<'o>(
         }
         None => None,
     };
-    let fut = async {
-        match &options.on_text {
-            Some(OnText(f)) => provider.chat_stream(request, &**f).await,
-            None => provider.chat(request).await,
-        }
-    };
+    let span = tracing::info_span!(
+        "chat",
+        otel.name = %format!("chat {}", provider.model()),
+        otel.kind = "client",
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider.name(),
+        gen_ai.request.model = provider.model(),
+        gen_ai.usage.input_tokens = tracing::field::Empty,
+        gen_ai.usage.output_tokens = tracing::field::Empty,
+    );
+    let fut = tracing::Instrument::instrument(
+        async {
+            match &options.on_text {
+                Some(OnText(f)) => provider.chat_stream(request, &**f).await,
+                None => provider.chat(request).await,
+            }
+        },
+        span.clone(),
+    );
     let response = match &options.cancel {
         None => fut.await,
         // Dropping the provider's future closes its connection.
@@ -142,6 +155,12 @@ async fn call<'o>(
             () = token.cancelled() => Err(ProviderError::new(provider.name(), ErrorKind::Cancelled, "the run was cancelled")),
         },
     };
+    if let Ok(r) = &response
+        && let Some(u) = r.usage
+    {
+        span.record("gen_ai.usage.input_tokens", u.input_tokens);
+        span.record("gen_ai.usage.output_tokens", u.output_tokens);
+    }
     response.map(|r| (r, reservation))
 }
 
@@ -196,8 +215,20 @@ pub struct RunRecord {
 
 const SYSTEM: &str = "You are a Cognitive Module. Follow the instructions and answer with exactly one JSON object: the v2.2 response envelope.";
 
-/// Runs `module` on `input` with `provider`.
+/// Runs `module` on `input` with `provider` (a `run_module {name}` span,
+/// its model calls `chat {model}` spans under it).
 pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options: &RunOptions) -> RunRecord {
+    let span = tracing::info_span!(
+        "run_module",
+        otel.name = %format!("run_module {}", module.name),
+        otel.kind = "internal",
+        noesis.module.name = %module.name,
+        noesis.module.version = %module.manifest.version,
+    );
+    tracing::Instrument::instrument(run_traced(module, provider, input, options), span).await
+}
+
+async fn run_traced(module: &Module, provider: &dyn Provider, input: Value, options: &RunOptions) -> RunRecord {
     let started = Instant::now();
     let trace_id = options.trace_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let model_id = format!("{}/{}", provider.name(), provider.model());
