@@ -92,7 +92,12 @@ impl Exporter {
             .with_http()
             .build()
             .map_err(|e| TraceError::Exporter(e.to_string()))?;
-        let resource = opentelemetry_sdk::Resource::builder().with_service_name(service.to_owned()).build();
+        // OTEL_SERVICE_NAME (read by the builder) wins over our default.
+        let mut resource = opentelemetry_sdk::Resource::builder();
+        if !std::env::var("OTEL_SERVICE_NAME").is_ok_and(|v| !v.trim().is_empty()) {
+            resource = resource.with_service_name(service.to_owned());
+        }
+        let resource = resource.build();
         // The batch processor exports on its own thread with the blocking
         // client: an async client there drops every span.
         let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
