@@ -549,6 +549,19 @@ impl AgentRun {
         }
     }
 
+    /// What the run is doing, as stored, listed and served: `running`,
+    /// `awaiting_approval`, `done`, `stopped`, `cancelled` or `aborted`.
+    pub fn status(&self) -> &'static str {
+        match &self.outcome {
+            None if self.awaiting_approval() => "awaiting_approval",
+            None => "running",
+            Some(Outcome::Answer { .. }) => "done",
+            Some(Outcome::Stopped { .. }) => "stopped",
+            Some(Outcome::Cancelled) => "cancelled",
+            Some(Outcome::Aborted { .. }) => "aborted",
+        }
+    }
+
     /// Whether the run waits for a person.
     pub fn awaiting_approval(&self) -> bool {
         self.outcome.is_none() && self.calls.iter().any(|c| c.status == CallStatus::AwaitingApproval)

@@ -21,7 +21,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,8 +34,6 @@ use noesis_runtime::CancellationToken;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
-
-use crate::service::refuse;
 
 /// Events a run's log keeps for late readers; older ones are dropped (a
 /// reader resuming before them gets a `gap` event).
@@ -456,13 +454,10 @@ impl noesis_agent::Checkpoint for Keep {
 
 type St = State<Arc<AgentRuns>>;
 
-fn json_response(status: StatusCode, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], bytes).into_response()
-}
+use crate::http::json_response;
 
 fn refusal(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
-    json_response(status, &refuse(Failure::new(code, message), std::time::Instant::now()))
+    crate::http::refusal(status, Failure::new(code, message))
 }
 
 fn bad_request(message: impl Into<String>) -> Response {
@@ -480,22 +475,13 @@ fn store_failed(e: &str) -> Response {
 /// An event of a run's log, as [`AgentRuns::wait`] hands it out.
 pub type RunEvent = Event;
 
-/// What a run is doing: running, awaiting_approval, done, stopped,
-/// cancelled or aborted.
+/// What a run is doing (see [`AgentRun::status`]).
 pub fn status_of(run: &AgentRun) -> &'static str {
-    status(run)
+    run.status()
 }
 
 fn status(run: &AgentRun) -> &'static str {
-    use noesis_agent::Outcome;
-    match &run.outcome {
-        None if run.awaiting_approval() => "awaiting_approval",
-        None => "running",
-        Some(Outcome::Answer { .. }) => "done",
-        Some(Outcome::Stopped { .. }) => "stopped",
-        Some(Outcome::Cancelled) => "cancelled",
-        Some(Outcome::Aborted { .. }) => "aborted",
-    }
+    run.status()
 }
 
 async fn start_run(State(runs): St, body: Bytes) -> Response {

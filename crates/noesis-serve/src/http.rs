@@ -244,13 +244,13 @@ fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationTo
 type St = State<Arc<AppState>>;
 
 /// A JSON response.
-fn json_response(status: StatusCode, body: &Value) -> Response {
+pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], bytes).into_response()
 }
 
 /// A failure envelope made by the server itself, with its status.
-fn refusal(status: StatusCode, failure: Failure) -> Response {
+pub(crate) fn refusal(status: StatusCode, failure: Failure) -> Response {
     json_response(status, &refuse(failure, Instant::now()))
 }
 

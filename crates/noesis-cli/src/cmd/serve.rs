@@ -281,12 +281,7 @@ pub(crate) fn agent_runs(
     };
     let workspace = noesis_agent::Workspace::new(&std::env::current_dir()?)
         .map_err(|e| anyhow::anyhow!("the current folder cannot be the agents' workspace: {e}"))?;
-    let mut specs = Vec::new();
-    for (name, entry) in &config.mcp.servers {
-        specs.push(entry.spec(name, "noesis.toml")?);
-    }
-    let mcp =
-        if specs.is_empty() { None } else { Some(Arc::new(rt.block_on(noesis_mcp::McpServers::connect(specs))?)) };
+    let mcp = crate::cmd::agent::connect_mcp(rt, &config, &[], false)?;
     let host = crate::cmd::agent::ServedAgents {
         providers: Arc::clone(providers),
         store: Arc::from(store),

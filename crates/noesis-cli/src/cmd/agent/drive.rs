@@ -95,7 +95,7 @@ pub(super) fn router(
 
 /// Connects the MCP servers of `config` and of `flags` (`--mcp`); `None`
 /// when there are none.
-fn connect_mcp(
+pub(crate) fn connect_mcp(
     rt: &tokio::runtime::Runtime,
     config: &Config,
     flags: &[String],

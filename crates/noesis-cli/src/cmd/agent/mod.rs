@@ -9,6 +9,7 @@ mod route;
 mod served;
 mod tools;
 
+pub(crate) use drive::connect_mcp;
 pub(crate) use served::ServedAgents;
 
 use std::process::ExitCode;
@@ -218,14 +219,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
 
 /// What a run is doing, as stored and listed.
 pub(crate) fn status(run: &AgentRun) -> &'static str {
-    match &run.outcome {
-        None if run.awaiting_approval() => "awaiting_approval",
-        None => "running",
-        Some(Outcome::Answer { .. }) => "done",
-        Some(Outcome::Stopped { .. }) => "stopped",
-        Some(Outcome::Cancelled) => "cancelled",
-        Some(Outcome::Aborted { .. }) => "aborted",
-    }
+    run.status()
 }
 
 /// The exit code for where a run stands.
