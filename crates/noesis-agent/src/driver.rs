@@ -331,6 +331,9 @@ impl<'a> Driver<'a> {
             gen_ai.provider.name = self.provider.name(),
             gen_ai.request.model = self.provider.model(),
         );
+        if let Some(ids) = noesis_trace::ids(&span) {
+            run.note_trace(ids);
+        }
         self.drive_inner(run, checkpoint).instrument(span).await
     }
 
@@ -383,19 +386,51 @@ impl<'a> Driver<'a> {
                     let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
                     self.note(Progress::ModelCall { turn });
                     let began = Instant::now();
-                    let chat = tracing::info_span!(
-                        "chat",
-                        otel.name = %format!("chat {}", provider.model()),
-                        otel.kind = "client",
-                        gen_ai.operation.name = "chat",
-                        gen_ai.provider.name = provider.name(),
-                        gen_ai.request.model = provider.model(),
-                        gen_ai.agent.role = run.role(),
-                        gen_ai.response.model = tracing::field::Empty,
-                        gen_ai.usage.input_tokens = tracing::field::Empty,
-                        gen_ai.usage.output_tokens = tracing::field::Empty,
-                        error.type = tracing::field::Empty,
-                    );
+                    // Planning and critique are steps of their own: a `plan`
+                    // or `reflect` span with the model call under it.
+                    let phase = match run.role() {
+                        "plan" => tracing::info_span!(
+                            "plan",
+                            otel.name = "plan noesis",
+                            otel.kind = "internal",
+                            gen_ai.operation.name = "plan",
+                            gen_ai.agent.name = "noesis",
+                        ),
+                        "reflect" => tracing::info_span!(
+                            "reflect",
+                            otel.name = "reflect noesis",
+                            otel.kind = "internal",
+                            gen_ai.operation.name = "reflect",
+                            gen_ai.agent.name = "noesis",
+                        ),
+                        _ => tracing::Span::none(),
+                    };
+                    let chat = phase.in_scope(|| {
+                        tracing::info_span!(
+                            "chat",
+                            otel.name = %format!("chat {}", provider.model()),
+                            otel.kind = "client",
+                            gen_ai.operation.name = "chat",
+                            gen_ai.provider.name = provider.name(),
+                            gen_ai.request.model = provider.model(),
+                            gen_ai.agent.role = run.role(),
+                            gen_ai.response.model = tracing::field::Empty,
+                            gen_ai.usage.input_tokens = tracing::field::Empty,
+                            gen_ai.usage.output_tokens = tracing::field::Empty,
+                            gen_ai.system_instructions = tracing::field::Empty,
+                            gen_ai.input.messages = tracing::field::Empty,
+                            gen_ai.output.messages = tracing::field::Empty,
+                            error.type = tracing::field::Empty,
+                        )
+                    });
+                    let chat_ids = noesis_trace::ids(&chat);
+                    // Texts only when the user opted in (checked only on a live span).
+                    let capture = !chat.is_disabled() && noesis_trace::capturing();
+                    if capture {
+                        let (system, messages) = noesis_trace::content::input(&request);
+                        chat.record(noesis_trace::attr::SYSTEM_INSTRUCTIONS, system.as_str());
+                        chat.record(noesis_trace::attr::INPUT_MESSAGES, messages.as_str());
+                    }
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
                             r = provider.chat(&request).instrument(chat.clone()) => Some(r),
@@ -410,6 +445,12 @@ impl<'a> Driver<'a> {
                                 chat.record("gen_ai.usage.input_tokens", u.input_tokens);
                                 chat.record("gen_ai.usage.output_tokens", u.output_tokens);
                             }
+                            if capture {
+                                chat.record(
+                                    noesis_trace::attr::OUTPUT_MESSAGES,
+                                    noesis_trace::content::output(r).as_str(),
+                                );
+                            }
                         }
                         Some(Err(e)) => {
                             chat.record("error.type", format!("{:?}", e.kind).as_str());
@@ -419,6 +460,7 @@ impl<'a> Driver<'a> {
                         }
                     }
                     drop(chat);
+                    drop(phase);
                     let answered_by = match &reply {
                         Some(Ok(r)) => {
                             r.served_by.clone().unwrap_or_else(|| format!("{}/{}", provider.name(), r.model))
@@ -436,7 +478,11 @@ impl<'a> Driver<'a> {
                                 tool_calls: reply.tool_calls.len(),
                                 ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
                             });
-                            run.on_model_reply(&reply, (self.price)(&reply))
+                            let reported = run.on_model_reply(&reply, (self.price)(&reply));
+                            if let Some(ids) = chat_ids {
+                                run.note_reply_span(ids);
+                            }
+                            reported
                         }
                         Some(Err(e)) if e.kind == noesis_llm::ErrorKind::ContextOverflow => {
                             // Left out by rule and asked again, or stopped.
@@ -474,6 +520,8 @@ impl<'a> Driver<'a> {
                             let began = Instant::now();
                             let meta = (call.call_id.clone(), call.tool.clone());
                             let (permits, limit) = (Arc::clone(&permits), self.tool_timeout);
+                            // The MCP fields are filled by the MCP client
+                            // when the tool is a server's.
                             let span = tracing::info_span!(
                                 "execute_tool",
                                 otel.name = %format!("execute_tool {}", call.tool),
@@ -481,8 +529,22 @@ impl<'a> Driver<'a> {
                                 gen_ai.operation.name = "execute_tool",
                                 gen_ai.tool.name = %call.tool,
                                 gen_ai.tool.call.id = %call.call_id,
+                                gen_ai.tool.call.arguments = tracing::field::Empty,
+                                gen_ai.tool.call.result = tracing::field::Empty,
+                                mcp.method.name = tracing::field::Empty,
+                                mcp.protocol.version = tracing::field::Empty,
+                                network.transport = tracing::field::Empty,
+                                noesis.mcp.server = tracing::field::Empty,
                                 error.type = tracing::field::Empty,
                             );
+                            let ids = noesis_trace::ids(&span);
+                            let capture = !span.is_disabled() && noesis_trace::capturing();
+                            if capture {
+                                span.record(
+                                    noesis_trace::attr::TOOL_CALL_ARGUMENTS,
+                                    call.arguments.to_string().as_str(),
+                                );
+                            }
                             let task = tokio::spawn(
                                 async move {
                                     let _permit = permits.acquire_owned().await;
@@ -491,17 +553,21 @@ impl<'a> Driver<'a> {
                                         tokio::time::timeout(limit, tools.run_async(call)).await.unwrap_or_else(|_| {
                                             ToolOutput::error(format!("`{name}` timed out after {} s", limit.as_secs()))
                                         });
+                                    let span = tracing::Span::current();
                                     if out.is_error {
-                                        tracing::Span::current().record("error.type", "tool_error");
+                                        span.record("error.type", error_type(&out));
+                                    }
+                                    if capture {
+                                        span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
                                     }
                                     out
                                 }
                                 .instrument(span),
                             );
-                            (meta, began, task)
+                            (meta, began, ids, task)
                         })
                         .collect();
-                    for ((id, tool), began, handle) in handles {
+                    for ((id, tool), began, ids, handle) in handles {
                         let output =
                             handle.await.unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")));
                         self.note(Progress::ToolEnd {
@@ -510,6 +576,9 @@ impl<'a> Driver<'a> {
                             is_error: output.is_error,
                             ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
                         });
+                        if let Some(ids) = ids {
+                            run.note_call_span(&id, ids);
+                        }
                         let _ = run.finished(&id, output, (self.now)());
                         checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
                         stored = Some(run.step);
@@ -522,6 +591,18 @@ impl<'a> Driver<'a> {
             }
         }
     }
+}
+
+/// The `error.type` of a failed call: an MCP server's call says how it
+/// ended (timeout, unavailable, …); any other is a tool error.
+fn error_type(out: &ToolOutput) -> &'static str {
+    out.evidence
+        .iter()
+        .find_map(|e| match e {
+            crate::run::ToolEvidence::Mcp { outcome, .. } => Some(outcome.as_str()),
+            _ => None,
+        })
+        .unwrap_or("tool_error")
 }
 
 /// Drives `run` with `provider` and `tools` (see [`Driver`]); `now` is the

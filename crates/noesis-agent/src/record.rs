@@ -96,6 +96,9 @@ pub struct CallRecord {
     /// What the result rests on, once it ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<crate::run::ToolEvidence>,
+    /// The `execute_tool` span it ran in, when traces are exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<noesis_trace::SpanIds>,
 }
 
 #[cfg(test)]

@@ -318,6 +318,19 @@ pub enum McpOutcome {
     Unavailable,
 }
 
+impl McpOutcome {
+    /// The name as stored (`tool_error`, `timeout`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpOutcome::Ok => "ok",
+            McpOutcome::ToolError => "tool_error",
+            McpOutcome::ProtocolError => "protocol_error",
+            McpOutcome::Timeout => "timeout",
+            McpOutcome::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// A report the run cannot accept in its present state; nothing changed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum StepError {
@@ -418,6 +431,10 @@ pub struct AgentRun {
     /// the run never reads it.
     #[serde(default)]
     pub host: Value,
+    /// The `invoke_agent` span of each drive (a resumed run has one per
+    /// drive), when traces are exported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub traces: Vec<noesis_trace::SpanIds>,
 }
 
 /// A model reply as received: enough to serve it again in a replay.
@@ -436,6 +453,9 @@ pub struct ReplyRecord {
     /// Which provider the router chose for it, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// The `chat` span of the call, when traces are exported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub span: Option<noesis_trace::SpanIds>,
 }
 
 /// A tool call as the model sent it.
@@ -499,6 +519,7 @@ impl AgentRun {
             dispatched: Vec::new(),
             replies: Vec::new(),
             host: Value::Null,
+            traces: Vec::new(),
         }
     }
 
@@ -546,6 +567,27 @@ impl AgentRun {
     pub fn note_route(&mut self, reason: String) {
         if let Some(last) = self.replies.last_mut() {
             last.route = Some(reason);
+        }
+    }
+
+    /// Keeps the ids of a drive's `invoke_agent` span.
+    pub fn note_trace(&mut self, ids: noesis_trace::SpanIds) {
+        if !self.traces.contains(&ids) {
+            self.traces.push(ids);
+        }
+    }
+
+    /// Notes on the last reply the `chat` span it came in.
+    pub fn note_reply_span(&mut self, ids: noesis_trace::SpanIds) {
+        if let Some(last) = self.replies.last_mut() {
+            last.span = Some(ids);
+        }
+    }
+
+    /// Notes on call `id` the `execute_tool` span it ran in.
+    pub fn note_call_span(&mut self, id: &str, ids: noesis_trace::SpanIds) {
+        if let Some(c) = self.calls.iter_mut().find(|c| c.id == id) {
+            c.span = Some(ids);
         }
     }
 
@@ -845,6 +887,7 @@ When you have the answer, reply with it as plain text and call no tool.",
             usage: reply.usage,
             cost_usd,
             route: None,
+            span: None,
         });
         self.step += 1;
         match self.phase.clone() {
@@ -960,6 +1003,7 @@ When you have the answer, reply with it as plain text and call no tool.",
             started_ms: None,
             finished_ms: None,
             evidence: Vec::new(),
+            span: None,
         };
         let refuse = |record: &mut CallRecord, status: CallStatus, text: String| {
             record.status = status;

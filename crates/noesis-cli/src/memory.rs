@@ -183,6 +183,10 @@ impl Pending {
         if fabricated {
             context_slice["fabricated"] = json!(true);
         }
+        // The exported span's ids (`trace_id` above is the envelope's).
+        if let Some(ids) = steps.first().and_then(|s| s.span.as_ref()) {
+            context_slice["otel"] = json!(ids);
+        }
         // A run made during a session hangs under the session's root frame.
         let parent = match store.latest_session_root(&project.project_id).await? {
             Some(id) => store.frame(&id).await?.filter(|f| f.status != Status::Invalidated),
@@ -314,6 +318,9 @@ fn step_draft(step: &StepTrace) -> Draft {
     });
     if fabricated {
         context_slice["fabricated"] = json!(true);
+    }
+    if let Some(ids) = &step.span {
+        context_slice["otel"] = json!(ids);
     }
     Draft {
         context_slice: context_slice.to_string(),

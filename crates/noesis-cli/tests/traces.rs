@@ -90,7 +90,8 @@ fn an_agent_run_is_exported_over_otlp_http_as_a_genai_span_tree() {
             .args(["agent", "What does a.txt say?", "--workspace", ws.to_str().unwrap(), "--run-id", "traced"])
             .env("OPENAI_BASE_URL", llm.base_url())
             .env("OPENAI_API_KEY", "sk-test")
-            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true"),
     );
     assert_eq!((o.code, o.stdout.as_str()), (0, "It says alpha.\n"), "{}", o.stderr);
     let got = got.lock().unwrap();
@@ -117,4 +118,20 @@ fn an_agent_run_is_exported_over_otlp_http_as_a_genai_span_tree() {
     let chat = spans.iter().find(|s| s.name.starts_with("chat ")).unwrap();
     assert_eq!(attr(chat, "gen_ai.provider.name").as_deref(), Some("openai"));
     assert_eq!(attr(chat, "gen_ai.usage.input_tokens").as_deref(), Some("11"));
+    // Opted in by the standard variable: the messages are on the chat span.
+    let sent = attr(chat, "gen_ai.input.messages").unwrap_or_default();
+    assert!(sent.contains("What does a.txt say?"), "{sent}");
+    // The run's frames carry the ids the receiver got.
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let frames = output(work.noesis_bare().args(["frames", "list", "--json"])).json();
+    let all = frames.as_array().unwrap();
+    let slice = |q: &str| -> serde_json::Value {
+        let f = all.iter().find(|f| f["query"].as_str().is_some_and(|x| x.starts_with(q))).unwrap();
+        serde_json::from_str(f["context_slice"].as_str().unwrap()).unwrap()
+    };
+    let root = slice("What does a.txt say?");
+    assert_eq!(root["otel"], json!([{"trace_id": hex(&agent.trace_id), "span_id": hex(&agent.span_id)}]));
+    let tool = spans.iter().find(|s| s.name == "execute_tool read_file").unwrap();
+    assert_eq!(slice("read_file")["otel"]["span_id"], hex(&tool.span_id));
+    assert_eq!(slice("model turn 1")["otel"]["trace_id"], hex(&agent.trace_id));
 }

@@ -355,6 +355,18 @@ impl Server {
             let e = evidence(outcome, &content);
             ToolOutput::error(content).with_evidence(e)
         };
+        // The MCP attributes of the run's `execute_tool` span (declared
+        // there; the conventions merge them into it, no second span).
+        let span = tracing::Span::current();
+        span.record(noesis_trace::attr::MCP_METHOD_NAME, "tools/call");
+        span.record("noesis.mcp.server", name.as_str());
+        span.record(
+            noesis_trace::attr::NETWORK_TRANSPORT,
+            match self.spec.transport {
+                Transport::Command { .. } => "pipe",
+                Transport::Http { .. } => "tcp",
+            },
+        );
         let arguments = match arguments {
             Value::Object(map) => map,
             other => return fail(McpOutcome::ProtocolError, format!("the arguments must be an object, not {other}")),
@@ -366,6 +378,11 @@ impl Server {
                 Ok(p) => p,
                 Err(why) => return fail(McpOutcome::Unavailable, why),
             };
+            if !span.is_disabled()
+                && let Some(info) = peer.peer_info()
+            {
+                span.record(noesis_trace::attr::MCP_PROTOCOL_VERSION, info.protocol_version.to_string().as_str());
+            }
             let params = CallToolRequestParams::new(offered.remote.clone()).with_arguments(arguments.clone());
             match tokio::time::timeout(self.spec.call_timeout, peer.call_tool(params)).await {
                 Err(_) => {

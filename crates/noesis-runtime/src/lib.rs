@@ -137,7 +137,17 @@ async fn call<'o>(
         gen_ai.request.model = provider.model(),
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
+        gen_ai.system_instructions = tracing::field::Empty,
+        gen_ai.input.messages = tracing::field::Empty,
+        gen_ai.output.messages = tracing::field::Empty,
     );
+    // Texts only when the user opted in (checked only on a live span).
+    let capture = !span.is_disabled() && noesis_trace::capturing();
+    if capture {
+        let (system, messages) = noesis_trace::content::input(request);
+        span.record(noesis_trace::attr::SYSTEM_INSTRUCTIONS, system.as_str());
+        span.record(noesis_trace::attr::INPUT_MESSAGES, messages.as_str());
+    }
     let fut = tracing::Instrument::instrument(
         async {
             match &options.on_text {
@@ -160,6 +170,9 @@ async fn call<'o>(
     {
         span.record("gen_ai.usage.input_tokens", u.input_tokens);
         span.record("gen_ai.usage.output_tokens", u.output_tokens);
+    }
+    if capture && let Ok(r) = &response {
+        span.record(noesis_trace::attr::OUTPUT_MESSAGES, noesis_trace::content::output(r).as_str());
     }
     response.map(|r| (r, reservation))
 }
@@ -211,6 +224,8 @@ pub struct RunRecord {
     /// Context the module emitted (`_emitted_context`), for its caller to
     /// propagate (`context: main`) or keep to the child (`fork`).
     pub emitted_context: Option<Value>,
+    /// The `run_module` span's ids, when traces are exported.
+    pub span: Option<noesis_trace::SpanIds>,
 }
 
 const SYSTEM: &str = "You are a Cognitive Module. Follow the instructions and answer with exactly one JSON object: the v2.2 response envelope.";
@@ -225,7 +240,10 @@ pub async fn run(module: &Module, provider: &dyn Provider, input: Value, options
         noesis.module.name = %module.name,
         noesis.module.version = %module.manifest.version,
     );
-    tracing::Instrument::instrument(run_traced(module, provider, input, options), span).await
+    let ids = noesis_trace::ids(&span);
+    let mut record = tracing::Instrument::instrument(run_traced(module, provider, input, options), span).await;
+    record.span = ids;
+    record
 }
 
 async fn run_traced(module: &Module, provider: &dyn Provider, input: Value, options: &RunOptions) -> RunRecord {
@@ -244,6 +262,7 @@ async fn run_traced(module: &Module, provider: &dyn Provider, input: Value, opti
         calls: 0,
         cost_usd: Some(0.0),
         emitted_context: None,
+        span: None,
     };
     let mut model_id = model_id;
     let prices = options.prices.clone().unwrap_or_else(|| Arc::new(PriceTable::builtin()));

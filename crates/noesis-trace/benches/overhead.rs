@@ -108,7 +108,7 @@ fn main() {
             });
         };
         if traced {
-            tracing::subscriber::with_default(noesis_trace::subscriber(&provider), go);
+            tracing::subscriber::with_default(noesis_trace::subscriber(&provider, false), go);
         } else {
             go();
         }

@@ -5,7 +5,10 @@
 //! `chat {model}`, `execute_tool {tool}`, and `run_module {module}` for a
 //! module run); [`attr`] holds the attribute names (the conventions'
 //! own constants are marked deprecated upstream, so they are defined here).
-//! Prompt and reply texts are never put on a span.
+//! Prompt and reply texts are put on a span only when the user opts in
+//! (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, see
+//! [`capturing`]); [`ids`] gives a span's trace and span ids, which frames
+//! keep so a conclusion can be found in the tracing backend.
 //!
 //! [`Exporter::from_env`] turns those spans into OpenTelemetry spans and
 //! exports them over OTLP (http/protobuf) when `OTEL_EXPORTER_OTLP_ENDPOINT`
@@ -39,6 +42,115 @@ pub mod attr {
     pub const TOOL_NAME: &str = "gen_ai.tool.name";
     /// The tool call's id.
     pub const TOOL_CALL_ID: &str = "gen_ai.tool.call.id";
+    /// Opt-in: the messages sent, as the conventions' JSON parts.
+    pub const INPUT_MESSAGES: &str = "gen_ai.input.messages";
+    /// Opt-in: the system instructions sent.
+    pub const SYSTEM_INSTRUCTIONS: &str = "gen_ai.system_instructions";
+    /// Opt-in: the reply, as the conventions' JSON parts.
+    pub const OUTPUT_MESSAGES: &str = "gen_ai.output.messages";
+    /// Opt-in: a tool call's arguments.
+    pub const TOOL_CALL_ARGUMENTS: &str = "gen_ai.tool.call.arguments";
+    /// Opt-in: a tool call's result.
+    pub const TOOL_CALL_RESULT: &str = "gen_ai.tool.call.result";
+    /// `tools/call` on an MCP tool's `execute_tool` span.
+    pub const MCP_METHOD_NAME: &str = "mcp.method.name";
+    /// The protocol version the MCP server agreed to.
+    pub const MCP_PROTOCOL_VERSION: &str = "mcp.protocol.version";
+    /// `pipe` for a child process's stdio, `tcp` for streamable HTTP.
+    pub const NETWORK_TRANSPORT: &str = "network.transport";
+}
+
+/// The variable that opts in to prompt, reply and tool texts on spans (the
+/// name the GenAI instrumentations of other languages read).
+pub const CAPTURE_CONTENT_VAR: &str = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT";
+
+/// The trace and span a step ran in, as lowercase hex (W3C trace-context
+/// spelling), kept with the step's record and frame.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SpanIds {
+    /// 32 hex digits.
+    pub trace_id: String,
+    /// 16 hex digits.
+    pub span_id: String,
+}
+
+/// The ids `span` is exported under; `None` when nothing exports it (no
+/// subscriber, or one that is not ours).
+pub fn ids(span: &tracing::Span) -> Option<SpanIds> {
+    use opentelemetry::trace::TraceContextExt as _;
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+    if span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    let sc = cx.span().span_context().clone();
+    sc.is_valid().then(|| SpanIds { trace_id: sc.trace_id().to_string(), span_id: sc.span_id().to_string() })
+}
+
+/// Marks a subscriber that records texts; found by downcasting the current
+/// dispatcher, so the choice travels with the subscriber (a test's, or the
+/// process's) instead of a global.
+struct Capture;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Capture {}
+
+/// Whether the current subscriber records prompt, reply and tool texts.
+pub fn capturing() -> bool {
+    tracing::dispatcher::get_default(|d| d.downcast_ref::<Capture>().is_some())
+}
+
+/// Whether `value` (of [`CAPTURE_CONTENT_VAR`]) opts in.
+pub fn opts_in(value: Option<&str>) -> bool {
+    value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"))
+}
+
+/// Prompt and reply texts in the conventions' JSON shape (opt-in only).
+pub mod content {
+    use noesis_llm::{ChatRequest, ChatResponse, FinishReason, Message, Role};
+    use serde_json::{Value, json};
+
+    fn parts(m: &Message) -> Vec<Value> {
+        let mut parts = Vec::new();
+        match m.role {
+            Role::Tool => parts.push(json!({"type": "tool_call_response",
+                "id": m.tool_call_id.as_deref().unwrap_or_default(), "response": m.content})),
+            _ if !m.content.is_empty() => parts.push(json!({"type": "text", "content": m.content})),
+            _ => {}
+        }
+        for c in &m.tool_calls {
+            parts.push(json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}));
+        }
+        parts
+    }
+
+    /// `gen_ai.system_instructions` and `gen_ai.input.messages` of `request`.
+    pub fn input(request: &ChatRequest) -> (String, String) {
+        let system: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::System)
+            .map(|m| json!({"type": "text", "content": m.content}))
+            .collect();
+        let messages: Vec<Value> = request
+            .messages
+            .iter()
+            .filter(|m| m.role != Role::System)
+            .map(|m| json!({"role": m.role.as_str(), "parts": parts(m)}))
+            .collect();
+        (Value::Array(system).to_string(), Value::Array(messages).to_string())
+    }
+
+    /// `gen_ai.output.messages` of `response`.
+    pub fn output(response: &ChatResponse) -> String {
+        let finish = match response.finish_reason {
+            Some(FinishReason::Stop) | None => "stop",
+            Some(FinishReason::Length) => "length",
+            Some(FinishReason::ToolCalls) => "tool_call",
+            Some(FinishReason::Other) => "other",
+        };
+        let message = Message::assistant_turn(response);
+        json!([{"role": "assistant", "parts": parts(&message), "finish_reason": finish}]).to_string()
+    }
 }
 
 /// The provider name the conventions know for one of ours.
@@ -101,7 +213,7 @@ impl Exporter {
         // The batch processor exports on its own thread with the blocking
         // client: an async client there drops every span.
         let provider = SdkTracerProvider::builder().with_batch_exporter(exporter).with_resource(resource).build();
-        install(&provider)?;
+        install(&provider, opts_in(std::env::var(CAPTURE_CONTENT_VAR).ok().as_deref()))?;
         Ok(Some(Exporter { provider }))
     }
 
@@ -115,8 +227,8 @@ impl Exporter {
 /// A subscriber that turns noesis's `tracing` spans into `provider`'s
 /// spans. Only noesis's own crates are seen: the HTTP, TLS and SQL crates
 /// underneath have spans and events of their own, which would multiply the
-/// cost and bury the GenAI tree.
-pub fn subscriber(provider: &SdkTracerProvider) -> impl tracing::Subscriber + Send + Sync {
+/// cost and bury the GenAI tree. Texts are recorded when `capture` is set.
+pub fn subscriber(provider: &SdkTracerProvider, capture: bool) -> impl tracing::Subscriber + Send + Sync {
     use tracing_subscriber::Layer as _;
     let tracer = provider.tracer("noesis");
     let ours = tracing_subscriber::filter::Targets::new()
@@ -125,12 +237,25 @@ pub fn subscriber(provider: &SdkTracerProvider) -> impl tracing::Subscriber + Se
         .with_target("noesis_runtime", tracing::Level::INFO)
         .with_target("noesis_mcp", tracing::Level::INFO)
         .with_target("noesis_serve", tracing::Level::INFO);
-    tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer).with_filter(ours))
+    // Left out, for what they cost per span and per poll of an instrumented
+    // future: source locations, thread and target attributes (no GenAI
+    // backend reads them), busy/idle timing (an Instant::now per poll), and
+    // activating an OpenTelemetry context on every entry (nothing of ours
+    // reads it; parents come from the tracing tree).
+    let layer = tracing_opentelemetry::layer()
+        .with_tracer(tracer)
+        .with_location(false)
+        .with_threads(false)
+        .with_target(false)
+        .with_tracked_inactivity(false)
+        .with_context_activation(false)
+        .with_filter(ours);
+    tracing_subscriber::registry().with(layer).with(capture.then_some(Capture))
 }
 
 /// Installs [`subscriber`] for the whole process.
-pub fn install(provider: &SdkTracerProvider) -> Result<(), TraceError> {
-    tracing::subscriber::set_global_default(subscriber(provider)).map_err(|_| TraceError::Installed)
+pub fn install(provider: &SdkTracerProvider, capture: bool) -> Result<(), TraceError> {
+    tracing::subscriber::set_global_default(subscriber(provider, capture)).map_err(|_| TraceError::Installed)
 }
 
 #[cfg(test)]
@@ -150,6 +275,8 @@ mod tests {
             ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"),
             ("OTEL_SDK_DISABLED", "true")
         ])));
+        assert!(opts_in(Some("true")) && opts_in(Some(" TRUE ")) && opts_in(Some("1")));
+        assert!(!opts_in(None) && !opts_in(Some("false")) && !opts_in(Some("")));
         assert_eq!(provider_name("gemini"), "gcp.gemini");
         assert_eq!(provider_name("openai"), "openai");
     }

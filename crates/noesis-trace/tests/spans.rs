@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Toolbox, Workspace, drive};
+use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, Toolbox, Workspace, drive};
 use noesis_llm::{EndpointConfig, OpenAiCompatible, RetryPolicy};
 use noesis_testkit::{FakeServer, Reply, tool_call_completion};
 use opentelemetry::Value;
@@ -27,9 +27,9 @@ fn a_two_tool_run_is_one_agent_span_with_chat_and_tool_spans_under_it() {
     .unwrap();
     let exporter = InMemorySpanExporter::default();
     let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-    let _guard = tracing::subscriber::set_default(noesis_trace::subscriber(&provider));
+    let _guard = tracing::subscriber::set_default(noesis_trace::subscriber(&provider, false));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
+    let run = rt.block_on(async {
         let mut cfg = EndpointConfig::openai("gpt-test");
         cfg.base_url = server.base_url();
         cfg.api_key = Some("sk-test".into());
@@ -39,6 +39,7 @@ fn a_two_tool_run_is_one_agent_span_with_chat_and_tool_spans_under_it() {
         let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
         let mut run = AgentRun::new("run-7", "What does a.txt say?", config, 0);
         drive(&mut run, &llm, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+        run
     });
     provider.force_flush().unwrap();
     let spans = exporter.get_finished_spans().unwrap();
@@ -65,4 +66,107 @@ fn a_two_tool_run_is_one_agent_span_with_chat_and_tool_spans_under_it() {
     assert!(spans.iter().all(|s| s.span_context.trace_id() == agent.span_context.trace_id()));
     let all = format!("{spans:?}");
     assert!(!all.contains("alpha") && !all.contains("What does a.txt say"), "texts leaked into spans");
+    // The run keeps the ids its frames will carry: the drive's span, each
+    // reply's chat span and each call's execute_tool span.
+    assert_eq!(run.traces, [ids(agent)]);
+    let reply_spans: Vec<_> = run.replies.iter().map(|r| r.span.clone().unwrap()).collect();
+    assert_eq!(reply_spans, chats.iter().map(|c| ids(c)).collect::<Vec<_>>());
+    let call_spans: Vec<_> = run.calls.iter().map(|c| c.span.clone().unwrap()).collect();
+    assert_eq!(call_spans, tools.iter().map(|t| ids(t)).collect::<Vec<_>>());
+}
+
+fn ids(span: &SpanData) -> noesis_trace::SpanIds {
+    noesis_trace::SpanIds {
+        trace_id: span.span_context.trace_id().to_string(),
+        span_id: span.span_context.span_id().to_string(),
+    }
+}
+
+fn text(v: Option<Value>) -> String {
+    v.map(|v| v.as_str().into_owned()).unwrap_or_default()
+}
+
+#[test]
+fn planning_and_critique_are_spans_of_their_own_and_texts_are_kept_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "alpha").unwrap();
+    let server = FakeServer::start(vec![
+        Reply::Chat("1. Read a.txt".into()),
+        Reply::Status(200, tool_call_completion("c1", "read_file", &json!({"path": "a.txt"})).to_string(), vec![]),
+        Reply::Chat("It says alpha.".into()),
+        Reply::Chat("a.txt says alpha".into()),
+        Reply::Chat(json!({"goal_achieved": true, "what_went_wrong": "", "next_step": ""}).to_string()),
+    ])
+    .unwrap();
+    let exporter = InMemorySpanExporter::default();
+    let provider = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let _guard = tracing::subscriber::set_default(noesis_trace::subscriber(&provider, true));
+    assert!(noesis_trace::capturing());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let run = rt.block_on(async {
+        let mut cfg = EndpointConfig::openai("gpt-test");
+        cfg.base_url = server.base_url();
+        cfg.api_key = Some("sk-test".into());
+        cfg.http.retry = RetryPolicy::none();
+        let llm = OpenAiCompatible::new(cfg).unwrap();
+        let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+        let config = RunConfig {
+            tools: tools.decls(),
+            approval: ApprovalPolicy::Auto,
+            strategy: Strategy::ChainOfThought,
+            reflect: true,
+            ..RunConfig::default()
+        };
+        let mut run = AgentRun::new("run-8", "What does a.txt say?", config, 0);
+        drive(&mut run, &llm, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+        run
+    });
+    assert_eq!(noesis_agent::outcome_name(run.outcome.as_ref().unwrap()), "answer", "{:?}", run.outcome);
+    provider.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    let agent = spans.iter().find(|s| s.name == "invoke_agent noesis").unwrap_or_else(|| panic!("{names:?}"));
+    let children_of = |parent: &SpanData| -> Vec<&SpanData> {
+        spans.iter().filter(|s| s.parent_span_id == parent.span_context.span_id()).collect()
+    };
+    let top: Vec<&str> = children_of(agent).iter().map(|s| s.name.as_ref()).collect();
+    assert_eq!(
+        top,
+        ["plan noesis", "chat gpt-test", "execute_tool read_file", "chat gpt-test", "chat gpt-test", "reflect noesis"],
+        "{names:?}"
+    );
+    for (phase, role) in [("plan noesis", "plan"), ("reflect noesis", "reflect")] {
+        let span = spans.iter().find(|s| s.name == phase).unwrap();
+        assert_eq!(attr(span, "gen_ai.operation.name"), Some(role.into()));
+        let under = children_of(span);
+        assert_eq!(under.len(), 1, "{phase}: {names:?}");
+        assert_eq!(under[0].name, "chat gpt-test");
+        assert_eq!(attr(under[0], "gen_ai.agent.role"), Some(role.into()));
+    }
+    // Opted in: the conventions' message JSON on chat spans, arguments and
+    // results on tool spans.
+    let plan_chat = children_of(spans.iter().find(|s| s.name == "plan noesis").unwrap())[0];
+    let input: serde_json::Value = serde_json::from_str(&text(attr(plan_chat, "gen_ai.input.messages"))).unwrap();
+    assert_eq!(input[0]["role"], "user");
+    assert_eq!(input[0]["parts"][0]["type"], "text");
+    assert!(input[0]["parts"][0]["content"].as_str().unwrap().contains("What does a.txt say?"), "{input}");
+    let output: serde_json::Value = serde_json::from_str(&text(attr(plan_chat, "gen_ai.output.messages"))).unwrap();
+    assert_eq!(output[0]["role"], "assistant");
+    assert_eq!(output[0]["parts"][0]["content"], "1. Read a.txt");
+    let asked = spans
+        .iter()
+        .find(|s| text(attr(s, "gen_ai.output.messages")).contains("\"tool_call\""))
+        .unwrap_or_else(|| panic!("no reply with a tool call part"));
+    let out: serde_json::Value = serde_json::from_str(&text(attr(asked, "gen_ai.output.messages"))).unwrap();
+    assert_eq!(
+        out[0]["parts"][0],
+        json!({"type": "tool_call", "id": "c1", "name": "read_file", "arguments": {"path": "a.txt"}})
+    );
+    let after = children_of(agent).into_iter().filter(|s| s.name == "chat gpt-test").nth(1).unwrap();
+    let sent = text(attr(after, "gen_ai.input.messages"));
+    assert!(sent.contains("\"tool_call_response\"") && sent.contains("alpha"), "{sent}");
+    let tool = spans.iter().find(|s| s.name == "execute_tool read_file").unwrap();
+    assert_eq!(text(attr(tool, "gen_ai.tool.call.arguments")), r#"{"path":"a.txt"}"#);
+    assert!(text(attr(tool, "gen_ai.tool.call.result")).contains("alpha"));
+    assert_eq!(run.traces, [ids(agent)]);
 }

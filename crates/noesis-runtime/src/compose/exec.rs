@@ -35,6 +35,7 @@ impl Exec<'_> {
             usage: None,
             calls: 0,
             cost_usd: None,
+            span: None,
         });
         id
     }
@@ -309,6 +310,7 @@ impl Exec<'_> {
             s.usage = record.usage;
             s.calls = record.calls;
             s.cost_usd = record.cost_usd;
+            s.span = record.span.clone();
         });
         if traced {
             let outcome =

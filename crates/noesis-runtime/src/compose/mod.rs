@@ -230,6 +230,8 @@ pub struct StepTrace {
     pub calls: u32,
     /// Their cost, when known.
     pub cost_usd: Option<f64>,
+    /// The ids of its own run's `run_module` span, when traces are exported.
+    pub span: Option<noesis_trace::SpanIds>,
 }
 
 impl StepTrace {
@@ -286,6 +288,7 @@ pub async fn execute(
             usage: record.usage,
             calls: record.calls,
             cost_usd: record.cost_usd,
+            span: record.span.clone(),
         };
         return ComposeRecord {
             envelope: record.envelope.clone(),
@@ -324,7 +327,16 @@ pub async fn execute(
         round: None,
         cancel: root_token,
     };
-    let done = exec.invoke(node).await;
+    // One trace for the whole composition: every step's `run_module` span
+    // (children run inside this future, never spawned) hangs under it.
+    let span = tracing::info_span!(
+        "compose",
+        otel.name = %format!("compose {}", module.name),
+        otel.kind = "internal",
+        noesis.module.name = %module.name,
+        noesis.module.version = %module.manifest.version,
+    );
+    let done = tracing::Instrument::instrument(exec.invoke(node), span).await;
     drop(timer);
     let mut envelope = done.envelope;
     let mut steps = exec.steps.into_inner().unwrap_or_else(PoisonError::into_inner);

@@ -71,6 +71,10 @@ pub(super) fn frames_of(
     if fabricated {
         slice["fabricated"] = json!(true);
     }
+    if !run.traces.is_empty() {
+        // One `invoke_agent` span per drive: a resumed run has several.
+        slice["otel"] = json!(run.traces);
+    }
     let root = Draft {
         context_slice: slice.to_string(),
         evidence: files,
@@ -107,6 +111,9 @@ pub(super) fn frames_of(
         if let Some(route) = reply.and_then(|r| r.route.as_deref()) {
             slice["route"] = json!(route);
         }
+        if let Some(ids) = reply.and_then(|r| r.span.as_ref()) {
+            slice["otel"] = json!(ids);
+        }
         let turn_frame = Draft {
             context_slice: slice.to_string(),
             conclusion: if content.is_empty() {
@@ -137,10 +144,13 @@ pub(super) fn frames_of(
                 content: format!("{} (blake3:{})", clip(&result, 200), &hash_bytes(result.as_bytes())[..16]),
             });
             let done = c.status == CallStatus::Completed;
+            let mut slice = json!({"agent_run": run.id, "call_id": c.id, "tool": c.tool,
+                                   "arguments": c.arguments, "status": c.status, "evidence": c.evidence});
+            if let Some(ids) = &c.span {
+                slice["otel"] = json!(ids);
+            }
             let call_frame = Draft {
-                context_slice: json!({"agent_run": run.id, "call_id": c.id, "tool": c.tool,
-                                      "arguments": c.arguments, "status": c.status, "evidence": c.evidence})
-                .to_string(),
+                context_slice: slice.to_string(),
                 evidence,
                 conclusion: format!("{}: {}", c.status.as_str(), clip(result.lines().next().unwrap_or_default(), 300)),
                 confidence: if done { 1.0 } else { 0.0 },
