@@ -53,6 +53,20 @@ pub(crate) struct Config {
     /// MCP servers whose tools agents may call.
     #[serde(default)]
     pub mcp: McpEntry,
+    /// The verified coding workflow (`noesis state`, `noesis solve`).
+    #[serde(default)]
+    pub workflow: WorkflowEntry,
+}
+
+/// `[workflow]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct WorkflowEntry {
+    /// Rewrite imlazy's state file after every mutation, so its hooks
+    /// keep reading a current state.
+    pub mirror_imlazy: Option<bool>,
+    /// That file (default `~/.imlazy/working/state.json`).
+    pub imlazy_state: Option<PathBuf>,
 }
 
 /// `[mcp]`.
@@ -261,6 +275,8 @@ impl Config {
         self.agent.roles.extend(over.agent.roles);
         // A server named again in a closer file replaces the whole entry.
         self.mcp.servers.extend(over.mcp.servers);
+        self.workflow.mirror_imlazy = over.workflow.mirror_imlazy.or(self.workflow.mirror_imlazy);
+        self.workflow.imlazy_state = over.workflow.imlazy_state.or(self.workflow.imlazy_state);
         self
     }
 

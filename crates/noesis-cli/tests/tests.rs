@@ -18,5 +18,6 @@ mod providers;
 mod run;
 mod serve;
 mod snapshots;
+mod state;
 mod support;
 mod traces;

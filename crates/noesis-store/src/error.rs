@@ -45,6 +45,10 @@ pub enum StoreError {
     /// Stored data that does not read back (the message names the row).
     #[error("store holds unreadable data: {0}")]
     Corrupt(String),
+    /// Another writer changed what this write was made from; read again
+    /// and retry.
+    #[error("store: a concurrent change: {0}")]
+    Conflict(String),
 }
 
 impl StoreError {

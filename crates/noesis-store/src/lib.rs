@@ -37,6 +37,7 @@ mod filter;
 mod migrate;
 pub mod ops;
 mod sql;
+mod workflow;
 
 use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, Timestamp};
@@ -46,6 +47,7 @@ pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
 pub use sql::SqlStore;
+pub use workflow::WorkflowVersion;
 
 /// Which database a store uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +161,21 @@ pub trait Store: Send + Sync {
 
     /// A project's agent runs, most recently changed first.
     async fn agent_runs(&self, project_id: &str, limit: u32) -> Result<Vec<AgentSummary>, StoreError>;
+
+    /// Writes the next version of a project's workflow state: `version.version`
+    /// must be the head's + 1, else [`StoreError::Conflict`] (read the head
+    /// again and redo the change).
+    async fn append_workflow_state(&self, version: &WorkflowVersion) -> Result<(), StoreError>;
+
+    /// Version `version` of the project's workflow state, or its head.
+    async fn workflow_state(
+        &self,
+        project_id: &str,
+        version: Option<i64>,
+    ) -> Result<Option<WorkflowVersion>, StoreError>;
+
+    /// Every version of the project's workflow state, oldest first.
+    async fn workflow_history(&self, project_id: &str) -> Result<Vec<WorkflowVersion>, StoreError>;
 }
 
 /// Opens a store from a URL or path (see [`SqlStore::open`]).

@@ -33,10 +33,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
     Migration { version: 2, name: "emitted context", sql: include_str!("../migrations/0002_context.sql") },
     Migration { version: 3, name: "agent runs", sql: include_str!("../migrations/0003_agent_runs.sql") },
+    Migration { version: 4, name: "workflow states", sql: include_str!("../migrations/0004_workflow_states.sql") },
 ];
 
 /// The latest schema version this build knows.
-pub(crate) const LATEST: i64 = 3;
+pub(crate) const LATEST: i64 = 4;
 
 /// The statements of a migration for a back end: comments dropped, split on
 /// `;`, `{serial}`, `{frame_key}` and `{state_key}` replaced.

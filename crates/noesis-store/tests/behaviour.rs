@@ -50,6 +50,7 @@ both!(
     migrations_run_once_and_refuse_newer_schemas,
     stores_of_the_earlier_runner_are_adopted,
     agent_run_states_are_kept_by_step,
+    workflow_versions_never_overwrite_each_other,
     check_finds_partial_frames,
 );
 
@@ -473,7 +474,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )
@@ -550,6 +551,69 @@ async fn agent_run_states_are_kept_by_step(t_: &TestStore) {
     assert!(s.check().await.unwrap().is_empty());
     raw(&t_.url, "DELETE FROM agent_run_states WHERE run_id = 'run-1' AND step = 9").await;
     assert_eq!(s.check().await.unwrap(), ["agent run without its latest state: run-1"]);
+}
+
+async fn workflow_versions_never_overwrite_each_other(t_: &TestStore) {
+    use noesis_store::WorkflowVersion;
+    let s = &t_.store;
+    project(s).await;
+    let v = |version: i64, node: &str| WorkflowVersion {
+        project_id: P.into(),
+        version,
+        episode_id: "ep1".into(),
+        node: node.into(),
+        status: "active".into(),
+        command: format!("step {version}"),
+        state: serde_json::json!({"current_node": node, "n": version}),
+        at: version * 10,
+    };
+    assert_eq!(s.workflow_state(P, None).await.unwrap(), None);
+    // The first version is 1; a version not right after the head is refused.
+    assert!(matches!(s.append_workflow_state(&v(2, "PLANNER")).await, Err(StoreError::Conflict(_))));
+    s.append_workflow_state(&v(1, "PLANNER")).await.unwrap();
+    s.append_workflow_state(&v(2, "REASONER")).await.unwrap();
+    let e = s.append_workflow_state(&v(2, "CODER")).await.unwrap_err();
+    assert!(matches!(e, StoreError::Conflict(_)), "{e}");
+    assert_eq!(s.workflow_state(P, None).await.unwrap().unwrap().node, "REASONER");
+    assert_eq!(s.workflow_state(P, Some(1)).await.unwrap().unwrap().state["n"], 1);
+    assert_eq!(s.workflow_state(P, Some(7)).await.unwrap(), None);
+    assert_eq!(s.workflow_state("other", None).await.unwrap(), None);
+    // Writers racing from the same head: exactly one wins each version,
+    // and every loser that retries on the new head gets in.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let url = t_.url.clone();
+        tasks.push(tokio::spawn(async move {
+            let store = noesis_store::open(&url).await.unwrap();
+            let mut conflicts = 0;
+            loop {
+                let head = store.workflow_state(P, None).await.unwrap().unwrap();
+                let mut next = head.clone();
+                next.version += 1;
+                next.command = format!("writer {i}");
+                next.state["writers"] = serde_json::json!(
+                    [head.state["writers"].as_array().cloned().unwrap_or_default(), vec![serde_json::json!(i)]]
+                        .concat()
+                );
+                match store.append_workflow_state(&next).await {
+                    Ok(()) => return conflicts,
+                    Err(StoreError::Conflict(_)) => conflicts += 1,
+                    Err(e) if e.is_busy() => conflicts += 1,
+                    Err(e) => panic!("{e}"),
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(1 + i)).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let history = s.workflow_history(P).await.unwrap();
+    assert_eq!(history.iter().map(|h| h.version).collect::<Vec<_>>(), (1..=10).collect::<Vec<_>>());
+    let mut writers: Vec<i64> =
+        history.last().unwrap().state["writers"].as_array().unwrap().iter().map(|w| w.as_i64().unwrap()).collect();
+    writers.sort_unstable();
+    assert_eq!(writers, (0..8).collect::<Vec<_>>(), "no writer's change was lost");
 }
 
 async fn check_finds_partial_frames(t_: &TestStore) {

@@ -483,6 +483,30 @@ impl Store for SqlStore {
         crate::agent::list(&self.pool, project_id, limit).await
     }
 
+    async fn append_workflow_state(&self, version: &crate::WorkflowVersion) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        crate::workflow::append(&mut tx, version).await?;
+        match tx.commit().await {
+            Ok(()) => Ok(()),
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                Err(StoreError::Conflict(format!("version {} was written by another writer", version.version)))
+            }
+            Err(e) => Err(e).ctx(|| format!("commit workflow state version {}", version.version)),
+        }
+    }
+
+    async fn workflow_state(
+        &self,
+        project_id: &str,
+        version: Option<i64>,
+    ) -> Result<Option<crate::WorkflowVersion>, StoreError> {
+        crate::workflow::load(&self.pool, project_id, version).await
+    }
+
+    async fn workflow_history(&self, project_id: &str) -> Result<Vec<crate::WorkflowVersion>, StoreError> {
+        crate::workflow::history(&self.pool, project_id).await
+    }
+
     async fn check(&self) -> Result<Vec<String>, StoreError> {
         let mut problems = Vec::new();
         let checks: [(&str, &str); 12] = [

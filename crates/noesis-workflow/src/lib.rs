@@ -1,0 +1,13 @@
+//! The verified coding workflow's state.
+//!
+//! A [`CognitiveState`](state) is the JSON object the seed's workflow
+//! (imlazy) keeps — exactly its fields, in its order — and this crate owns
+//! the rules over it: which node may follow which ([`Node::next`]), the
+//! retry budget (each entry into REFLECTOR spends one; at `max_retries` the
+//! episode escalates instead), and the path operations of imlazy's state
+//! manager (`get`, `set`, `update`, `transition`). Everything here is pure:
+//! the caller supplies the clock and the ids and stores the result.
+
+pub mod state;
+
+pub use state::{NODES, Node, StateError, Transitioned, append, current, get, initial, parse_value, set, transition};
