@@ -169,6 +169,42 @@ fn a_module_without_composition_is_exactly_a_run() {
     assert_eq!(composed.root.as_ref().unwrap().prompt, direct.prompt);
 }
 
+/// A composition is one trace: a `compose` span with each step's
+/// `run_module` span under it (its model call under that), and every step
+/// keeps the ids of its span for its frame.
+#[test]
+fn a_composition_is_one_trace_with_a_span_per_step() {
+    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
+    let fx = Fixture::new();
+    fx.module("parent", "", "Facts: @call:facts({\"topic\": \"rust\"})\nDone.").module("facts", "", "List facts.");
+    let exporter = InMemorySpanExporter::default();
+    let traces = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
+    let _guard = tracing::subscriber::set_default(noesis_trace::subscriber(&traces, false));
+    let r = compose(&fx, "parent", &Oracle::plain(), json!({}));
+    assert_eq!(code(&r), "(ok)");
+    traces.force_flush().unwrap();
+    let spans = exporter.get_finished_spans().unwrap();
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_ref()).collect();
+    let top = spans.iter().find(|s| s.name == "compose parent").unwrap_or_else(|| panic!("{names:?}"));
+    let under = |parent: &opentelemetry_sdk::trace::SpanData| -> Vec<String> {
+        let mut v: Vec<String> = spans
+            .iter()
+            .filter(|s| s.parent_span_id == parent.span_context.span_id())
+            .map(|s| s.name.to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(under(top), ["run_module facts", "run_module parent"], "{names:?}");
+    for module in ["facts", "parent"] {
+        let span = spans.iter().find(|s| s.name == format!("run_module {module}")).unwrap();
+        assert_eq!(under(span), ["chat o1"]);
+        let ids = step(&r, module).span.clone().unwrap_or_else(|| panic!("{module} kept no span ids"));
+        assert_eq!(ids.span_id, span.span_context.span_id().to_string());
+        assert_eq!(ids.trace_id, top.span_context.trace_id().to_string());
+    }
+}
+
 #[test]
 fn call_runs_the_child_first_and_injects_its_envelope() {
     let fx = Fixture::new();

@@ -7,7 +7,10 @@
 //! episode escalates instead), and the path operations of imlazy's state
 //! manager (`get`, `set`, `update`, `transition`). Everything here is pure:
 //! the caller supplies the clock and the ids and stores the result.
+//! [`snapshot`] is the one part that touches the disk: the working-tree
+//! snapshots the anchor rule restores.
 
+pub mod snapshot;
 pub mod state;
 
 pub use state::{NODES, Node, StateError, Transitioned, append, current, get, initial, parse_value, set, transition};
