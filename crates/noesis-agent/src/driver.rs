@@ -306,6 +306,20 @@ impl<'a> Driver<'a> {
     }
 
     fn note(&self, p: Progress) {
+        // The steps the bus, the live view and the HTTP stream get are the
+        // run span's events too, by the same kinds (no arguments: texts are
+        // opt-in), so a trace lists the run's steps as they were published.
+        match &p {
+            Progress::ModelCall { turn } => tracing::info!(name: "model_call", turn),
+            Progress::ModelReply { turn, tool_calls, ms } => tracing::info!(name: "model_reply", turn, tool_calls, ms),
+            Progress::ToolStart { call_id, tool, .. } => {
+                tracing::info!(name: "tool_call", call_id = call_id.as_str(), tool = tool.as_str());
+            }
+            Progress::ToolEnd { call_id, tool, is_error, ms } => {
+                tracing::info!(name: "tool_result", call_id = call_id.as_str(), tool = tool.as_str(), is_error, ms);
+            }
+            Progress::ToolsChanged { tools } => tracing::info!(name: "tools_changed", tools),
+        }
         if let Some(observe) = self.observe {
             observe(&p);
         }

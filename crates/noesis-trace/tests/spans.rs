@@ -62,6 +62,13 @@ fn a_two_tool_run_is_one_agent_span_with_chat_and_tool_spans_under_it() {
     assert_eq!(tool_names, ["execute_tool read_file", "execute_tool list_dir"]);
     assert_eq!(attr(tools[0], "gen_ai.tool.name"), Some("read_file".into()));
     assert_eq!(attr(tools[0], "gen_ai.tool.call.id"), Some("c1".into()));
+    // The steps the event bus publishes, by the same kinds, are the run
+    // span's events.
+    let events: Vec<&str> = agent.events.iter().map(|e| e.name.as_ref()).collect();
+    let turn = ["model_call", "model_reply", "tool_call", "tool_result"];
+    assert_eq!(events, [&turn[..], &turn[..], &turn[..2]].concat());
+    let tool_result = agent.events.iter().find(|e| e.name == "tool_result").unwrap();
+    assert!(tool_result.attributes.iter().any(|kv| kv.key.as_str() == "call_id" && kv.value.as_str() == "c1"));
     // One trace; no prompt or reply text on any span.
     assert!(spans.iter().all(|s| s.span_context.trace_id() == agent.span_context.trace_id()));
     let all = format!("{spans:?}");
