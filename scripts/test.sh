@@ -15,6 +15,7 @@ need_cargo
 #   NOESIS_SKIP_MCP_SDK=1      `noesis mcp` driven by the official MCP Python SDK
 #   NOESIS_SKIP_BROWSER=1      the dashboard in headless Chromium (Playwright)
 #   NOESIS_SKIP_MCP_SERVERS=1  the MCP client against third-party MCP servers
+#   NOESIS_SKIP_PYTEST=1       `noesis solve` on a Python project tested by pytest
 # Every skip is logged, and the run ends with a summary of them.
 opted_out() { case "${!1:-}" in "" | 0 | false | FALSE | False) return 1 ;; *) return 0 ;; esac; }
 
@@ -30,6 +31,8 @@ opted_out NOESIS_SKIP_MCP_SDK || install_mcp_client
 opted_out NOESIS_SKIP_BROWSER || install_browser
 # crates/noesis-mcp's tests start the filesystem (npm), git and time (PyPI) servers.
 opted_out NOESIS_SKIP_MCP_SERVERS || install_mcp_servers
+# tests/solve.rs runs a Python project's tests with pytest.
+opted_out NOESIS_SKIP_PYTEST || install_pytest
 
 NOESIS_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/noesis-skips.XXXXXX")"
 export NOESIS_SKIP_LOG

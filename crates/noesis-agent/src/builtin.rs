@@ -134,11 +134,22 @@ fn list_dir(ws: &Workspace, path: &str) -> Result<ToolOutput, String> {
 }
 
 /// Writes through a temporary file renamed into place: a reader never sees
-/// half a file, and a failure leaves the old one.
+/// half a file, and a failure leaves the old one. The file keeps its mode
+/// (an executable script stays executable); a new one gets the mode any
+/// program's new file gets (0666 less the umask), not the temporary file's
+/// private 0600.
 fn write_atomically(real: &Path, content: &str) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
     let dir = real.parent().ok_or_else(|| format!("{}: no parent folder", real.display()))?;
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let existing = std::fs::metadata(real).ok().map(|m| m.permissions());
+    let mut tmp = tempfile::Builder::new()
+        .permissions(std::fs::Permissions::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    if let Some(p) = existing {
+        tmp.as_file().set_permissions(p).map_err(|e| format!("{}: {e}", real.display()))?;
+    }
     std::io::Write::write_all(&mut tmp, content.as_bytes()).map_err(|e| format!("{}: {e}", real.display()))?;
     tmp.persist(real).map_err(|e| format!("{}: {}", real.display(), e.error))?;
     Ok(())
@@ -216,6 +227,25 @@ mod tests {
         assert_eq!(edited.evidence, [cited("a.txt", "one\n2\nthree\n")]);
         assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "one\n2\nthree\n");
         assert!(run_file_tool(&w, "rm", &json!({})).is_none());
+    }
+
+    #[test]
+    fn writing_keeps_a_files_mode_and_gives_a_new_one_the_usual_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, w) = ws();
+        let mode = |p: &str| std::fs::metadata(dir.path().join(p)).unwrap().permissions().mode() & 0o777;
+        std::fs::write(dir.path().join("run.sh"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(dir.path().join("run.sh"), std::fs::Permissions::from_mode(0o751)).unwrap();
+        assert!(!run(&w, "edit_file", json!({"path": "run.sh", "old": "sh", "new": "bash"})).is_error);
+        assert_eq!(mode("run.sh"), 0o751);
+        assert!(!run(&w, "write_file", json!({"path": "run.sh", "content": "x"})).is_error);
+        assert_eq!(mode("run.sh"), 0o751);
+        // A new file: what any program would make here (umask applied),
+        // compared with a file made the ordinary way.
+        std::fs::write(dir.path().join("plain.txt"), "x").unwrap();
+        assert!(!run(&w, "write_file", json!({"path": "new.txt", "content": "x"})).is_error);
+        assert_eq!(mode("new.txt"), mode("plain.txt"));
+        assert_ne!(mode("new.txt"), 0o600);
     }
 
     #[test]

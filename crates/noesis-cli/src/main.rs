@@ -57,6 +57,8 @@ enum Command {
     Session(cmd::session::Args),
     /// List, show, invalidate, verify and resume the project's frames.
     Frames(cmd::frames::Args),
+    /// Solve a coding task, verified: PLANNER → REASONER → CODER → VERIFIER → CONSOLIDATOR (REFLECTOR on failure), anchors kept green.
+    Solve(Box<cmd::solve::Args>),
     /// The project's CognitiveState (imlazy's state manager, with legal transitions, a retry budget and history).
     State(cmd::state::Args),
     /// Serve the modules to MCP clients (editors, agents) over stdio: tools run, list, info; a resource per module.
@@ -128,6 +130,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Session(a) => cmd::session::run(a),
         Command::Frames(a) => cmd::frames::run(a),
         Command::State(a) => cmd::state::run(a),
+        Command::Solve(a) => cmd::solve::run(&search, *a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),

@@ -18,6 +18,7 @@ mod providers;
 mod run;
 mod serve;
 mod snapshots;
+mod solve;
 mod state;
 mod support;
 mod traces;

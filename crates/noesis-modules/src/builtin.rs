@@ -1,5 +1,7 @@
 //! Modules compiled into the binary: the specification's three examples, so a
-//! fresh install can run something with no files of its own.
+//! fresh install can run something with no files of its own, and the nodes
+//! of `noesis solve` (PLANNER, REASONER, REFLECTOR), overridable by a module
+//! of the same name on the search path.
 
 macro_rules! module {
     ($name:literal) => {
@@ -15,5 +17,11 @@ macro_rules! module {
 }
 
 /// `(name, files)` of every built-in module; last in the search path.
-pub static BUILTIN: &[(&str, &[(&str, &str)])] =
-    &[module!("code-reviewer"), module!("code-simplifier"), module!("task-prioritizer")];
+pub static BUILTIN: &[(&str, &[(&str, &str)])] = &[
+    module!("code-reviewer"),
+    module!("code-simplifier"),
+    module!("task-prioritizer"),
+    module!("workflow-planner"),
+    module!("workflow-reasoner"),
+    module!("workflow-reflector"),
+];

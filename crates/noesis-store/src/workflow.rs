@@ -24,11 +24,13 @@ pub struct WorkflowVersion {
     pub command: String,
     /// The state's JSON.
     pub state: serde_json::Value,
+    /// What `noesis solve` keeps beside the state (`{}` otherwise).
+    pub episode: serde_json::Value,
     /// When it was written (ms since the epoch).
     pub at: i64,
 }
 
-const COLUMNS: &str = "project_id, version, episode_id, node, status, command, state, at";
+const COLUMNS: &str = "project_id, version, episode_id, node, status, command, state, at, episode";
 
 fn row(r: &sqlx::any::AnyRow) -> Result<WorkflowVersion, StoreError> {
     let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
@@ -36,6 +38,9 @@ fn row(r: &sqlx::any::AnyRow) -> Result<WorkflowVersion, StoreError> {
     let text: String = r.try_get(6).map_err(corrupt)?;
     let state = serde_json::from_str(&text)
         .map_err(|e| StoreError::Corrupt(format!("workflow state version {version}: not JSON: {e}")))?;
+    let text: String = r.try_get(8).map_err(corrupt)?;
+    let episode = serde_json::from_str(&text)
+        .map_err(|e| StoreError::Corrupt(format!("workflow state version {version}: its episode is not JSON: {e}")))?;
     Ok(WorkflowVersion {
         project_id: r.try_get(0).map_err(corrupt)?,
         version,
@@ -44,6 +49,7 @@ fn row(r: &sqlx::any::AnyRow) -> Result<WorkflowVersion, StoreError> {
         status: r.try_get(4).map_err(corrupt)?,
         command: r.try_get(5).map_err(corrupt)?,
         state,
+        episode,
         at: r.try_get(7).map_err(corrupt)?,
     })
 }
@@ -65,8 +71,8 @@ pub(crate) async fn append(tx: &mut sqlx::AnyConnection, v: &WorkflowVersion) ->
         )));
     }
     let inserted = sqlx::query(
-        "INSERT INTO workflow_states (project_id, version, episode_id, node, status, command, state, at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO workflow_states (project_id, version, episode_id, node, status, command, state, at, episode) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(v.project_id.clone())
     .bind(v.version)
@@ -76,6 +82,7 @@ pub(crate) async fn append(tx: &mut sqlx::AnyConnection, v: &WorkflowVersion) ->
     .bind(v.command.clone())
     .bind(v.state.to_string())
     .bind(v.at)
+    .bind(v.episode.to_string())
     .execute(&mut *tx)
     .await;
     match inserted {

@@ -565,6 +565,7 @@ async fn workflow_versions_never_overwrite_each_other(t_: &TestStore) {
         status: "active".into(),
         command: format!("step {version}"),
         state: serde_json::json!({"current_node": node, "n": version}),
+        episode: serde_json::json!({"tests": ["t"]}),
         at: version * 10,
     };
     assert_eq!(s.workflow_state(P, None).await.unwrap(), None);
@@ -576,6 +577,7 @@ async fn workflow_versions_never_overwrite_each_other(t_: &TestStore) {
     assert!(matches!(e, StoreError::Conflict(_)), "{e}");
     assert_eq!(s.workflow_state(P, None).await.unwrap().unwrap().node, "REASONER");
     assert_eq!(s.workflow_state(P, Some(1)).await.unwrap().unwrap().state["n"], 1);
+    assert_eq!(s.workflow_state(P, None).await.unwrap().unwrap().episode, serde_json::json!({"tests": ["t"]}));
     assert_eq!(s.workflow_state(P, Some(7)).await.unwrap(), None);
     assert_eq!(s.workflow_state("other", None).await.unwrap(), None);
     // Writers racing from the same head: exactly one wins each version,

@@ -20,12 +20,20 @@ pub enum Dependency {
     Browser,
     /// Third-party MCP servers (`scripts/mcp-servers.sh`).
     McpServers,
+    /// pytest, for `noesis solve` on a Python project (`scripts/python-deps.sh`).
+    Pytest,
 }
 
 impl Dependency {
     /// Every dependency, in the order the summary names them.
-    pub const ALL: [Dependency; 5] =
-        [Dependency::Postgres, Dependency::LocalModel, Dependency::McpSdk, Dependency::Browser, Dependency::McpServers];
+    pub const ALL: [Dependency; 6] = [
+        Dependency::Postgres,
+        Dependency::LocalModel,
+        Dependency::McpSdk,
+        Dependency::Browser,
+        Dependency::McpServers,
+        Dependency::Pytest,
+    ];
 
     /// The variable that, set to anything but empty, `0` or `false`, skips
     /// the tests that need this dependency.
@@ -36,6 +44,7 @@ impl Dependency {
             Dependency::McpSdk => "NOESIS_SKIP_MCP_SDK",
             Dependency::Browser => "NOESIS_SKIP_BROWSER",
             Dependency::McpServers => "NOESIS_SKIP_MCP_SERVERS",
+            Dependency::Pytest => "NOESIS_SKIP_PYTEST",
         }
     }
 
@@ -47,6 +56,7 @@ impl Dependency {
             Dependency::McpSdk => "mcp-sdk",
             Dependency::Browser => "browser",
             Dependency::McpServers => "mcp-servers",
+            Dependency::Pytest => "pytest",
         }
     }
 

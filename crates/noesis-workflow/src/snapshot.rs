@@ -29,8 +29,8 @@ pub enum Entry {
     File {
         /// Bytes.
         size: u64,
-        /// Modification time, nanoseconds since the epoch.
-        mtime_ns: i128,
+        /// Modification time, nanoseconds since the epoch (-1: re-read it).
+        mtime_ns: i64,
         /// The inode (a rewrite through a new file changes it).
         ino: u64,
         /// Permission bits.
@@ -129,8 +129,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SnapshotError + '_ {
     move |source| SnapshotError::Io { path: path.to_owned(), source }
 }
 
-fn mtime_ns(meta: &std::fs::Metadata) -> i128 {
-    i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec())
+fn mtime_ns(meta: &std::fs::Metadata) -> i64 {
+    meta.mtime().saturating_mul(1_000_000_000).saturating_add(meta.mtime_nsec())
 }
 
 /// What a walk found at one path, before hashing.
@@ -299,7 +299,7 @@ pub fn diff(root: &Path, snap: &Snapshot) -> Result<Changes, SnapshotError> {
     Ok(c)
 }
 
-fn set_time(path: &Path, mtime_ns: i128) -> Result<(), SnapshotError> {
+fn set_time(path: &Path, mtime_ns: i64) -> Result<(), SnapshotError> {
     if mtime_ns < 0 {
         return Ok(());
     }

@@ -13,6 +13,7 @@ pub(crate) mod model;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod session;
+pub(crate) mod solve;
 pub(crate) mod state;
 pub(crate) mod test;
 pub(crate) mod validate;

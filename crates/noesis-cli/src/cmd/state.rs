@@ -89,7 +89,7 @@ enum Sub {
 
 /// How a command ends: a JSON result on stdout, exit 0, or imlazy's
 /// `{"error": …}` on stdout, exit 1.
-enum Reply {
+pub(crate) enum Reply {
     Ok(Value),
     Refused(String),
     /// Printed already (a listing).
@@ -183,7 +183,7 @@ fn imlazy_file(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
 }
 
 /// Eight hex digits naming the project, as imlazy's field holds.
-fn project_hash(root: &Path) -> String {
+pub(crate) fn project_hash(root: &Path) -> String {
     blake3::hash(root.to_string_lossy().as_bytes()).to_hex()[..8].to_owned()
 }
 
@@ -202,10 +202,12 @@ fn status_of(state: &Value, previous: &str) -> String {
     }
 }
 
-struct States<'a> {
-    store: &'a dyn Store,
-    project_id: &'a str,
-    mirror: Option<&'a Path>,
+/// The project's state in the store: versioned writes, retried on the new
+/// head when another writer got there first (`noesis solve` uses it too).
+pub(crate) struct States<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) project_id: &'a str,
+    pub(crate) mirror: Option<&'a Path>,
 }
 
 /// How often a writer that lost the race to another reads the new head
@@ -213,16 +215,17 @@ struct States<'a> {
 const ATTEMPTS: u32 = 200;
 
 impl States<'_> {
-    async fn head(&self) -> Result<Option<WorkflowVersion>, StoreError> {
+    pub(crate) async fn head(&self) -> Result<Option<WorkflowVersion>, StoreError> {
         self.store.workflow_state(self.project_id, None).await
     }
 
-    /// Writes `state` as the version after `head` (status `status`);
-    /// `Ok(false)` when another writer got there first.
-    async fn write(
+    /// Writes `state` (and `episode`, else the head's) as the version after
+    /// `head`; `None` when another writer got there first.
+    pub(crate) async fn write(
         &self,
         head: Option<&WorkflowVersion>,
         mut state: Value,
+        episode: Option<Value>,
         command: &str,
         status: String,
     ) -> anyhow::Result<Option<WorkflowVersion>> {
@@ -236,6 +239,8 @@ impl States<'_> {
             status,
             command: command.to_owned(),
             state,
+            // Kept from the head unless given: `noesis solve`'s own record.
+            episode: episode.unwrap_or_else(|| head.map_or_else(|| json!({}), |h| h.episode.clone())),
             at: now.millis(),
         };
         match self.store.append_workflow_state(&version).await {
@@ -271,28 +276,46 @@ impl States<'_> {
         command: &str,
         op: impl Fn(&mut Value) -> Result<Value, StateError>,
     ) -> anyhow::Result<Result<Value, Option<StateError>>> {
+        Ok(self.try_step(command, |s, _| op(s)).await?.map(|(_, v)| v))
+    }
+
+    /// Applies `op` to the head's state and episode record and writes both
+    /// as one version, again on the new head when another writer got there
+    /// first; the version written and `op`'s value, or the refusal (`None`:
+    /// no state yet).
+    pub(crate) async fn try_step(
+        &self,
+        command: &str,
+        op: impl Fn(&mut Value, &mut Value) -> Result<Value, StateError>,
+    ) -> anyhow::Result<Result<(WorkflowVersion, Value), Option<StateError>>> {
         for attempt in 0..ATTEMPTS {
             let Some(head) = self.head().await? else { return Ok(Err(None)) };
             let mut state = head.state.clone();
-            let reply = match op(&mut state) {
+            let mut episode = head.episode.clone();
+            let reply = match op(&mut state, &mut episode) {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(Some(e))),
             };
-            let status = status_of(&state, &head.status);
-            if self.write(Some(&head), state, command, status).await?.is_some() {
-                return Ok(Ok(reply));
+            // `noesis solve` marks an escalation in its record.
+            let status = if episode.get("escalated") == Some(&json!(true)) {
+                "escalated".to_owned()
+            } else {
+                status_of(&state, &head.status)
+            };
+            if let Some(v) = self.write(Some(&head), state, Some(episode), command, status).await? {
+                return Ok(Ok((v, reply)));
             }
             backoff(attempt).await;
         }
         anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to write `{command}`; try again")
     }
 
-    async fn init(&self, project_hash: String, command: &str) -> anyhow::Result<Reply> {
+    pub(crate) async fn init(&self, project_hash: String, command: &str) -> anyhow::Result<Reply> {
         for attempt in 0..ATTEMPTS {
             let head = self.head().await?;
             let now = Timestamp::now().to_string();
             let state = noesis_workflow::initial(&episode_id(), &project_hash, &now);
-            if let Some(v) = self.write(head.as_ref(), state, command, "active".into()).await? {
+            if let Some(v) = self.write(head.as_ref(), state, Some(json!({})), command, "active".into()).await? {
                 return Ok(Reply::Ok(v.state));
             }
             backoff(attempt).await;
@@ -330,7 +353,7 @@ impl States<'_> {
                     && head.status != "escalated"
                 {
                     let state = head.state.clone();
-                    self.write(Some(&head), state, &format!("{command} (escalated)"), "escalated".into()).await?;
+                    self.write(Some(&head), state, None, &format!("{command} (escalated)"), "escalated".into()).await?;
                 }
                 e.into()
             }
@@ -378,7 +401,10 @@ impl States<'_> {
         for attempt in 0..ATTEMPTS {
             let head = self.head().await?;
             let command = format!("checkout {version}");
-            if let Some(v) = self.write(head.as_ref(), old.state.clone(), &command, old.status.clone()).await? {
+            if let Some(v) = self
+                .write(head.as_ref(), old.state.clone(), Some(old.episode.clone()), &command, old.status.clone())
+                .await?
+            {
                 return Ok(Reply::Ok(json!({"success": true, "checked_out": version, "version": v.version})));
             }
             backoff(attempt).await;
@@ -408,7 +434,7 @@ impl States<'_> {
             let head = self.head().await?;
             let command = format!("import {}", file.display());
             let status = status_of(&state, "active");
-            if let Some(v) = self.write(head.as_ref(), state.clone(), &command, status).await? {
+            if let Some(v) = self.write(head.as_ref(), state.clone(), Some(json!({})), &command, status).await? {
                 return Ok(Reply::Ok(v.state));
             }
             backoff(attempt).await;

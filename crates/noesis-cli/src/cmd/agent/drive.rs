@@ -26,7 +26,7 @@ use crate::provider::{ProviderArgs, prices, select};
 
 /// Milliseconds since the Unix epoch: runs are continued by other
 /// processes, so their clock must be the machine's, not a process's.
-pub(super) fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -34,9 +34,9 @@ pub(super) fn now_ms() -> u64 {
 }
 
 /// Stores each state of the run before the next step.
-pub(super) struct Keep<'a> {
-    pub(super) store: &'a dyn Store,
-    pub(super) project_id: String,
+pub(crate) struct Keep<'a> {
+    pub(crate) store: &'a dyn Store,
+    pub(crate) project_id: String,
 }
 
 /// The stored form of `run` now.
@@ -144,7 +144,7 @@ fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
 
 /// `provider`, speaking the JSON tool protocol in text when it has no tool
 /// calling of its own or the config says so (`[providers.NAME] tools = false`).
-pub(super) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
+pub(crate) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
     let off = config.providers.get(provider.name()).and_then(|e| e.tools) == Some(false);
     if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
 }

@@ -1,0 +1,655 @@
+//! `noesis solve "TASK" --test "CMD"…`: the verified coding workflow over
+//! the project's CognitiveState. PLANNER, REASONER and REFLECTOR are
+//! built-in modules (overridable on the search path), CODER an agent run
+//! with the file tools confined to the workspace, VERIFIER the test
+//! commands. Every node ends in one version of the state (the state and the
+//! episode's record together), so `--resume` continues from the last node
+//! boundary; CODER's run resumes through its own durable records. Before
+//! CODER changes anything the tree is snapshotted; a change that makes an
+//! anchor (a test that passed) fail is restored exactly.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, RunConfig, Toolbox, Workspace};
+use noesis_llm::{ChatResponse, Provider};
+use noesis_modules::search::SearchPath;
+use noesis_store::{Store, WorkflowVersion};
+use noesis_workflow::snapshot::{self, Snapshot};
+use noesis_workflow::{Node, StateError};
+use serde_json::{Value, json};
+
+use super::state::States;
+use crate::out;
+
+/// The episode escalated to a person: the retry budget is spent.
+pub(crate) const EXIT_ESCALATED: u8 = 4;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// What to do, e.g. "make the failing test in tests/test_calc.py pass".
+    task: Option<String>,
+    /// A test command, run with `sh -c` in the workspace (repeatable); exit 0 passes.
+    #[arg(long = "test", value_name = "CMD")]
+    tests: Vec<String>,
+    /// The folder CODER may change [default: the current one].
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Continue the project's unfinished or escalated episode.
+    #[arg(long)]
+    resume: bool,
+    /// Advice for the next attempt (with --resume after an escalation).
+    #[arg(long, value_name = "TEXT", requires = "resume")]
+    hint: Option<String>,
+    /// Attempts REFLECTOR may route back before the episode escalates [default: 3].
+    #[arg(long, value_name = "N")]
+    max_retries: Option<u64>,
+    /// Seconds one test command may run.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    test_timeout: u64,
+    /// Print the final state and outcome as JSON.
+    #[arg(long)]
+    json: bool,
+    /// No progress on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    #[command(flatten)]
+    provider: crate::provider::ProviderArgs,
+}
+
+/// One test command's result.
+#[derive(Debug, Clone)]
+struct TestRun {
+    command: String,
+    passed: bool,
+    exit: Option<i32>,
+    tail: String,
+    ms: u64,
+}
+
+impl TestRun {
+    fn json(&self) -> Value {
+        json!({"name": self.command, "command": self.command, "status": if self.passed { "passed" } else { "failed" },
+               "exit_code": self.exit, "ms": self.ms, "output_blake3": blake3::hash(self.tail.as_bytes()).to_hex().to_string()})
+    }
+}
+
+/// The end of `text`, at most `n` characters.
+fn tail(text: &str, n: usize) -> String {
+    let count = text.chars().count();
+    if count <= n { text.to_owned() } else { format!("…{}", text.chars().skip(count - n).collect::<String>()) }
+}
+
+async fn run_tests(root: &Path, commands: &[String], limit: Duration) -> anyhow::Result<Vec<TestRun>> {
+    let mut runs = Vec::new();
+    for command in commands {
+        let started = std::time::Instant::now();
+        let child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(command)
+            .current_dir(root)
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        let (passed, exit, text) = match tokio::time::timeout(limit, child).await {
+            Err(_) => (false, None, format!("timed out after {} s", limit.as_secs())),
+            Ok(Err(e)) => bail!("test command `{command}` could not start: {e}"),
+            Ok(Ok(o)) => {
+                let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&o.stderr));
+                (o.status.success(), o.status.code(), text)
+            }
+        };
+        runs.push(TestRun {
+            command: command.clone(),
+            passed,
+            exit,
+            tail: tail(&text, 2000),
+            ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        });
+    }
+    Ok(runs)
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
+}
+
+struct Solver<'a> {
+    search: &'a SearchPath,
+    store: Arc<dyn Store>,
+    project_id: String,
+    provider: Arc<dyn Provider>,
+    prices: Arc<noesis_llm::PriceTable>,
+    states: States<'a>,
+    workspace: PathBuf,
+    blobs: PathBuf,
+    test_timeout: Duration,
+    quiet: bool,
+    /// Commands CODER's `run_command` may run besides the tests
+    /// (`[agent] allow_commands`).
+    allow_commands: Vec<String>,
+}
+
+impl Solver<'_> {
+    fn note(&self, text: &str) {
+        if !self.quiet {
+            out::note(text);
+        }
+    }
+
+    /// Runs a node's module on `input`; its `data`, or why not.
+    async fn module(&self, name: &str, input: Value) -> anyhow::Result<Value> {
+        let module = self
+            .search
+            .resolve(name)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+            .load()
+            .map_err(|e| anyhow::anyhow!("module {name}: {e}"))?;
+        let options = noesis_runtime::RunOptions { prices: Some(Arc::clone(&self.prices)), ..Default::default() };
+        let record = noesis_runtime::run(&module, self.provider.as_ref(), input, &options).await;
+        let envelope = record.envelope;
+        if envelope["ok"] != json!(true) {
+            bail!(
+                "{name} failed: {} {}",
+                envelope["error"]["code"].as_str().unwrap_or("E4000"),
+                envelope["error"]["message"].as_str().unwrap_or_default()
+            );
+        }
+        Ok(envelope["data"].clone())
+    }
+
+    /// Writes one node boundary; the version, or the state's refusal.
+    async fn step(
+        &self,
+        command: &str,
+        op: impl Fn(&mut Value, &mut Value) -> Result<(), StateError>,
+    ) -> anyhow::Result<Result<WorkflowVersion, StateError>> {
+        match self.states.try_step(command, |s, e| op(s, e).map(|()| Value::Null)).await? {
+            Ok((v, _)) => Ok(Ok(v)),
+            Err(Some(e)) => Ok(Err(e)),
+            Err(None) => bail!("the workflow state is gone (was it reset?)"),
+        }
+    }
+
+    fn manifest_path(&self, episode: &Value, attempt: u64) -> PathBuf {
+        let id = episode["episode_id"].as_str().unwrap_or("episode");
+        self.blobs.with_file_name(format!("{id}-{attempt}.json"))
+    }
+
+    async fn planner(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
+        let (s, e) = (&head.state, &head.episode);
+        let mut input = json!({
+            "task": s["user_query"],
+            "tests": s["test_results"]["public_tests"],
+            "anchors": s["test_results"]["anchor_tests"],
+        });
+        if let Some(h) = e["hint"].as_str() {
+            input["hint"] = json!(h);
+        }
+        let data = self.module("workflow-planner", input).await?;
+        self.note(&format!("    selected: {}", data["selected_solution"].as_str().unwrap_or_default()));
+        self.step("PLANNER", |s, _| {
+            noesis_workflow::set(s, "problem_reflection", data["problem_reflection"].clone())?;
+            noesis_workflow::set(s, "possible_solutions", data["possible_solutions"].clone())?;
+            noesis_workflow::set(s, "selected_solution", data["selected_solution"].clone())?;
+            noesis_workflow::transition(s, "REASONER", &now()).map(|_| ())
+        })
+        .await??;
+        Ok(())
+    }
+
+    async fn reasoner(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
+        let s = &head.state;
+        let input = json!({
+            "task": s["user_query"],
+            "problem_reflection": s["problem_reflection"],
+            "selected_solution": s["selected_solution"],
+            "tests": s["test_results"]["public_tests"],
+            "critiques": s["critiques"],
+        });
+        let data = self.module("workflow-reasoner", input).await?;
+        self.note(&format!("    plan: {} step(s)", data["plan"].as_array().map_or(0, Vec::len)));
+        self.step("REASONER", |s, _| {
+            noesis_workflow::set(s, "current_plan", data["plan"].clone())?;
+            for t in strings(&data["thoughts"]) {
+                noesis_workflow::append(
+                    s,
+                    "thought_trace",
+                    json!({"type": "thought", "node": "REASONER", "content": t}),
+                )?;
+            }
+            noesis_workflow::transition(s, "CODER", &now()).map(|_| ())
+        })
+        .await??;
+        Ok(())
+    }
+
+    async fn coder(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
+        let attempt = head.episode["attempt"].as_u64().unwrap_or(0);
+        // The snapshot and the run's id are on record before anything
+        // changes: a crash from here on resumes the same run against the
+        // same snapshot.
+        let head = if head.episode["coder_run"].is_null() {
+            let previous = head.episode["last_manifest"]
+                .as_str()
+                .and_then(|p| std::fs::read(p).ok())
+                .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok());
+            let snap = snapshot::take(&self.workspace, &self.blobs, previous.as_ref())?;
+            let path = self.manifest_path(&head.state, attempt);
+            std::fs::write(&path, serde_json::to_vec(&snap)?).with_context(|| path.display().to_string())?;
+            self.note(&format!("    snapshot: {} files", snap.entries.len()));
+            let run_id = format!("{}-coder-{attempt}", head.state["episode_id"].as_str().unwrap_or("episode"));
+            let path = path.to_string_lossy().into_owned();
+            self.step("CODER (snapshot)", |_, e| {
+                e["snapshot"] = json!(path);
+                e["last_manifest"] = json!(path);
+                e["coder_run"] = json!(run_id);
+                Ok(())
+            })
+            .await??
+        } else {
+            head.clone()
+        };
+        let run_id = head.episode["coder_run"].as_str().unwrap_or_default().to_owned();
+        let tests = strings(&head.episode["tests"]);
+        let workspace = Workspace::new(&self.workspace).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut allowed = tests.clone();
+        allowed.extend(self.allow_commands.iter().cloned());
+        let tools = Arc::new(Toolbox::new(workspace, allowed));
+        let mut run = match self.store.agent_state(&run_id, None).await? {
+            Some(stored) => {
+                let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {run_id}"))?;
+                run.resume();
+                run
+            }
+            None => {
+                let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+                let mut run =
+                    AgentRun::new(run_id.clone(), coder_task(&head.state, &tests), config, super::agent::now_ms());
+                run.host = json!({"task": format!("CODER of episode {}", head.state["episode_id"].as_str().unwrap_or_default()),
+                                  "workspace": self.workspace.to_string_lossy(), "provider": self.provider.name(),
+                                  "model": self.provider.model(), "project_id": self.project_id, "solve": true});
+                run
+            }
+        };
+        if run.outcome.is_none() {
+            let prices = Arc::clone(&self.prices);
+            let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
+            let quiet = self.quiet;
+            let id = run.id.clone();
+            let observe = move |p: &noesis_agent::Progress| {
+                if !quiet {
+                    let e = noesis_agent::events::progress_event("agents.runs", &id, p);
+                    out::note(&format!("    {} {}", e.kind, e.data));
+                }
+            };
+            let driver = Driver {
+                now: &super::agent::now_ms,
+                price: &price,
+                observe: Some(&observe),
+                ..Driver::new(self.provider.as_ref(), Arc::clone(&tools))
+            };
+            let mut keep = super::agent::Keep { store: self.store.as_ref(), project_id: self.project_id.clone() };
+            let action = driver.drive(&mut run, &mut keep).await?;
+            if let Action::AwaitApproval(_) = action {
+                bail!("CODER's run {run_id} waits for an approval, which solve never asks for");
+            }
+        }
+        let outcome = run.outcome.as_ref().map_or_else(|| "unfinished".to_owned(), noesis_agent::outcome_name);
+        let snap = load_manifest(head.episode["snapshot"].as_str())?;
+        let changes = snapshot::diff(&self.workspace, &snap)?;
+        self.note(&format!("    {outcome}; {} path(s) changed", changes.count()));
+        let mut files = serde_json::Map::new();
+        for (paths, role) in
+            [(&changes.modified, "modified"), (&changes.created, "created"), (&changes.deleted, "deleted")]
+        {
+            for p in paths {
+                files.insert(p.clone(), json!(role));
+            }
+        }
+        let ai_tests: Vec<String> = changes.created.iter().filter(|p| is_test_file(p)).cloned().collect();
+        self.step("CODER", |s, _| {
+            noesis_workflow::set(s, "file_context", Value::Object(files.clone()))?;
+            noesis_workflow::set(s, "test_results.ai_tests", json!(ai_tests))?;
+            noesis_workflow::append(
+                s,
+                "thought_trace",
+                json!({"type": "coder", "run": run_id, "outcome": outcome, "changed": changes.count()}),
+            )?;
+            noesis_workflow::transition(s, "VERIFIER", &now()).map(|_| ())
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// Runs the tests; `Some(exit)` when the episode ends here.
+    async fn verifier(&self, head: &WorkflowVersion) -> anyhow::Result<Option<ExitCode>> {
+        let tests = strings(&head.episode["tests"]);
+        let results = run_tests(&self.workspace, &tests, self.test_timeout).await?;
+        let anchors = strings(&head.state["test_results"]["anchor_tests"]);
+        let failing: Vec<&TestRun> = results.iter().filter(|r| !r.passed).collect();
+        let broken: Vec<String> =
+            failing.iter().filter(|r| anchors.contains(&r.command)).map(|r| r.command.clone()).collect();
+        self.note(&format!(
+            "    {} of {} test(s) pass; {} anchor(s){}",
+            results.len() - failing.len(),
+            results.len(),
+            anchors.len(),
+            if broken.is_empty() { String::new() } else { format!(", {} broken", broken.len()) }
+        ));
+        let mut reverted = Value::Null;
+        if !broken.is_empty()
+            && let Some(path) = head.episode["snapshot"].as_str()
+        {
+            let snap = load_manifest(Some(path))?;
+            let undone = snapshot::restore(&self.workspace, &self.blobs, &snap)?;
+            self.note(&format!("    anchor regression: {} path(s) restored", undone.count()));
+            reverted = serde_json::to_value(&undone)?;
+        }
+        let public: Vec<Value> = results.iter().map(TestRun::json).collect();
+        let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.command.clone()).collect();
+        let failed: Vec<Value> =
+            failing.iter().map(|r| json!({"test": r.command, "exit_code": r.exit, "tail": r.tail})).collect();
+        let solved = failing.is_empty();
+        let v = self
+            .step("VERIFIER", |s, e| {
+                noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
+                if broken.is_empty() {
+                    // A test that passes after a change is an anchor from now on.
+                    let mut all = strings(&s["test_results"]["anchor_tests"]);
+                    all.extend(passing.iter().filter(|p| !all.contains(p)).cloned().collect::<Vec<_>>());
+                    noesis_workflow::set(s, "test_results.anchor_tests", json!(all))?;
+                }
+                if solved {
+                    return noesis_workflow::transition(s, "CONSOLIDATOR", &now()).map(|_| ());
+                }
+                let entry = if broken.is_empty() {
+                    json!({"type": "tests_failed", "tests": failed})
+                } else {
+                    json!({"type": "anchor_regression", "reason": "anchor regression", "anchors": broken,
+                           "reverted": reverted, "tests": failed})
+                };
+                noesis_workflow::append(s, "error_log", entry)?;
+                e["failing"] = json!(failed);
+                e["reverted"] = json!(!broken.is_empty());
+                e["attempt"] = json!(e["attempt"].as_u64().unwrap_or(0) + 1);
+                e["coder_run"] = Value::Null;
+                e["snapshot"] = Value::Null;
+                match noesis_workflow::transition(s, "REFLECTOR", &now()) {
+                    Ok(_) => Ok(()),
+                    // No retry left: the episode stops here for a person.
+                    Err(StateError::Escalate { .. }) => {
+                        e["escalated"] = json!(true);
+                        Ok(())
+                    }
+                    Err(other) => Err(other),
+                }
+            })
+            .await??;
+        if v.episode["escalated"] == json!(true) && v.state["current_node"] == "VERIFIER" {
+            return Ok(Some(ExitCode::from(EXIT_ESCALATED)));
+        }
+        Ok(None)
+    }
+
+    async fn reflector(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
+        let (s, e) = (&head.state, &head.episode);
+        let input = json!({
+            "task": s["user_query"],
+            "plan": s["current_plan"],
+            "changes": s["file_context"],
+            "reverted": e["reverted"].as_bool().unwrap_or(false),
+            "failing": e["failing"],
+            "critiques": s["critiques"],
+        });
+        let mut input = input;
+        if let Some(h) = e["hint"].as_str() {
+            input["hint"] = json!(h);
+        }
+        let data = self.module("workflow-reflector", input).await?;
+        let route = data["route"].as_str().unwrap_or("CODER").to_owned();
+        self.note(&format!("    {} → {route}", data["critique"].as_str().unwrap_or_default()));
+        let attempt = e["attempt"].as_u64().unwrap_or(0);
+        self.step("REFLECTOR", |s, _| {
+            noesis_workflow::append(
+                s,
+                "critiques",
+                json!({"attempt": attempt, "critique": data["critique"], "lesson": data["lesson"], "route": route}),
+            )?;
+            noesis_workflow::transition(s, &route, &now()).map(|_| ())
+        })
+        .await??;
+        Ok(())
+    }
+}
+
+fn now() -> String {
+    noesis_frames::Timestamp::now().to_string()
+}
+
+fn load_manifest(path: Option<&str>) -> anyhow::Result<Snapshot> {
+    let path = path.context("the episode has no snapshot on record")?;
+    let bytes = std::fs::read(path).with_context(|| format!("the snapshot manifest {path}"))?;
+    serde_json::from_slice(&bytes).with_context(|| format!("the snapshot manifest {path}"))
+}
+
+fn is_test_file(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.starts_with("test_") || name.contains("_test.") || name.contains(".test.") || path.starts_with("tests/")
+}
+
+/// CODER's task: the goal, the plan, what fails, what was said before.
+fn coder_task(state: &Value, tests: &[String]) -> String {
+    let mut t = format!("{}\n\n", state["user_query"].as_str().unwrap_or_default());
+    if let Some(sol) = state["selected_solution"].as_str().filter(|s| !s.is_empty()) {
+        t.push_str(&format!("Approach: {sol}\n\n"));
+    }
+    let plan = strings(&state["current_plan"]);
+    if !plan.is_empty() {
+        t.push_str("Plan:\n");
+        for (i, p) in plan.iter().enumerate() {
+            t.push_str(&format!("{}. {p}\n", i + 1));
+        }
+        t.push('\n');
+    }
+    for c in state["critiques"].as_array().into_iter().flatten() {
+        t.push_str(&format!("An earlier attempt failed: {}\n", c["critique"].as_str().unwrap_or_default()));
+    }
+    t.push_str(&format!(
+        "\nChange the files in the workspace so that these commands pass: {}. Tests that pass now must keep passing.",
+        tests.join("; ")
+    ));
+    t
+}
+
+/// What a person needs after an escalation: the goal, what was tried, each
+/// critique, the failing tests.
+fn escalation_report(state: &Value, episode: &Value) -> String {
+    let mut r = format!("escalated: {}\n", state["user_query"].as_str().unwrap_or_default());
+    r.push_str(&format!("goal: {}\n", state["problem_reflection"]["goal"].as_str().unwrap_or_default()));
+    r.push_str(&format!("tried: {}\n", state["selected_solution"].as_str().unwrap_or_default()));
+    for c in state["critiques"].as_array().into_iter().flatten() {
+        r.push_str(&format!("critique (attempt {}): {}\n", c["attempt"], c["critique"].as_str().unwrap_or_default()));
+    }
+    for f in episode["failing"].as_array().into_iter().flatten() {
+        r.push_str(&format!("failing: {} (exit {})\n", f["test"].as_str().unwrap_or_default(), f["exit_code"]));
+    }
+    r.push_str("continue with: noesis solve --resume [--hint \"…\"]\n");
+    r
+}
+
+pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    let cwd = std::env::current_dir()?;
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let config = crate::config::load(&env, &cwd)?.config;
+    let rt = crate::memory::runtime()?;
+    rt.block_on(async {
+        let (project, store) = crate::memory::context().await?;
+        let store: Arc<dyn Store> = Arc::from(store);
+        let mirror = (config.workflow.mirror_imlazy == Some(true))
+            .then(|| config.workflow.imlazy_state.clone().or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".imlazy/working/state.json"))))
+            .flatten();
+        let states = States { store: store.as_ref(), project_id: &project.project_id, mirror: mirror.as_deref() };
+        let head = states.head().await?;
+        let in_progress =
+            head.as_ref().filter(|h| h.episode.get("tests").is_some() && h.status != "archived" && h.node != "CONSOLIDATOR");
+        let workspace = if a.resume {
+            let Some(h) = in_progress else { bail!("no unfinished episode to resume in this project") };
+            PathBuf::from(h.episode["workspace"].as_str().unwrap_or_default())
+        } else {
+            if let Some(h) = in_progress {
+                bail!(
+                    "episode {} is unfinished (at {}, {}); continue it with `noesis solve --resume` or start over with `noesis state reset`",
+                    h.episode_id,
+                    h.node,
+                    h.status
+                );
+            }
+            let task = a.task.clone().unwrap_or_default();
+            if task.trim().is_empty() {
+                bail!("the task is empty; say what to do: noesis solve \"TASK\" --test \"CMD\"");
+            }
+            if a.tests.is_empty() {
+                bail!("no --test given: solve verifies every change with the project's tests (--test \"CMD\", repeatable)");
+            }
+            let root = a.workspace.clone().unwrap_or(cwd.clone());
+            let root = root.canonicalize().with_context(|| format!("--workspace {}: not a folder", root.display()))?;
+            let crate::cmd::state::Reply::Ok(_) = states.init(super::state::project_hash(&project.root), "solve").await? else {
+                bail!("could not start an episode");
+            };
+            let tests = a.tests.clone();
+            let max = a.max_retries;
+            let ws = root.to_string_lossy().into_owned();
+            let v = states
+                .try_step("solve", |s, e| {
+                    noesis_workflow::set(s, "user_query", json!(task))?;
+                    if let Some(m) = max {
+                        noesis_workflow::set(s, "max_retries", json!(m))?;
+                    }
+                    *e = json!({"task": task, "tests": tests, "workspace": ws, "attempt": 0,
+                                "coder_run": null, "snapshot": null, "baseline": null});
+                    Ok(Value::Null)
+                })
+                .await?
+                .map_err(|e| anyhow::anyhow!("{}", e.map_or_else(|| "no state".to_owned(), |e| e.to_string())))?;
+            if !a.quiet {
+                out::note(&format!("episode {} in {}", v.0.episode_id, root.display()));
+            }
+            root
+        };
+        let noesis_home = crate::memory::home()?;
+        let blobs = noesis_home.join("snapshots").join(super::state::project_hash(&project.root)).join("blobs");
+        let provider = crate::cmd::agent::with_text_tools(crate::provider::select(&a.provider, &config, None)?, &config);
+        let solver = Solver {
+            search,
+            store: Arc::clone(&store),
+            project_id: project.project_id.clone(),
+            provider,
+            prices: crate::provider::prices(&config),
+            states,
+            workspace,
+            blobs,
+            test_timeout: Duration::from_secs(a.test_timeout),
+            quiet: a.quiet,
+            allow_commands: config.agent.allow_commands.clone(),
+        };
+        if a.resume {
+            let hint = a.hint.clone();
+            solver
+                .step("solve --resume", |s, e| {
+                    if e["escalated"] == json!(true) {
+                        // A person looked: one more attempt than was spent.
+                        let spent = s["retry_count"].as_u64().unwrap_or(0);
+                        noesis_workflow::set(s, "max_retries", json!(spent + 1))?;
+                        e["escalated"] = json!(false);
+                    }
+                    if let Some(h) = &hint {
+                        e["hint"] = json!(h);
+                        noesis_workflow::append(s, "thought_trace", json!({"type": "hint", "content": h}))?;
+                    }
+                    Ok(())
+                })
+                .await??;
+        }
+        solver.drive(a.json).await
+    })
+}
+
+impl Solver<'_> {
+    async fn drive(&self, as_json: bool) -> anyhow::Result<ExitCode> {
+        loop {
+            let head = self.states.head().await?.context("the workflow state is gone")?;
+            let node = noesis_workflow::current(&head.state)?;
+            self.note(&format!("==> {node} (retry {} of {})", head.state["retry_count"], head.state["max_retries"]));
+            match node {
+                Node::Planner => {
+                    if head.episode["baseline"].is_null() {
+                        self.baseline(&head).await?;
+                        continue;
+                    }
+                    self.planner(&head).await?;
+                }
+                Node::Reasoner => self.reasoner(&head).await?,
+                Node::Coder => self.coder(&head).await?,
+                Node::Verifier => {
+                    if head.episode["escalated"] == json!(true) {
+                        return self.finish(&head, as_json, "escalated", ExitCode::from(EXIT_ESCALATED));
+                    }
+                    if let Some(code) = self.verifier(&head).await? {
+                        let head = self.states.head().await?.context("the workflow state is gone")?;
+                        return self.finish(&head, as_json, "escalated", code);
+                    }
+                }
+                Node::Reflector => self.reflector(&head).await?,
+                Node::Consolidator => return self.finish(&head, as_json, "solved", ExitCode::SUCCESS),
+            }
+        }
+    }
+
+    /// VERIFIER's first run, before anything changes: what passes now is an anchor.
+    async fn baseline(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
+        self.note("==> VERIFIER (baseline, before any change)");
+        let tests = strings(&head.episode["tests"]);
+        let results = run_tests(&self.workspace, &tests, self.test_timeout).await?;
+        let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.command.clone()).collect();
+        self.note(&format!("    {} of {} test(s) pass; they are the anchors", passing.len(), results.len()));
+        let public: Vec<Value> = results.iter().map(TestRun::json).collect();
+        let baseline: serde_json::Map<String, Value> =
+            results.iter().map(|r| (r.command.clone(), json!(r.passed))).collect();
+        self.step("VERIFIER (baseline)", |s, e| {
+            noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
+            noesis_workflow::set(s, "test_results.anchor_tests", json!(passing))?;
+            e["baseline"] = Value::Object(baseline.clone());
+            Ok(())
+        })
+        .await??;
+        Ok(())
+    }
+
+    fn finish(&self, head: &WorkflowVersion, as_json: bool, outcome: &str, code: ExitCode) -> anyhow::Result<ExitCode> {
+        if as_json {
+            out::json(
+                &json!({"outcome": outcome, "episode_id": head.episode_id, "version": head.version,
+                               "state": head.state}),
+                true,
+            )?;
+        } else if outcome == "escalated" {
+            out::data(&escalation_report(&head.state, &head.episode))?;
+        } else {
+            let anchors = strings(&head.state["test_results"]["anchor_tests"]);
+            out::data(&format!(
+                "solved: {} ({} test(s) pass; anchors: {}; {} retr{})",
+                head.state["user_query"].as_str().unwrap_or_default(),
+                head.state["test_results"]["public_tests"].as_array().map_or(0, Vec::len),
+                anchors.join(", "),
+                head.state["retry_count"],
+                if head.state["retry_count"] == json!(1) { "y" } else { "ies" }
+            ))?;
+        }
+        Ok(code)
+    }
+}

@@ -1,0 +1,368 @@
+//! `noesis solve` on a small Python package tested by pytest, with a
+//! scripted model over the OpenAI wire (the fake server on 127.0.0.1):
+//! a fix, an anchor regression restored byte for byte, an escalation and
+//! its resumption, and kill -9 in the middle.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use noesis_testkit::skip::{Dependency, missing};
+use noesis_testkit::{FakeServer, Reply, tool_call_completion};
+use serde_json::{Value, json};
+
+use crate::support::{Output, Work, output};
+
+/// The pytest program scripts/python-deps.sh installed.
+fn pytest(test: &str) -> Option<String> {
+    match std::env::var("NOESIS_PYTEST").ok().filter(|p| Path::new(p).exists()) {
+        Some(p) => Some(p),
+        None => {
+            missing(Dependency::Pytest, test, "NOESIS_PYTEST does not name an installed pytest");
+            None
+        }
+    }
+}
+
+const CALC: &str = "def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n";
+
+/// A package with a bug in `add` (its test fails) and a working `mul` (its
+/// test passes: an anchor).
+fn project(work: &Work) -> std::path::PathBuf {
+    work.write("proj/calc.py", CALC);
+    work.write("proj/test_add.py", "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n");
+    work.write("proj/test_mul.py", "from calc import mul\n\n\ndef test_mul():\n    assert mul(2, 3) == 6\n");
+    work.write("proj/.gitignore", "__pycache__/\n.pytest_cache/\n");
+    let notes = work.write("proj/notes.txt", "keep me\n");
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o640)).unwrap();
+    work.path().join("proj")
+}
+
+/// Every file of the project but pytest's caches: contents and modes.
+fn scan(root: &Path) -> BTreeMap<String, (Vec<u8>, u32)> {
+    let mut files = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == "__pycache__" || name == ".pytest_cache" {
+                continue;
+            }
+            let meta = e.metadata().unwrap();
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else {
+                let rel = e.path().strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                files.insert(rel, (std::fs::read(e.path()).unwrap(), meta.permissions().mode() & 0o777));
+            }
+        }
+    }
+    files
+}
+
+fn envelope(data: Value) -> Reply {
+    Reply::Chat(
+        json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "scripted"}, "data": data})
+            .to_string(),
+    )
+}
+
+fn planner() -> Reply {
+    envelope(json!({
+        "problem_reflection": {"goal": "add(a, b) returns the sum", "inputs": ["a", "b"], "outputs": ["a + b"],
+                               "constraints": ["keep mul working"], "edge_cases": []},
+        "possible_solutions": ["fix the operator in add", "rewrite calc.py"],
+        "selected_solution": "fix the operator in add",
+        "rationale": "test_add expects 2 + 3 == 5"
+    }))
+}
+
+fn reasoner() -> Reply {
+    envelope(json!({"plan": ["in calc.py, change `a - b` to `a + b` in add"],
+                    "thoughts": ["only add is wrong"], "rationale": "one change"}))
+}
+
+fn reflector(critique: &str) -> Reply {
+    envelope(json!({"critique": critique, "route": "CODER", "lesson": "run every test before finishing",
+                    "rationale": "the plan was right"}))
+}
+
+fn call(id: &str, tool: &str, args: Value) -> Reply {
+    Reply::Status(200, tool_call_completion(id, tool, &args).to_string(), vec![])
+}
+
+fn fix() -> Reply {
+    call("fix", "edit_file", json!({"path": "calc.py", "old": "return a - b", "new": "return a + b"}))
+}
+
+fn solve(work: &Work, llm: &FakeServer, args: &[&str]) -> Output {
+    output(
+        work.noesis_bare()
+            .arg("solve")
+            .args(args)
+            .env("OPENAI_BASE_URL", llm.base_url())
+            .env("OPENAI_API_KEY", "sk-test"),
+    )
+}
+
+fn dump(work: &Work) -> Value {
+    output(work.noesis_bare().args(["state", "dump"])).json()
+}
+
+struct Tests {
+    add: String,
+    mul: String,
+}
+
+fn tests(pytest: &str) -> Tests {
+    Tests { add: format!("{pytest} -q test_add.py"), mul: format!("{pytest} -q test_mul.py") }
+}
+
+#[test]
+fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
+    let Some(pytest) = pytest("a_failing_test_is_fixed") else { return };
+    let t = tests(&pytest);
+    let work = Work::new();
+    project(&work);
+    let llm = FakeServer::start(vec![planner(), reasoner(), fix(), Reply::Chat("Fixed add.".into())]).unwrap();
+    let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stdout.starts_with("solved: Make test_add pass (2 test(s) pass; anchors: "), "{}", o.stdout);
+    assert!(o.stderr.contains("==> VERIFIER (baseline, before any change)"), "{}", o.stderr);
+    assert_eq!(llm.received().len(), 4);
+    let calc = std::fs::read_to_string(work.path().join("proj/calc.py")).unwrap();
+    assert!(calc.contains("return a + b") && calc.contains("return a * b"), "{calc}");
+    let s = dump(&work);
+    assert_eq!(s["current_node"], "CONSOLIDATOR");
+    assert_eq!(s["user_query"], "Make test_add pass");
+    assert_eq!(s["selected_solution"], "fix the operator in add");
+    assert_eq!(s["current_plan"], json!(["in calc.py, change `a - b` to `a + b` in add"]));
+    // mul passed before any change: the first anchor; add joined once it passed.
+    assert_eq!(s["test_results"]["anchor_tests"], json!([t.mul, t.add]));
+    let statuses: Vec<&str> =
+        s["test_results"]["public_tests"].as_array().unwrap().iter().map(|t| t["status"].as_str().unwrap()).collect();
+    assert_eq!(statuses, ["passed", "passed"]);
+    assert_eq!(s["file_context"], json!({"calc.py": "modified"}));
+    assert_eq!(s["retry_count"], 0);
+    let nodes: Vec<&str> = s["thought_trace"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "transition")
+        .map(|e| e["to"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["REASONER", "CODER", "VERIFIER", "CONSOLIDATOR"]);
+    let history = output(work.noesis_bare().args(["state", "history", "--json"])).json();
+    let last = history.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["status"], "archived");
+    // The model saw the plan and the tests in CODER's task.
+    let coder = llm.received()[2].json();
+    let task =
+        coder["messages"].as_array().unwrap().iter().find(|m| m["role"] == "user").unwrap()["content"].to_string();
+    assert!(task.contains("change `a - b` to `a + b`") && task.contains("test_add.py"), "{task}");
+    // A second solve while nothing is unfinished starts a new episode; an
+    // unfinished one must be resumed or reset first.
+    let o = solve(&work, &llm, &["again"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("no --test given"), "{}", o.stderr);
+}
+
+/// CODER's first change fixes add but breaks mul (an anchor), creates a
+/// file and deletes one behind the tools' back: the tree is restored byte
+/// for byte, REFLECTOR runs, and the second attempt — which can only apply
+/// to the restored file — succeeds.
+#[test]
+fn a_change_that_breaks_an_anchor_is_restored_exactly() {
+    let Some(pytest) = pytest("a_change_that_breaks_an_anchor") else { return };
+    let t = tests(&pytest);
+    let work = Work::new();
+    let root = project(&work);
+    work.write("noesis.toml", "[agent]\nallow_commands = [\"rm\"]\n");
+    let before = scan(&root);
+    let broken = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a + b\n";
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        call("w1", "write_file", json!({"path": "calc.py", "content": broken})),
+        call("w2", "write_file", json!({"path": "extra/helper.py", "content": "x = 1\n"})),
+        call("w3", "run_command", json!({"command": "rm notes.txt"})),
+        Reply::Chat("Rewrote calc.py.".into()),
+        reflector("the rewrite turned mul into a sum"),
+        fix(),
+        Reply::Chat("Fixed only add.".into()),
+    ])
+    .unwrap();
+    let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("anchor regression: "), "{}", o.stderr);
+    assert_eq!(llm.received().len(), 9);
+    // Everything but the one intended change is as it was, modes included.
+    let mut expected = before.clone();
+    expected.get_mut("calc.py").unwrap().0 = CALC.replace("return a - b", "return a + b").into_bytes();
+    assert_eq!(scan(&root), expected);
+    let s = dump(&work);
+    assert_eq!(s["retry_count"], 1);
+    let regression = &s["error_log"][0];
+    assert_eq!(regression["type"], "anchor_regression");
+    assert_eq!(regression["reason"], "anchor regression");
+    assert_eq!(regression["anchors"], json!([t.mul]));
+    assert_eq!(regression["reverted"]["modified"], json!(["calc.py"]));
+    assert_eq!(regression["reverted"]["created"], json!(["extra/helper.py"]));
+    assert_eq!(regression["reverted"]["created_dirs"], json!(["extra"]));
+    assert_eq!(regression["reverted"]["deleted"], json!(["notes.txt"]));
+    assert_eq!(s["critiques"][0]["critique"], "the rewrite turned mul into a sum");
+    assert_eq!(s["critiques"][0]["route"], "CODER");
+    // REFLECTOR was told the change was reverted.
+    let asked = llm.received()[6].json().to_string();
+    assert!(asked.contains("reverted") && asked.contains("test_mul.py"), "{asked}");
+}
+
+/// A model that never fixes it: three REFLECTOR visits, then the episode
+/// escalates with a report and its own exit code; `--resume --hint` gives
+/// it one more attempt, which succeeds.
+#[test]
+fn a_model_that_never_fixes_it_escalates_and_a_hint_resumes_it() {
+    let Some(pytest) = pytest("a_model_that_never_fixes_it") else { return };
+    let t = tests(&pytest);
+    let work = Work::new();
+    project(&work);
+    let nothing = || Reply::Chat("I could not find the bug.".into());
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        nothing(),
+        reflector("nothing was changed (1)"),
+        nothing(),
+        reflector("nothing was changed (2)"),
+        nothing(),
+        reflector("nothing was changed (3)"),
+        nothing(),
+    ])
+    .unwrap();
+    let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
+    assert_eq!(o.code, 4, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(llm.received().len(), 9);
+    for line in [
+        "escalated: Make test_add pass",
+        "goal: add(a, b) returns the sum",
+        "tried: fix the operator in add",
+        "critique (attempt 1): nothing was changed (1)",
+        "critique (attempt 3): nothing was changed (3)",
+        &format!("failing: {} (exit 1)", t.add),
+        "continue with: noesis solve --resume",
+    ] {
+        assert!(o.stdout.contains(line), "missing {line:?} in\n{}", o.stdout);
+    }
+    let s = dump(&work);
+    assert_eq!((s["retry_count"].clone(), s["current_node"].clone()), (json!(3), json!("VERIFIER")));
+    let history = output(work.noesis_bare().args(["state", "history", "--json"])).json();
+    assert_eq!(history.as_array().unwrap().last().unwrap()["status"], "escalated");
+    // A new task is refused while this one waits.
+    let o = solve(&work, &llm, &["Something else", "--workspace", "proj", "--test", "true"]);
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("--resume"), "{}", o.stderr);
+
+    let llm = FakeServer::start(vec![reflector("follow the hint"), fix(), Reply::Chat("Done.".into())]).unwrap();
+    let o = solve(&work, &llm, &["--resume", "--hint", "the operator in add is wrong"]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(llm.received().len(), 3);
+    assert!(llm.received()[0].json().to_string().contains("the operator in add is wrong"));
+    let s = dump(&work);
+    assert_eq!((s["retry_count"].clone(), s["max_retries"].clone()), (json!(4), json!(4)));
+    assert!(s["thought_trace"].as_array().unwrap().iter().any(|e| e["type"] == "hint"));
+}
+
+/// Killed during CODER (a tool call running) and during VERIFIER (a test
+/// running): `--resume` finishes the episode; no tool call runs twice.
+#[test]
+fn kill_9_during_coder_and_verifier_then_resume_finishes() {
+    let Some(pytest) = pytest("kill_9_during_coder_and_verifier") else { return };
+    let t = tests(&pytest);
+    let work = Work::new();
+    project(&work);
+    work.write("noesis.toml", "[agent]\nallow_commands = [\"sleep\"]\n");
+    // The test sleeps on its second run only (the first is the baseline).
+    let slow = format!("if [ -f ran ]; then sleep 60; fi; touch ran; {}", t.mul);
+    work.write("proj/.gitignore", "__pycache__/\n.pytest_cache/\nran\n");
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        fix(),
+        call("nap", "run_command", json!({"command": "sleep 60"})),
+    ])
+    .unwrap();
+    let mut child = work
+        .noesis_std()
+        .args(["solve", "Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &slow])
+        .env("OPENAI_BASE_URL", llm.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed once CODER's second call is on record as running.
+    let running = |work: &Work| -> bool {
+        let o = output(work.noesis_bare().args(["agent", "list", "--json"]));
+        let Some(id) = o.stdout.contains("coder").then(|| {
+            let v: Value = serde_json::from_str(&o.stdout).unwrap_or(Value::Null);
+            v.as_array().and_then(|a| a.first()).and_then(|r| r["run_id"].as_str()).map(str::to_owned)
+        }) else {
+            return false;
+        };
+        let Some(id) = id else { return false };
+        let shown = output(work.noesis_bare().args(["agent", "show", &id, "--json"]));
+        shown.stdout.contains("\"running\"") && shown.stdout.contains("\"nap\"")
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !running(&work) {
+        assert!(std::time::Instant::now() < deadline, "CODER's call never started");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(llm.received().len(), 4);
+
+    // Resumed: the interrupted call is reported, not run again; the model
+    // finishes; VERIFIER's test sleeps and is killed in turn.
+    let llm = FakeServer::start(vec![Reply::Chat("Fixed add.".into())]).unwrap();
+    let mut child = work
+        .noesis_std()
+        .args(["solve", "--resume"])
+        .env("OPENAI_BASE_URL", llm.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while dump(&work)["current_node"] != "VERIFIER" {
+        assert!(std::time::Instant::now() < deadline, "never reached VERIFIER");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(llm.received().len(), 1);
+    let sent = llm.received()[0].json().to_string();
+    assert!(sent.contains("nap"), "the model hears what became of the interrupted call: {sent}");
+
+    std::fs::remove_file(work.path().join("proj/ran")).ok();
+    let llm = FakeServer::start(vec![]).unwrap();
+    let o = solve(&work, &llm, &["--resume"]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(llm.received().len(), 0, "nothing left to ask the model");
+    let calc = std::fs::read_to_string(work.path().join("proj/calc.py")).unwrap();
+    assert_eq!(calc.matches("a + b").count(), 1, "{calc}");
+    let s = dump(&work);
+    assert_eq!(s["current_node"], "CONSOLIDATOR");
+    let run = s["thought_trace"].as_array().unwrap().iter().find(|e| e["type"] == "coder").unwrap()["run"].clone();
+    let shown = output(work.noesis_bare().args(["agent", "show", run.as_str().unwrap(), "--json"])).json();
+    let calls: Vec<(String, String)> = shown["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["id"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(calls, [("fix".to_owned(), "completed".to_owned()), ("nap".to_owned(), "interrupted".to_owned())]);
+}
