@@ -59,6 +59,8 @@ enum Command {
     Frames(cmd::frames::Args),
     /// Solve a coding task, verified: PLANNER → REASONER → CODER → VERIFIER → CONSOLIDATOR (REFLECTOR on failure), anchors kept green.
     Solve(Box<cmd::solve::Args>),
+    /// Search what earlier `solve` episodes did and learnt (episodic and procedural memory).
+    Memory(cmd::memory::Args),
     /// The project's CognitiveState (imlazy's state manager, with legal transitions, a retry budget and history).
     State(cmd::state::Args),
     /// Serve the modules to MCP clients (editors, agents) over stdio: tools run, list, info; a resource per module.
@@ -131,6 +133,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Frames(a) => cmd::frames::run(a),
         Command::State(a) => cmd::state::run(a),
         Command::Solve(a) => cmd::solve::run(&search, *a),
+        Command::Memory(a) => cmd::memory::run(a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),

@@ -156,6 +156,16 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     let history = output(work.noesis_bare().args(["state", "history", "--json"])).json();
     let last = history.as_array().unwrap().last().unwrap().clone();
     assert_eq!(last["status"], "archived");
+    // The archived episode is found by the words of a question.
+    let found = output(work.noesis_bare().args(["memory", "search", "which test did add fail", "--json"])).json();
+    let found = found.as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["kind"], "episode");
+    assert_eq!(found[0]["episode_id"], s["episode_id"]);
+    assert_eq!(found[0]["record"]["outcome"], "solved");
+    assert_eq!(found[0]["record"]["files"], json!({"calc.py": "modified"}));
+    let text = output(work.noesis_bare().args(["memory", "search", "operator"]));
+    assert!(text.stdout.starts_with("episode  ") && text.stdout.contains("(solved)"), "{}", text.stdout);
     // The model saw the plan and the tests in CODER's task.
     let coder = llm.received()[2].json();
     let task =
@@ -216,6 +226,17 @@ fn a_change_that_breaks_an_anchor_is_restored_exactly() {
     // REFLECTOR was told the change was reverted.
     let asked = llm.received()[6].json().to_string();
     assert!(asked.contains("reverted") && asked.contains("test_mul.py"), "{asked}");
+    // The critique's lesson is procedural memory now ...
+    let lessons = output(work.noesis_bare().args(["memory", "search", "tests", "--kind", "lesson", "--json"])).json();
+    assert_eq!(lessons[0]["text"], "run every test before finishing");
+    // ... and the next episode's PLANNER is shown it and the episode.
+    let llm = FakeServer::start(vec![planner(), reasoner(), Reply::Chat("Nothing to change.".into())]).unwrap();
+    let o =
+        solve(&work, &llm, &["Keep the add tests passing", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("recalled 1 episode(s), 1 lesson(s)"), "{}", o.stderr);
+    let planned = llm.received()[0].json().to_string();
+    assert!(planned.contains("run every test before finishing") && planned.contains("Make test_add pass"), "{planned}");
 }
 
 /// A model that never fixes it: three REFLECTOR visits, then the episode

@@ -34,6 +34,7 @@ mod agent;
 mod context;
 mod error;
 mod filter;
+mod memory;
 mod migrate;
 pub mod ops;
 mod sql;
@@ -46,6 +47,7 @@ pub use agent::{AgentState, AgentSummary};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
+pub use memory::{Memory, MemoryQuery, NewMemory};
 pub use sql::SqlStore;
 pub use workflow::WorkflowVersion;
 
@@ -176,6 +178,13 @@ pub trait Store: Send + Sync {
 
     /// Every version of the project's workflow state, oldest first.
     async fn workflow_history(&self, project_id: &str) -> Result<Vec<WorkflowVersion>, StoreError>;
+
+    /// Replaces what memory keeps of `episode_id` with `entries`, in one
+    /// transaction.
+    async fn replace_memory(&self, episode_id: &str, entries: &[NewMemory]) -> Result<(), StoreError>;
+
+    /// Memory entries matching any of the query's words, most relevant first.
+    async fn search_memory(&self, query: &MemoryQuery<'_>) -> Result<Vec<Memory>, StoreError>;
 }
 
 /// Opens a store from a URL or path (see [`SqlStore::open`]).

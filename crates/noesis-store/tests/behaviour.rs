@@ -51,6 +51,7 @@ both!(
     stores_of_the_earlier_runner_are_adopted,
     agent_run_states_are_kept_by_step,
     workflow_versions_never_overwrite_each_other,
+    memory_is_searched_by_any_word_best_first,
     check_finds_partial_frames,
 );
 
@@ -474,7 +475,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )
@@ -616,6 +617,51 @@ async fn workflow_versions_never_overwrite_each_other(t_: &TestStore) {
         history.last().unwrap().state["writers"].as_array().unwrap().iter().map(|w| w.as_i64().unwrap()).collect();
     writers.sort_unstable();
     assert_eq!(writers, (0..8).collect::<Vec<_>>(), "no writer's change was lost");
+}
+
+async fn memory_is_searched_by_any_word_best_first(t_: &TestStore) {
+    use noesis_store::{MemoryQuery, NewMemory};
+    let s = &t_.store;
+    project(s).await;
+    let entry = |episode: &str, kind: &str, text: &str, at: i64| NewMemory {
+        project_id: P.into(),
+        episode_id: episode.into(),
+        kind: kind.into(),
+        text: text.into(),
+        record: serde_json::json!({"episode": episode}),
+        at,
+    };
+    s.replace_memory(
+        "ep1",
+        &[
+            entry("ep1", "episode", "Fix the parser: tokens split wrongly on unicode quotes", 1),
+            entry("ep1", "lesson", "run the whole test suite before finishing", 2),
+        ],
+    )
+    .await
+    .unwrap();
+    s.replace_memory("ep2", &[entry("ep2", "episode", "Speed up the cache eviction", 3)]).await.unwrap();
+    let mut other = entry("ep3", "episode", "Fix the parser of another project", 4);
+    other.project_id = "other".into();
+    s.replace_memory("ep3", &[other]).await.unwrap();
+    let find = |text: &'static str, kind: Option<&'static str>, project: Option<&'static str>| async move {
+        let q = MemoryQuery { text, project_id: project, kind, limit: 10 };
+        s.search_memory(&q).await.unwrap().into_iter().map(|m| m.entry.episode_id).collect::<Vec<_>>()
+    };
+    assert_eq!(find("parser", None, Some(P)).await, ["ep1"]);
+    assert_eq!(find("parser", None, None).await.len(), 2, "every project when none is named");
+    // Any word matches; the entry sharing more of them ranks first; stems
+    // match (`tests` finds `test`).
+    assert_eq!(find("cache parser tokens quotes", Some("episode"), Some(P)).await, ["ep1", "ep2"]);
+    assert_eq!(find("tests", Some("lesson"), Some(P)).await, ["ep1"]);
+    // Whatever a person types is taken as words, never as search syntax.
+    assert_eq!(find("\"parser\" OR NEAR(x) -- *", None, Some(P)).await, ["ep1"]);
+    assert!(find("\":*()", None, Some(P)).await.is_empty());
+    // Archiving an episode again replaces what was kept of it.
+    s.replace_memory("ep1", &[entry("ep1", "episode", "Fix the lexer", 5)]).await.unwrap();
+    assert!(find("parser", None, Some(P)).await.is_empty());
+    assert_eq!(find("lexer", None, Some(P)).await, ["ep1"]);
+    assert!(find("suite", None, Some(P)).await.is_empty(), "the old lesson is gone");
 }
 
 async fn check_finds_partial_frames(t_: &TestStore) {

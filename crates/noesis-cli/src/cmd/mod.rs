@@ -7,6 +7,7 @@ pub(crate) mod info;
 pub(crate) mod init;
 pub(crate) mod list;
 pub(crate) mod mcp;
+pub(crate) mod memory;
 pub(crate) mod migrate;
 #[cfg(feature = "local")]
 pub(crate) mod model;

@@ -190,6 +190,28 @@ impl Solver<'_> {
         if let Some(h) = e["hint"].as_str() {
             input["hint"] = json!(h);
         }
+        // What earlier episodes of this project did and learnt, by the
+        // words of this task.
+        let task = s["user_query"].as_str().unwrap_or_default();
+        let recall = |kind: &'static str, limit: u32| noesis_store::MemoryQuery {
+            text: task,
+            project_id: Some(&self.project_id),
+            kind: Some(kind),
+            limit,
+        };
+        let episodes = self.store.search_memory(&recall("episode", 3)).await?;
+        input["episodes"] = json!(
+            episodes
+                .iter()
+                .map(|m| json!({"task": m.entry.record["task"], "solution": m.entry.record["selected_solution"],
+                                "outcome": m.entry.record["outcome"]}))
+                .collect::<Vec<_>>()
+        );
+        let lessons = self.store.search_memory(&recall("lesson", 5)).await?;
+        input["lessons"] = json!(lessons.iter().map(|m| m.entry.text.clone()).collect::<Vec<_>>());
+        if !episodes.is_empty() || !lessons.is_empty() {
+            self.note(&format!("    recalled {} episode(s), {} lesson(s)", episodes.len(), lessons.len()));
+        }
         let data = self.module("workflow-planner", input).await?;
         self.note(&format!("    selected: {}", data["selected_solution"].as_str().unwrap_or_default()));
         self.step("PLANNER", |s, _| {
@@ -495,8 +517,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             .flatten();
         let states = States { store: store.as_ref(), project_id: &project.project_id, mirror: mirror.as_deref() };
         let head = states.head().await?;
-        let in_progress =
-            head.as_ref().filter(|h| h.episode.get("tests").is_some() && h.status != "archived" && h.node != "CONSOLIDATOR");
+        // An episode of solve's that is not archived yet (one stopped at
+        // CONSOLIDATOR before its memory was written still needs that).
+        let in_progress = head.as_ref().filter(|h| h.episode.get("tests").is_some() && h.episode["archived"] != json!(true));
         let workspace = if a.resume {
             let Some(h) = in_progress else { bail!("no unfinished episode to resume in this project") };
             PathBuf::from(h.episode["workspace"].as_str().unwrap_or_default())
@@ -605,9 +628,67 @@ impl Solver<'_> {
                     }
                 }
                 Node::Reflector => self.reflector(&head).await?,
-                Node::Consolidator => return self.finish(&head, as_json, "solved", ExitCode::SUCCESS),
+                Node::Consolidator => {
+                    if head.episode["archived"] != json!(true) {
+                        self.consolidate(&head).await?;
+                        continue;
+                    }
+                    return self.finish(&head, as_json, "solved", ExitCode::SUCCESS);
+                }
             }
         }
+    }
+
+    /// CONSOLIDATOR: the episode into episodic memory, the lessons of the
+    /// critiques that led to this success into procedural memory.
+    async fn consolidate(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
+        let s = &head.state;
+        let task = s["user_query"].as_str().unwrap_or_default();
+        let critiques: Vec<&Value> = s["critiques"].as_array().map(|a| a.iter().collect()).unwrap_or_default();
+        let files: Vec<String> = s["file_context"].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+        let mut text = format!(
+            "{task}\n{}\n{}\n",
+            s["problem_reflection"]["goal"].as_str().unwrap_or_default(),
+            s["selected_solution"].as_str().unwrap_or_default()
+        );
+        for c in &critiques {
+            text.push_str(&format!("{}\n", c["critique"].as_str().unwrap_or_default()));
+        }
+        text.push_str(&files.join(" "));
+        let at = noesis_frames::Timestamp::now().millis();
+        let record = json!({
+            "task": task, "outcome": "solved", "problem_reflection": s["problem_reflection"],
+            "selected_solution": s["selected_solution"], "plan": s["current_plan"], "critiques": s["critiques"],
+            "tests": s["test_results"], "files": s["file_context"], "retries": s["retry_count"],
+        });
+        let mut entries = vec![noesis_store::NewMemory {
+            project_id: self.project_id.clone(),
+            episode_id: head.episode_id.clone(),
+            kind: "episode".into(),
+            text,
+            record,
+            at,
+        }];
+        for c in &critiques {
+            if let Some(lesson) = c["lesson"].as_str().filter(|l| !l.trim().is_empty()) {
+                entries.push(noesis_store::NewMemory {
+                    project_id: self.project_id.clone(),
+                    episode_id: head.episode_id.clone(),
+                    kind: "lesson".into(),
+                    text: lesson.to_owned(),
+                    record: json!({"lesson": lesson, "critique": c["critique"], "task": task}),
+                    at,
+                });
+            }
+        }
+        self.store.replace_memory(&head.episode_id, &entries).await?;
+        self.note(&format!("==> CONSOLIDATOR: episode and {} lesson(s) kept", entries.len() - 1));
+        self.step("CONSOLIDATOR (archived)", |_, e| {
+            e["archived"] = json!(true);
+            Ok(())
+        })
+        .await??;
+        Ok(())
     }
 
     /// VERIFIER's first run, before anything changes: what passes now is an anchor.

@@ -507,6 +507,16 @@ impl Store for SqlStore {
         crate::workflow::history(&self.pool, project_id).await
     }
 
+    async fn replace_memory(&self, episode_id: &str, entries: &[crate::NewMemory]) -> Result<(), StoreError> {
+        let mut tx = self.write().await?;
+        crate::memory::replace(&mut tx, self.backend, episode_id, entries).await?;
+        tx.commit().await.ctx(|| format!("commit the memory of episode {episode_id}"))
+    }
+
+    async fn search_memory(&self, query: &crate::MemoryQuery<'_>) -> Result<Vec<crate::Memory>, StoreError> {
+        crate::memory::search(&self.pool, self.backend, query).await
+    }
+
     async fn check(&self) -> Result<Vec<String>, StoreError> {
         let mut problems = Vec::new();
         let checks: [(&str, &str); 12] = [
