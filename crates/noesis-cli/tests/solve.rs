@@ -223,6 +223,26 @@ fn a_change_that_breaks_an_anchor_is_restored_exactly() {
     assert_eq!(regression["reverted"]["deleted"], json!(["notes.txt"]));
     assert_eq!(s["critiques"][0]["critique"], "the rewrite turned mul into a sum");
     assert_eq!(s["critiques"][0]["route"], "CODER");
+    // The episode's frames: a root, a child per node run, the tests as
+    // evidence, and the reverted CODER run invalidated for its reason.
+    let frames = output(work.noesis_bare().args(["frames", "list", "--json"])).json();
+    let frames = frames.as_array().unwrap();
+    let root = frames.iter().find(|f| f["query"] == "solve: Make test_add pass").unwrap();
+    let children: Vec<&Value> = frames.iter().filter(|f| f["parent_id"] == root["frame_id"]).collect();
+    let nodes: Vec<&str> = children.iter().map(|f| f["query"].as_str().unwrap()).collect();
+    assert_eq!(
+        nodes,
+        ["VERIFIER (baseline)", "PLANNER", "REASONER", "CODER", "VERIFIER", "REFLECTOR", "CODER", "VERIFIER"]
+    );
+    let coders: Vec<&&Value> = children.iter().filter(|f| f["query"] == "CODER").collect();
+    assert_eq!(coders[0]["status"], "invalidated");
+    assert_eq!(coders[1]["status"], "completed");
+    let shown = output(work.noesis_bare().args(["frames", "show", coders[0]["frame_id"].as_str().unwrap()]));
+    assert!(shown.stdout.contains("anchor regression"), "{}", shown.stdout);
+    let verifier = children.iter().rfind(|f| f["query"] == "VERIFIER").unwrap();
+    let observed: Vec<&str> =
+        verifier["evidence"].as_array().unwrap().iter().map(|e| e["content"].as_str().unwrap_or_default()).collect();
+    assert!(observed.iter().any(|c| c.starts_with(&format!("{}: passed, exit 0", t.mul))), "{observed:?}");
     // REFLECTOR was told the change was reverted.
     let asked = llm.received()[6].json().to_string();
     assert!(asked.contains("reverted") && asked.contains("test_mul.py"), "{asked}");

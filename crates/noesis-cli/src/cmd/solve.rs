@@ -122,6 +122,7 @@ struct Solver<'a> {
     search: &'a SearchPath,
     store: Arc<dyn Store>,
     project_id: String,
+    project_root: PathBuf,
     provider: Arc<dyn Provider>,
     prices: Arc<noesis_llm::PriceTable>,
     states: States<'a>,
@@ -571,6 +572,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             search,
             store: Arc::clone(&store),
             project_id: project.project_id.clone(),
+            project_root: project.root.clone(),
             provider,
             prices: crate::provider::prices(&config),
             states,
@@ -624,6 +626,7 @@ impl Solver<'_> {
                     }
                     if let Some(code) = self.verifier(&head).await? {
                         let head = self.states.head().await?.context("the workflow state is gone")?;
+                        self.frames_or_warn(&head, "escalated").await;
                         return self.finish(&head, as_json, "escalated", code);
                     }
                 }
@@ -631,11 +634,21 @@ impl Solver<'_> {
                 Node::Consolidator => {
                     if head.episode["archived"] != json!(true) {
                         self.consolidate(&head).await?;
+                        let head = self.states.head().await?.context("the workflow state is gone")?;
+                        self.frames_or_warn(&head, "solved").await;
                         continue;
                     }
                     return self.finish(&head, as_json, "solved", ExitCode::SUCCESS);
                 }
             }
+        }
+    }
+
+    /// Frames are the episode's explanation, not its result: a failure to
+    /// write them is a warning.
+    async fn frames_or_warn(&self, head: &WorkflowVersion, outcome: &str) {
+        if let Err(e) = self.record_frames(head, outcome).await {
+            out::note(&format!("warning: the episode was not recorded as frames: {e:#}"));
         }
     }
 
@@ -705,6 +718,123 @@ impl Solver<'_> {
             noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
             noesis_workflow::set(s, "test_results.anchor_tests", json!(passing))?;
             e["baseline"] = Value::Object(baseline.clone());
+            Ok(())
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// The episode as causal frames: a root (the task, its outcome, the
+    /// files changed as evidence) and a child per node run since the last
+    /// record — VERIFIER's with each test run as evidence, and a CODER
+    /// change that was reverted invalidated with the reason.
+    async fn record_frames(&self, head: &WorkflowVersion, outcome: &str) -> anyhow::Result<()> {
+        use noesis_frames::{Draft, Evidence, Invalidation, Status, Timestamp};
+        let upto = head.episode["frames_upto"].as_i64().unwrap_or(0);
+        let history = self.store.workflow_history(&self.project_id).await?;
+        let visits: Vec<&WorkflowVersion> =
+            history.iter().filter(|v| v.episode_id == head.episode_id && v.version > upto).collect();
+        let now = Timestamp::now();
+        let s = &head.state;
+        let mut evidence = Vec::new();
+        for (rel, _) in s["file_context"].as_object().into_iter().flatten() {
+            if let Ok(bytes) = std::fs::read(self.workspace.join(rel)) {
+                let path = noesis_frames::project::name_for(&self.project_root, &self.workspace, Path::new(rel));
+                evidence.push(Evidence::File { path, hash: noesis_frames::scan::hash_bytes(&bytes) });
+            }
+        }
+        let root = Draft {
+            context_slice: json!({"episode_id": head.episode_id, "outcome": outcome, "retries": s["retry_count"],
+                                  "versions": [upto + 1, head.version]})
+            .to_string(),
+            evidence,
+            conclusion: format!("{outcome}: {}", s["selected_solution"].as_str().unwrap_or_default()),
+            confidence: if outcome == "solved" { 1.0 } else { 0.0 },
+            status: Some(Status::Completed),
+            ..Draft::new(format!("solve: {}", s["user_query"].as_str().unwrap_or_default()))
+        }
+        .into_frame(&self.project_id, None, None, now)?;
+        let mut frames = vec![root.clone()];
+        let mut reverted = Vec::new();
+        let mut last_coder: Option<noesis_frames::FrameId> = None;
+        for v in visits {
+            let st = &v.state;
+            let node = v.command.as_str();
+            let (conclusion, evidence, slice) = match node {
+                "PLANNER" => (st["selected_solution"].as_str().unwrap_or_default().to_owned(), Vec::new(), json!({})),
+                "REASONER" => (strings(&st["current_plan"]).join("; "), Vec::new(), json!({})),
+                "CODER" => {
+                    let files: Vec<String> =
+                        st["file_context"].as_object().map(|o| o.keys().cloned().collect()).unwrap_or_default();
+                    let run =
+                        st["thought_trace"].as_array().and_then(|t| t.iter().rev().find(|e| e["type"] == "coder"));
+                    (
+                        format!("changed {}", files.join(", ")),
+                        Vec::new(),
+                        json!({"agent_run": run.map(|r| r["run"].clone())}),
+                    )
+                }
+                "VERIFIER" | "VERIFIER (baseline)" => {
+                    let tests = st["test_results"]["public_tests"].as_array().cloned().unwrap_or_default();
+                    let passed = tests.iter().filter(|t| t["status"] == "passed").count();
+                    let evidence = tests
+                        .iter()
+                        .map(|t| Evidence::Observation {
+                            tool: "test".into(),
+                            content: format!(
+                                "{}: {}, exit {} (output blake3:{})",
+                                t["command"].as_str().unwrap_or_default(),
+                                t["status"].as_str().unwrap_or_default(),
+                                t["exit_code"],
+                                t["output_blake3"].as_str().unwrap_or_default().get(..16).unwrap_or_default()
+                            ),
+                        })
+                        .collect();
+                    (format!("{passed} of {} test(s) pass", tests.len()), evidence, json!({"tests": tests}))
+                }
+                "REFLECTOR" => {
+                    let last = st["critiques"].as_array().and_then(|c| c.last()).cloned().unwrap_or(Value::Null);
+                    (
+                        last["critique"].as_str().unwrap_or_default().to_owned(),
+                        Vec::new(),
+                        json!({"route": last["route"]}),
+                    )
+                }
+                _ => continue,
+            };
+            let frame = Draft {
+                context_slice: json!({"episode_id": v.episode_id, "version": v.version, "node": node, "detail": slice})
+                    .to_string(),
+                evidence,
+                conclusion,
+                confidence: 1.0,
+                status: Some(Status::Completed),
+                ..Draft::new(node.to_owned())
+            }
+            .into_frame(&self.project_id, None, Some(&root), now)?;
+            if node == "CODER" {
+                last_coder = Some(frame.frame_id.clone());
+            }
+            // This VERIFIER found a regression (its error log grew by one) and
+            // restored the tree: the CODER run before it is no longer true.
+            let logged = |state: &Value| state["error_log"].as_array().map_or(0, Vec::len);
+            let before = history.iter().find(|h| h.version == v.version - 1).map_or(0, |h| logged(&h.state));
+            if node == "VERIFIER"
+                && logged(st) > before
+                && st["error_log"].as_array().and_then(|l| l.last()).is_some_and(|e| e["type"] == "anchor_regression")
+                && let Some(id) = last_coder.take()
+            {
+                reverted.push(Invalidation { frame_id: id, reason: "anchor regression".into() });
+            }
+            frames.push(frame);
+        }
+        self.store.insert_frames(&frames).await?;
+        if !reverted.is_empty() {
+            self.store.invalidate(&reverted, None, now).await?;
+        }
+        let version = head.version;
+        self.step("frames", |_, e| {
+            e["frames_upto"] = json!(version);
             Ok(())
         })
         .await??;
