@@ -138,8 +138,9 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     assert_eq!(s["user_query"], "Make test_add pass");
     assert_eq!(s["selected_solution"], "fix the operator in add");
     assert_eq!(s["current_plan"], json!(["in calc.py, change `a - b` to `a + b` in add"]));
-    // mul passed before any change: the first anchor; add joined once it passed.
-    assert_eq!(s["test_results"]["anchor_tests"], json!([t.mul, t.add]));
+    // pytest is asked for a JUnit report: the anchors are test cases. mul
+    // passed before any change: the first anchor; add joined once it passed.
+    assert_eq!(s["test_results"]["anchor_tests"], json!(["test_mul::test_mul", "test_add::test_add"]));
     let statuses: Vec<&str> =
         s["test_results"]["public_tests"].as_array().unwrap().iter().map(|t| t["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["passed", "passed"]);
@@ -216,7 +217,7 @@ fn a_change_that_breaks_an_anchor_is_restored_exactly() {
     let regression = &s["error_log"][0];
     assert_eq!(regression["type"], "anchor_regression");
     assert_eq!(regression["reason"], "anchor regression");
-    assert_eq!(regression["anchors"], json!([t.mul]));
+    assert_eq!(regression["anchors"], json!(["test_mul::test_mul"]));
     assert_eq!(regression["reverted"]["modified"], json!(["calc.py"]));
     assert_eq!(regression["reverted"]["created"], json!(["extra/helper.py"]));
     assert_eq!(regression["reverted"]["created_dirs"], json!(["extra"]));
@@ -242,7 +243,8 @@ fn a_change_that_breaks_an_anchor_is_restored_exactly() {
     let verifier = children.iter().rfind(|f| f["query"] == "VERIFIER").unwrap();
     let observed: Vec<&str> =
         verifier["evidence"].as_array().unwrap().iter().map(|e| e["content"].as_str().unwrap_or_default()).collect();
-    assert!(observed.iter().any(|c| c.starts_with(&format!("{}: passed, exit 0", t.mul))), "{observed:?}");
+    let mul = format!("test_mul::test_mul: passed (`{}` exit 0", t.mul);
+    assert!(observed.iter().any(|c| c.starts_with(&mul)), "{observed:?}");
     // REFLECTOR was told the change was reverted.
     let asked = llm.received()[6].json().to_string();
     assert!(asked.contains("reverted") && asked.contains("test_mul.py"), "{asked}");
@@ -290,7 +292,7 @@ fn a_model_that_never_fixes_it_escalates_and_a_hint_resumes_it() {
         "tried: fix the operator in add",
         "critique (attempt 1): nothing was changed (1)",
         "critique (attempt 3): nothing was changed (3)",
-        &format!("failing: {} (exit 1)", t.add),
+        &format!("failing: test_add::test_add (`{}` exit 1)", t.add),
         "continue with: noesis solve --resume",
     ] {
         assert!(o.stdout.contains(line), "missing {line:?} in\n{}", o.stdout);
@@ -406,4 +408,62 @@ fn kill_9_during_coder_and_verifier_then_resume_finishes() {
         .map(|c| (c["id"].as_str().unwrap().to_owned(), c["status"].as_str().unwrap().to_owned()))
         .collect();
     assert_eq!(calls, [("fix".to_owned(), "completed".to_owned()), ("nap".to_owned(), "interrupted".to_owned())]);
+}
+
+/// A runner that writes its own JUnit report (`--junit`): one command runs
+/// both files, and each case is tracked and anchored on its own.
+#[test]
+fn cases_come_from_the_junit_report_a_command_writes() {
+    let Some(pytest) = pytest("cases_come_from_the_junit_report") else { return };
+    let work = Work::new();
+    project(&work);
+    work.write("proj/.gitignore", "__pycache__/\n.pytest_cache/\nreport.xml\n");
+    let all = format!("{pytest} -q --junitxml=report.xml test_add.py test_mul.py");
+    let llm = FakeServer::start(vec![planner(), reasoner(), fix(), Reply::Chat("Fixed.".into())]).unwrap();
+    let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &all, "--junit", "report.xml"]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("1 of 2 test(s) pass; they are the anchors"), "{}", o.stderr);
+    let s = dump(&work);
+    assert_eq!(s["test_results"]["anchor_tests"], json!(["test_mul::test_mul", "test_add::test_add"]));
+    let names: Vec<&str> =
+        s["test_results"]["public_tests"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["test_add::test_add", "test_mul::test_mul"]);
+}
+
+/// A Rust crate tested by `cargo test` (per command: one filter each).
+#[test]
+fn a_rust_crate_is_fixed_through_cargo_test() {
+    let work = Work::new();
+    work.write(
+        "crate/Cargo.toml",
+        "[package]\nname = \"calc\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    );
+    work.write("crate/.gitignore", "target/\n");
+    work.write(
+        "crate/src/lib.rs",
+        "pub fn add(a: i64, b: i64) -> i64 {\n    a - b\n}\n\npub fn mul(a: i64, b: i64) -> i64 {\n    a * b\n}\n\n\
+         #[cfg(test)]\nmod tests {\n    #[test]\n    fn adds() {\n        assert_eq!(super::add(2, 3), 5);\n    }\n\n\
+             #[test]\n    fn muls() {\n        assert_eq!(super::mul(2, 3), 6);\n    }\n}\n",
+    );
+    let adds = "cargo test --offline -q adds";
+    let muls = "cargo test --offline -q muls";
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        call("fix", "edit_file", json!({"path": "src/lib.rs", "old": "    a - b", "new": "    a + b"})),
+        Reply::Chat("Fixed add.".into()),
+    ])
+    .unwrap();
+    let target = work.path().join("crate/target");
+    let o = output(
+        work.noesis_bare()
+            .args(["solve", "Make adds pass", "--workspace", "crate", "--test", adds, "--test", muls])
+            .env("OPENAI_BASE_URL", llm.base_url())
+            .env("OPENAI_API_KEY", "sk-test")
+            .env("CARGO_TARGET_DIR", &target),
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    let s = dump(&work);
+    assert_eq!(s["test_results"]["anchor_tests"], json!([muls, adds]));
+    assert_eq!(s["file_context"], json!({"src/lib.rs": "modified"}));
 }

@@ -10,6 +10,7 @@
 //! [`snapshot`] is the one part that touches the disk: the working-tree
 //! snapshots the anchor rule restores.
 
+pub mod junit;
 pub mod snapshot;
 pub mod state;
 

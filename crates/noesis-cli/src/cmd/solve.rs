@@ -18,6 +18,7 @@ use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, RunConfig, Toolbox,
 use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_store::{Store, WorkflowVersion};
+use noesis_workflow::junit::CaseStatus;
 use noesis_workflow::snapshot::{self, Snapshot};
 use noesis_workflow::{Node, StateError};
 use serde_json::{Value, json};
@@ -35,6 +36,11 @@ pub(crate) struct Args {
     /// A test command, run with `sh -c` in the workspace (repeatable); exit 0 passes.
     #[arg(long = "test", value_name = "CMD")]
     tests: Vec<String>,
+    /// A JUnit XML report the test commands write (relative to the workspace),
+    /// read after each command that updated it, so results are per test case
+    /// (pytest is asked for one without it).
+    #[arg(long, value_name = "PATH")]
+    junit: Option<PathBuf>,
     /// The folder CODER may change [default: the current one].
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
@@ -60,20 +66,30 @@ pub(crate) struct Args {
     provider: crate::provider::ProviderArgs,
 }
 
-/// One test command's result.
+/// One tracked test: a case when the runner reported cases (JUnit XML),
+/// else the whole command.
 #[derive(Debug, Clone)]
 struct TestRun {
+    /// The case's id (`classname::name`), or the command.
+    name: String,
     command: String,
     passed: bool,
+    /// `passed`, `failed`, `error` or `skipped`.
+    status: &'static str,
     exit: Option<i32>,
+    message: Option<String>,
     tail: String,
     ms: u64,
 }
 
 impl TestRun {
     fn json(&self) -> Value {
-        json!({"name": self.command, "command": self.command, "status": if self.passed { "passed" } else { "failed" },
-               "exit_code": self.exit, "ms": self.ms, "output_blake3": blake3::hash(self.tail.as_bytes()).to_hex().to_string()})
+        json!({"name": self.name, "command": self.command, "status": self.status, "exit_code": self.exit,
+               "ms": self.ms, "output_blake3": blake3::hash(self.tail.as_bytes()).to_hex().to_string()})
+    }
+
+    fn failed(&self) -> bool {
+        matches!(self.status, "failed" | "error")
     }
 }
 
@@ -83,18 +99,43 @@ fn tail(text: &str, n: usize) -> String {
     if count <= n { text.to_owned() } else { format!("…{}", text.chars().skip(count - n).collect::<String>()) }
 }
 
-async fn run_tests(root: &Path, commands: &[String], limit: Duration) -> anyhow::Result<Vec<TestRun>> {
+/// Whether `command` is a plain pytest run noesis may ask for a JUnit
+/// report (`--junitxml`): pytest or `python -m pytest`, with nothing the
+/// shell would treat specially after it.
+fn is_plain_pytest(command: &str) -> bool {
+    let first = command.split_whitespace().next().unwrap_or_default();
+    let pytest = first.rsplit('/').next() == Some("pytest") || command.contains(" -m pytest");
+    pytest && !command.contains([';', '&', '|', '>', '<', '`', '$', '\n'])
+}
+
+/// Runs each command with `sh -c` in `root` and reports per case when the
+/// runner says so: pytest is asked for a JUnit report, and `junit` (a
+/// report the commands write themselves) is read when a command updated it.
+async fn run_tests(
+    root: &Path,
+    commands: &[String],
+    limit: Duration,
+    junit: Option<&Path>,
+) -> anyhow::Result<Vec<TestRun>> {
     let mut runs = Vec::new();
     for command in commands {
         let started = std::time::Instant::now();
+        let report_dir = tempfile::tempdir()?;
+        let asked = (junit.is_none() && is_plain_pytest(command)).then(|| report_dir.path().join("junit.xml"));
+        let line = match &asked {
+            Some(path) => format!("{command} --junitxml='{}'", path.display()),
+            None => command.clone(),
+        };
+        let given = junit.map(|p| root.join(p));
+        let before = given.as_ref().and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
         let child = tokio::process::Command::new("sh")
             .arg("-c")
-            .arg(command)
+            .arg(&line)
             .current_dir(root)
             .stdin(std::process::Stdio::null())
             .kill_on_drop(true)
             .output();
-        let (passed, exit, text) = match tokio::time::timeout(limit, child).await {
+        let (ok, exit, text) = match tokio::time::timeout(limit, child).await {
             Err(_) => (false, None, format!("timed out after {} s", limit.as_secs())),
             Ok(Err(e)) => bail!("test command `{command}` could not start: {e}"),
             Ok(Ok(o)) => {
@@ -103,13 +144,44 @@ async fn run_tests(root: &Path, commands: &[String], limit: Duration) -> anyhow:
                 (o.status.success(), o.status.code(), text)
             }
         };
-        runs.push(TestRun {
+        let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let tail = tail(&text, 2000);
+        let report = match (&asked, &given) {
+            (Some(path), _) => Some(path.clone()),
+            (None, Some(path)) => {
+                let after = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+                (after.is_some() && after != before).then(|| path.clone())
+            }
+            _ => None,
+        };
+        let cases = report
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|xml| noesis_workflow::junit::parse(&xml).ok())
+            .filter(|c| !c.is_empty());
+        let run = |name: String, status: &'static str, message: Option<String>| TestRun {
+            name,
             command: command.clone(),
-            passed,
+            passed: status == "passed",
+            status,
             exit,
-            tail: tail(&text, 2000),
-            ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        });
+            message,
+            tail: tail.clone(),
+            ms,
+        };
+        match cases {
+            Some(cases) => {
+                let any_failed = cases.iter().any(|c| matches!(c.status, CaseStatus::Failed | CaseStatus::Error));
+                for c in cases {
+                    runs.push(run(c.id, c.status.as_str(), c.message));
+                }
+                // A command that failed with no failing case (a crash after
+                // the report, a timeout) still fails, as itself.
+                if !ok && !any_failed {
+                    runs.push(run(command.clone(), "failed", None));
+                }
+            }
+            None => runs.push(run(command.clone(), if ok { "passed" } else { "failed" }, None)),
+        }
     }
     Ok(runs)
 }
@@ -174,6 +246,11 @@ impl Solver<'_> {
             Err(Some(e)) => Ok(Err(e)),
             Err(None) => bail!("the workflow state is gone (was it reset?)"),
         }
+    }
+
+    /// The JUnit report the test commands write (`--junit`), if any.
+    fn junit(&self, head: &WorkflowVersion) -> Option<PathBuf> {
+        head.episode["junit"].as_str().map(PathBuf::from)
     }
 
     fn manifest_path(&self, episode: &Value, attempt: u64) -> PathBuf {
@@ -352,11 +429,13 @@ impl Solver<'_> {
     /// Runs the tests; `Some(exit)` when the episode ends here.
     async fn verifier(&self, head: &WorkflowVersion) -> anyhow::Result<Option<ExitCode>> {
         let tests = strings(&head.episode["tests"]);
-        let results = run_tests(&self.workspace, &tests, self.test_timeout).await?;
+        let results = run_tests(&self.workspace, &tests, self.test_timeout, self.junit(head).as_deref()).await?;
         let anchors = strings(&head.state["test_results"]["anchor_tests"]);
-        let failing: Vec<&TestRun> = results.iter().filter(|r| !r.passed).collect();
-        let broken: Vec<String> =
-            failing.iter().filter(|r| anchors.contains(&r.command)).map(|r| r.command.clone()).collect();
+        let failing: Vec<&TestRun> = results.iter().filter(|r| r.failed()).collect();
+        let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.name.clone()).collect();
+        // Anchors are immutable: one that fails, is skipped or is gone (a
+        // deleted test) is broken.
+        let broken: Vec<String> = anchors.iter().filter(|a| !passing.contains(a)).cloned().collect();
         self.note(&format!(
             "    {} of {} test(s) pass; {} anchor(s){}",
             results.len() - failing.len(),
@@ -374,10 +453,11 @@ impl Solver<'_> {
             reverted = serde_json::to_value(&undone)?;
         }
         let public: Vec<Value> = results.iter().map(TestRun::json).collect();
-        let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.command.clone()).collect();
-        let failed: Vec<Value> =
-            failing.iter().map(|r| json!({"test": r.command, "exit_code": r.exit, "tail": r.tail})).collect();
-        let solved = failing.is_empty();
+        let failed: Vec<Value> = failing
+            .iter()
+            .map(|r| json!({"test": r.name, "command": r.command, "exit_code": r.exit, "message": r.message, "tail": r.tail}))
+            .collect();
+        let solved = failing.is_empty() && broken.is_empty();
         let v = self
             .step("VERIFIER", |s, e| {
                 noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
@@ -499,7 +579,12 @@ fn escalation_report(state: &Value, episode: &Value) -> String {
         r.push_str(&format!("critique (attempt {}): {}\n", c["attempt"], c["critique"].as_str().unwrap_or_default()));
     }
     for f in episode["failing"].as_array().into_iter().flatten() {
-        r.push_str(&format!("failing: {} (exit {})\n", f["test"].as_str().unwrap_or_default(), f["exit_code"]));
+        r.push_str(&format!(
+            "failing: {} (`{}` exit {})\n",
+            f["test"].as_str().unwrap_or_default(),
+            f["command"].as_str().unwrap_or_default(),
+            f["exit_code"]
+        ));
     }
     r.push_str("continue with: noesis solve --resume [--hint \"…\"]\n");
     r
@@ -546,6 +631,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
                 bail!("could not start an episode");
             };
             let tests = a.tests.clone();
+            let junit = a.junit.as_ref().map(|p| p.to_string_lossy().into_owned());
             let max = a.max_retries;
             let ws = root.to_string_lossy().into_owned();
             let v = states
@@ -554,7 +640,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
                     if let Some(m) = max {
                         noesis_workflow::set(s, "max_retries", json!(m))?;
                     }
-                    *e = json!({"task": task, "tests": tests, "workspace": ws, "attempt": 0,
+                    *e = json!({"task": task, "tests": tests, "workspace": ws, "attempt": 0, "junit": junit,
                                 "coder_run": null, "snapshot": null, "baseline": null});
                     Ok(Value::Null)
                 })
@@ -708,8 +794,8 @@ impl Solver<'_> {
     async fn baseline(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
         self.note("==> VERIFIER (baseline, before any change)");
         let tests = strings(&head.episode["tests"]);
-        let results = run_tests(&self.workspace, &tests, self.test_timeout).await?;
-        let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.command.clone()).collect();
+        let results = run_tests(&self.workspace, &tests, self.test_timeout, self.junit(head).as_deref()).await?;
+        let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.name.clone()).collect();
         self.note(&format!("    {} of {} test(s) pass; they are the anchors", passing.len(), results.len()));
         let public: Vec<Value> = results.iter().map(TestRun::json).collect();
         let baseline: serde_json::Map<String, Value> =
@@ -782,9 +868,10 @@ impl Solver<'_> {
                         .map(|t| Evidence::Observation {
                             tool: "test".into(),
                             content: format!(
-                                "{}: {}, exit {} (output blake3:{})",
-                                t["command"].as_str().unwrap_or_default(),
+                                "{}: {} (`{}` exit {}, output blake3:{})",
+                                t["name"].as_str().unwrap_or_default(),
                                 t["status"].as_str().unwrap_or_default(),
+                                t["command"].as_str().unwrap_or_default(),
                                 t["exit_code"],
                                 t["output_blake3"].as_str().unwrap_or_default().get(..16).unwrap_or_default()
                             ),
