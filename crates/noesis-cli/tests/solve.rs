@@ -125,12 +125,20 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     let t = tests(&pytest);
     let work = Work::new();
     project(&work);
-    let llm = FakeServer::start(vec![planner(), reasoner(), fix(), Reply::Chat("Fixed add.".into())]).unwrap();
+    let more = "from calc import add\n\n\ndef test_add_one():\n    assert add(1, 1) == 2\n";
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        fix(),
+        call("more", "write_file", json!({"path": "test_add_more.py", "content": more})),
+        Reply::Chat("Fixed add, with a test of my own.".into()),
+    ])
+    .unwrap();
     let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     assert!(o.stdout.starts_with("solved: Make test_add pass (2 test(s) pass; anchors: "), "{}", o.stdout);
     assert!(o.stderr.contains("==> VERIFIER (baseline, before any change)"), "{}", o.stderr);
-    assert_eq!(llm.received().len(), 4);
+    assert_eq!(llm.received().len(), 5);
     let calc = std::fs::read_to_string(work.path().join("proj/calc.py")).unwrap();
     assert!(calc.contains("return a + b") && calc.contains("return a * b"), "{calc}");
     let s = dump(&work);
@@ -140,11 +148,20 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     assert_eq!(s["current_plan"], json!(["in calc.py, change `a - b` to `a + b` in add"]));
     // pytest is asked for a JUnit report: the anchors are test cases. mul
     // passed before any change: the first anchor; add joined once it passed.
-    assert_eq!(s["test_results"]["anchor_tests"], json!(["test_mul::test_mul", "test_add::test_add"]));
+    assert_eq!(
+        s["test_results"]["anchor_tests"],
+        json!(["test_mul::test_mul", "test_add::test_add", "test_add_more::test_add_one"])
+    );
+    // CODER's own test ran with the project's pytest and is an anchor now.
+    let ai = &s["test_results"]["ai_tests"][0];
+    assert_eq!(
+        (&ai["file"], &ai["name"], &ai["status"]),
+        (&json!("test_add_more.py"), &json!("test_add_more::test_add_one"), &json!("passed"))
+    );
     let statuses: Vec<&str> =
         s["test_results"]["public_tests"].as_array().unwrap().iter().map(|t| t["status"].as_str().unwrap()).collect();
     assert_eq!(statuses, ["passed", "passed"]);
-    assert_eq!(s["file_context"], json!({"calc.py": "modified"}));
+    assert_eq!(s["file_context"], json!({"calc.py": "modified", "test_add_more.py": "created"}));
     assert_eq!(s["retry_count"], 0);
     let nodes: Vec<&str> = s["thought_trace"]
         .as_array()
@@ -164,7 +181,7 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     assert_eq!(found[0]["kind"], "episode");
     assert_eq!(found[0]["episode_id"], s["episode_id"]);
     assert_eq!(found[0]["record"]["outcome"], "solved");
-    assert_eq!(found[0]["record"]["files"], json!({"calc.py": "modified"}));
+    assert_eq!(found[0]["record"]["files"], json!({"calc.py": "modified", "test_add_more.py": "created"}));
     let text = output(work.noesis_bare().args(["memory", "search", "operator"]));
     assert!(text.stdout.starts_with("episode  ") && text.stdout.contains("(solved)"), "{}", text.stdout);
     // The model saw the plan and the tests in CODER's task.

@@ -108,6 +108,15 @@ fn is_plain_pytest(command: &str) -> bool {
     pytest && !command.contains([';', '&', '|', '>', '<', '`', '$', '\n'])
 }
 
+/// The program part of a plain pytest command (`pytest`, a path to it, or
+/// `python -m pytest`), to run another file with.
+fn pytest_program(command: &str) -> String {
+    match command.find(" -m pytest") {
+        Some(i) => command[..i + " -m pytest".len()].to_owned(),
+        None => command.split_whitespace().next().unwrap_or("pytest").to_owned(),
+    }
+}
+
 /// Runs each command with `sh -c` in `root` and reports per case when the
 /// runner says so: pytest is asked for a JUnit report, and `junit` (a
 /// report the commands write themselves) is read when a command updated it.
@@ -411,7 +420,21 @@ impl Solver<'_> {
                 files.insert(p.clone(), json!(role));
             }
         }
-        let ai_tests: Vec<String> = changes.created.iter().filter(|p| is_test_file(p)).cloned().collect();
+        // AI tests: test files CODER wrote, this attempt or an earlier one
+        // whose change was kept.
+        let mut ai_tests: Vec<String> = head.state["test_results"]["ai_tests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["file"].as_str().map(str::to_owned))
+            .filter(|f| self.workspace.join(f).is_file())
+            .collect();
+        for f in changes.created.iter().filter(|p| is_test_file(p)) {
+            if !ai_tests.contains(f) {
+                ai_tests.push(f.clone());
+            }
+        }
+        let ai_tests: Vec<Value> = ai_tests.iter().map(|f| json!({"file": f, "status": "not run"})).collect();
         self.step("CODER", |s, _| {
             noesis_workflow::set(s, "file_context", Value::Object(files.clone()))?;
             noesis_workflow::set(s, "test_results.ai_tests", json!(ai_tests))?;
@@ -429,7 +452,39 @@ impl Solver<'_> {
     /// Runs the tests; `Some(exit)` when the episode ends here.
     async fn verifier(&self, head: &WorkflowVersion) -> anyhow::Result<Option<ExitCode>> {
         let tests = strings(&head.episode["tests"]);
-        let results = run_tests(&self.workspace, &tests, self.test_timeout, self.junit(head).as_deref()).await?;
+        let mut results = run_tests(&self.workspace, &tests, self.test_timeout, self.junit(head).as_deref()).await?;
+        // CODER's own tests run with the project's pytest, when it has one.
+        let ai_files: Vec<String> = head.state["test_results"]["ai_tests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["file"].as_str().map(str::to_owned))
+            .collect();
+        let runner = tests.iter().find(|t| is_plain_pytest(t)).map(|t| pytest_program(t));
+        let mut ai = Vec::new();
+        if let Some(runner) = &runner {
+            for file in &ai_files {
+                let command = format!("{runner} -q '{}'", file.replace('\'', ""));
+                for r in run_tests(&self.workspace, &[command], self.test_timeout, None).await? {
+                    ai.push((file.clone(), r));
+                }
+            }
+        }
+        let ai_json: Vec<Value> = if runner.is_some() {
+            ai.iter()
+                .map(|(f, r)| {
+                    let mut v = r.json();
+                    v["file"] = json!(f);
+                    v
+                })
+                .collect()
+        } else {
+            ai_files
+                .iter()
+                .map(|f| json!({"file": f, "status": "not run", "why": "no pytest among the --test commands"}))
+                .collect()
+        };
+        results.extend(ai.into_iter().map(|(_, r)| r));
         let anchors = strings(&head.state["test_results"]["anchor_tests"]);
         let failing: Vec<&TestRun> = results.iter().filter(|r| r.failed()).collect();
         let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.name.clone()).collect();
@@ -452,7 +507,7 @@ impl Solver<'_> {
             self.note(&format!("    anchor regression: {} path(s) restored", undone.count()));
             reverted = serde_json::to_value(&undone)?;
         }
-        let public: Vec<Value> = results.iter().map(TestRun::json).collect();
+        let public: Vec<Value> = results.iter().filter(|r| tests.contains(&r.command)).map(TestRun::json).collect();
         let failed: Vec<Value> = failing
             .iter()
             .map(|r| json!({"test": r.name, "command": r.command, "exit_code": r.exit, "message": r.message, "tail": r.tail}))
@@ -461,6 +516,9 @@ impl Solver<'_> {
         let v = self
             .step("VERIFIER", |s, e| {
                 noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
+                // A reverted change took its test files with it.
+                let ai = if broken.is_empty() { json!(ai_json) } else { json!([]) };
+                noesis_workflow::set(s, "test_results.ai_tests", ai)?;
                 if broken.is_empty() {
                     // A test that passes after a change is an anchor from now on.
                     let mut all = strings(&s["test_results"]["anchor_tests"]);
