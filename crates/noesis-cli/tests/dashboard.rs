@@ -9,10 +9,10 @@ use noesis_testkit::{FakeServer, Reply};
 
 use crate::support::{Work, output};
 
-struct Page {
-    status: u16,
+pub(crate) struct Page {
+    pub(crate) status: u16,
     headers: String,
-    body: String,
+    pub(crate) body: String,
 }
 
 fn http(base: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> Page {
@@ -33,7 +33,7 @@ fn http(base: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &s
     Page { status, headers: head.to_ascii_lowercase(), body: body.to_owned() }
 }
 
-fn get(base: &str, path: &str) -> Page {
+pub(crate) fn get(base: &str, path: &str) -> Page {
     http(base, "GET", path, &[("accept", "text/html")], "")
 }
 

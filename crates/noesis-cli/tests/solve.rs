@@ -182,6 +182,13 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     assert_eq!(found[0]["episode_id"], s["episode_id"]);
     assert_eq!(found[0]["record"]["outcome"], "solved");
     assert_eq!(found[0]["record"]["files"], json!({"calc.py": "modified", "test_add_more.py": "created"}));
+    // The episode's page in the dashboard.
+    let (_ui, base) = crate::dashboard::ui(&work);
+    let page = crate::dashboard::get(&base, &format!("/episodes/{}", s["episode_id"].as_str().unwrap()));
+    assert_eq!(page.status, 200);
+    for part in ["CONSOLIDATOR", "test_add_more::test_add_one", "retries used 0 of 3, 3 left", "/runs/"] {
+        assert!(page.body.contains(part), "{part} missing from the episode page");
+    }
     let text = output(work.noesis_bare().args(["memory", "search", "operator"]));
     assert!(text.stdout.starts_with("episode  ") && text.stdout.contains("(solved)"), "{}", text.stdout);
     // The model saw the plan and the tests in CODER's task.

@@ -7,7 +7,10 @@
 //! its invalidation condition, its history and what hangs below it);
 //! `/runs` lists the agent runs and `/runs/{id}` shows one as a timeline
 //! (turns, calls with arguments, status, result and time, what waits for a
-//! decision and the commands that decide it, usage, the outcome).
+//! decision and the commands that decide it, usage, the outcome);
+//! `/episodes` lists the workflow episodes and `/episodes/{id}` shows one
+//! (node timeline, tests per case with the anchors, reverted changes and
+//! why, critiques, retries left, escalation).
 //!
 //! Invariants: every text from the store is escaped ([`html::esc`]); pages
 //! carry no inline script or style and every response a
@@ -87,6 +90,8 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/runs/{id}/decide", axum::routing::post(decide))
         .route("/runs/{id}/cancel", axum::routing::post(cancel_run))
         .route("/runs/{id}/resume", axum::routing::post(resume_run))
+        .route("/episodes", get(episodes))
+        .route("/episodes/{id}", get(episode))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         // Browsers ask for it on every page; nothing to show, nothing to log.
@@ -278,6 +283,29 @@ async fn run_module(State(d): St, Path(name): Path<String>, body: axum::body::By
         Err(problem) => {
             html_response(StatusCode::UNPROCESSABLE_ENTITY, html::module_page(&info, &values, Some(&problem), None))
         }
+    }
+}
+
+async fn episodes(State(d): St) -> Response {
+    match d.store.workflow_history(&d.project_id).await {
+        Ok(versions) => html_response(StatusCode::OK, html::episodes_page(&versions)),
+        Err(e) => failed(&e),
+    }
+}
+
+async fn episode(State(d): St, Path(id): Path<String>) -> Response {
+    match d.store.workflow_history(&d.project_id).await {
+        Ok(versions) => {
+            let mine: Vec<&noesis_store::WorkflowVersion> = versions.iter().filter(|v| v.episode_id == id).collect();
+            if mine.is_empty() {
+                return html_response(
+                    StatusCode::NOT_FOUND,
+                    html::not_found(&format!("no episode {id} in this project")),
+                );
+            }
+            html_response(StatusCode::OK, html::episode_page(&mine))
+        }
+        Err(e) => failed(&e),
     }
 }
 
