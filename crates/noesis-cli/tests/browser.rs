@@ -74,7 +74,8 @@ fn in_chromium_a_session_tree_shows_why_a_frame_was_invalidated_and_hostile_text
     );
     assert!(checks["search_results"].as_u64().unwrap() >= 2, "{report}");
     assert_eq!(checks["run_calls"], 1, "the run's timeline: {report}");
-    for view in ["sessions", "session", "tree", "frame", "run", "search"] {
+    assert!(checks["usage_bars"].as_u64().unwrap() >= 2, "a stacked bar per day: {report}");
+    for view in ["sessions", "session", "tree", "frame", "run", "search", "usage"] {
         assert!(shots.join(format!("{view}.png")).is_file(), "no screenshot of {view}");
     }
 }

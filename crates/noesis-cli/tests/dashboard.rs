@@ -179,6 +179,14 @@ fn sessions_trees_and_frames_render_escaped_under_the_csp() {
     assert!(paused.body.contains("Waiting for a decision (1)"), "{}", paused.body);
     assert!(paused.body.contains("noesis agent approve paused w1 --hash "), "{}", paused.body);
     assert_eq!(get(&base, "/runs/nope").status, 404);
+    // Usage: the two runs' model calls, charted as SVG, under the CSP.
+    let usage = get(&base, "/usage");
+    assert_eq!(usage.status, 200);
+    assert!(usage.headers.contains("content-security-policy"), "{}", usage.headers);
+    assert!(usage.body.contains("<svg class=\"chart\"") && usage.body.contains("model call(s)"), "{}", usage.body);
+    assert!(usage.body.contains("<td>openai/"), "{}", usage.body);
+    let episodes = get(&base, "/episodes");
+    assert!(episodes.status == 200 && episodes.body.contains("No episodes yet"), "{}", episodes.body);
     let js = get(&base, "/assets/app.js");
     assert!(js.status == 200 && js.headers.contains("text/javascript"), "{}", js.headers);
 }

@@ -91,6 +91,7 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/runs/{id}/cancel", axum::routing::post(cancel_run))
         .route("/runs/{id}/resume", axum::routing::post(resume_run))
         .route("/episodes", get(episodes))
+        .route("/usage", get(usage))
         .route("/episodes/{id}", get(episode))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
@@ -307,6 +308,26 @@ async fn episode(State(d): St, Path(id): Path<String>) -> Response {
         }
         Err(e) => failed(&e),
     }
+}
+
+async fn usage(State(d): St) -> Response {
+    let summaries = match d.store.agent_runs(&d.project_id, 10_000).await {
+        Ok(s) => s,
+        Err(e) => return failed(&e),
+    };
+    let mut runs = Vec::with_capacity(summaries.len());
+    for s in &summaries {
+        match d.store.agent_state(&s.run_id, None).await {
+            Ok(Some(state)) => {
+                if let Ok(run) = noesis_agent::AgentRun::from_json(&state.state) {
+                    runs.push(run);
+                }
+            }
+            Ok(None) => {}
+            Err(e) => return failed(&e),
+        }
+    }
+    html_response(StatusCode::OK, html::usage_page(&html::usage_of(&runs)))
 }
 
 async fn runs(State(d): St) -> Response {

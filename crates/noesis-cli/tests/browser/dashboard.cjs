@@ -64,6 +64,11 @@ const { chromium } = require(path.join(process.env.NOESIS_PLAYWRIGHT, "node_modu
     await page.goto(base + "/frames?text=model+turn");
     report.checks.search_results = await page.locator("ul.results li").count();
     await page.screenshot({ path: path.join(shots, "search.png"), fullPage: true });
+
+    // Tokens per day as an SVG chart (drawn under the CSP: no inline style).
+    await page.goto(base + "/usage");
+    report.checks.usage_bars = await page.locator("svg.chart rect").count();
+    await page.screenshot({ path: path.join(shots, "usage.png"), fullPage: true });
   } finally {
     await browser.close();
   }
