@@ -84,7 +84,19 @@ fn list_shows_search_path_then_builtins() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     let rows = o.json();
     let names: Vec<&str> = rows.as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["broken", "local-one", "code-reviewer", "code-simplifier", "task-prioritizer"]);
+    assert_eq!(
+        names,
+        [
+            "broken",
+            "local-one",
+            "code-reviewer",
+            "code-simplifier",
+            "task-prioritizer",
+            "workflow-planner",
+            "workflow-reasoner",
+            "workflow-reflector"
+        ]
+    );
     assert_eq!(rows[0]["valid"], false);
     assert!(rows[0]["error"].as_str().unwrap().contains("module.yaml"));
     assert_eq!(rows[1]["tier"], "exec");

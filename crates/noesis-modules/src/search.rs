@@ -158,7 +158,13 @@ mod tests {
         assert_eq!(err.searched[0], a);
         let listed = sp.list();
         assert_eq!(listed.iter().filter(|l| l.name == "m").count(), 1);
-        assert_eq!(listed.len(), 4);
+        assert_eq!(listed.len(), 1 + BUILTIN.len());
+        // A module on the path replaces a built-in of the same name (how a
+        // project overrides one of `noesis solve`'s nodes).
+        std::fs::create_dir_all(a.join("workflow-planner")).unwrap();
+        std::fs::write(a.join("workflow-planner/module.yaml"), "name: workflow-planner").unwrap();
+        assert_eq!(sp.resolve("workflow-planner").unwrap(), Found::Dir(a.join("workflow-planner")));
+        assert_eq!(sp.list().iter().filter(|l| l.name == "workflow-planner").count(), 1);
         // a path to a module folder works as is
         let p = b.join("m");
         assert_eq!(sp.resolve(p.to_str().unwrap()).unwrap(), Found::Dir(p));

@@ -262,12 +262,20 @@ fn serve(stream: TcpStream, st: &State) {
         } else {
             Reply::Status(404, json!({"error": {"message": "not found"}}).to_string(), vec![])
         };
-        let reply = match reply {
+        let mut reply = match reply {
             Reply::Respond(f) => (f.0)(&body),
             other => other,
         };
-        let answered = answer(&mut out, reply);
+        // A delayed answer is still being worked on: it stays counted.
+        while let Reply::Delay(d, inner) = reply {
+            thread::sleep(d);
+            reply = *inner;
+        }
+        // Counted out before the answer goes: once the client has read it,
+        // it may send its next request (a capped client frees its permit),
+        // and that one must not find this one still counted.
         st.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let answered = answer(&mut out, reply);
         if !answered || !keep_alive {
             let _ = out.shutdown(Shutdown::Both);
             return;
