@@ -129,6 +129,7 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     let llm = FakeServer::start(vec![
         planner(),
         reasoner(),
+        call("look", "read_file", json!({"path": "test_add.py"})),
         fix(),
         call("more", "write_file", json!({"path": "test_add_more.py", "content": more})),
         Reply::Chat("Fixed add, with a test of my own.".into()),
@@ -138,7 +139,7 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     assert!(o.stdout.starts_with("solved: Make test_add pass (2 test(s) pass; anchors: "), "{}", o.stdout);
     assert!(o.stderr.contains("==> VERIFIER (baseline, before any change)"), "{}", o.stderr);
-    assert_eq!(llm.received().len(), 5);
+    assert_eq!(llm.received().len(), 6);
     let calc = std::fs::read_to_string(work.path().join("proj/calc.py")).unwrap();
     assert!(calc.contains("return a + b") && calc.contains("return a * b"), "{calc}");
     let s = dump(&work);
@@ -182,8 +183,24 @@ fn a_failing_test_is_fixed_and_what_passes_becomes_an_anchor() {
     assert_eq!(found[0]["episode_id"], s["episode_id"]);
     assert_eq!(found[0]["record"]["outcome"], "solved");
     assert_eq!(found[0]["record"]["files"], json!({"calc.py": "modified", "test_add_more.py": "created"}));
-    // The episode's page in the dashboard.
+    // The episode's files, with their roles, as a session of its own that
+    // never becomes the project's previous working session.
+    let frames = output(work.noesis_bare().args(["frames", "list", "--json"])).json();
+    let root = frames.as_array().unwrap().iter().find(|f| f["query"] == "solve: Make test_add pass").unwrap().clone();
+    let session = root["session_id"].as_str().unwrap().to_owned();
+    assert!(session.starts_with("solve-"), "{session}");
     let (_ui, base) = crate::dashboard::ui(&work);
+    let page = crate::dashboard::get(&base, &format!("/sessions/{session}"));
+    assert_eq!(page.status, 200);
+    // Three files: test_add.py read, calc.py changed, test_add_more.py added.
+    assert!(page.body.contains("<dt>Files in scope</dt><dd>3</dd>"), "{}", page.body);
+    let changed = page.body.split("<h3>Changed (1)</h3>").nth(1).unwrap_or_default();
+    assert!(changed.split("</ul>").next().unwrap().contains("proj/calc.py"), "{}", page.body);
+    let added = page.body.split("<h3>Added (1)</h3>").nth(1).unwrap_or_default();
+    assert!(added.split("</ul>").next().unwrap().contains("proj/test_add_more.py"), "{}", page.body);
+    let diff = output(work.noesis_bare().args(["session", "diff"]));
+    assert!(!diff.stdout.contains("solve-"), "an episode is no working session: {}", diff.stdout);
+    // The episode's page in the dashboard.
     let page = crate::dashboard::get(&base, &format!("/episodes/{}", s["episode_id"].as_str().unwrap()));
     assert_eq!(page.status, 200);
     for part in ["CONSOLIDATOR", "test_add_more::test_add_one", "retries used 0 of 3, 3 left", "/runs/"] {

@@ -125,6 +125,13 @@ pub trait Store: Send + Sync {
         seeds: &[Invalidation],
     ) -> Result<Vec<Invalidation>, StoreError>;
 
+    /// Records a `noesis solve` episode's files as a session of kind
+    /// `episode` with its root frame, in one transaction: readable by id
+    /// ([`Store::session`]) but never a project's previous session
+    /// ([`Store::sessions`]) nor the parent of later runs
+    /// ([`Store::latest_session_root`]).
+    async fn record_episode(&self, session: &SessionArtifacts, root: &CausalFrame) -> Result<(), StoreError>;
+
     /// One session.
     async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError>;
 

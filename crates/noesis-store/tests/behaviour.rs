@@ -400,6 +400,19 @@ async fn sessions_round_trip(t_: &TestStore) {
     let root = draft("x").into_frame(P, None, None, t(20)).unwrap();
     let bad = SessionArtifacts { session_id: "s-bad".into(), root_frame_id: None, ..sessions[0].clone() };
     assert!(s.begin_session(&bad, &root, &[]).await.is_err());
+    // A solve episode's files: readable by id, never the previous session
+    // nor the parent of later runs.
+    let root = draft("solve: fix").into_frame(P, Some("solve-ep1"), None, t(30)).unwrap();
+    let episode = SessionArtifacts {
+        session_id: "solve-ep1".into(),
+        root_frame_id: Some(root.frame_id.clone()),
+        created_at: t(30),
+        ..sessions[0].clone()
+    };
+    s.record_episode(&episode, &root).await.unwrap();
+    assert_eq!(s.session("solve-ep1").await.unwrap().as_ref(), Some(&episode));
+    assert_eq!(s.sessions(P, 10).await.unwrap()[0], sessions[1], "still the newest working session");
+    assert_eq!(s.latest_session_root(P).await.unwrap(), sessions[1].root_frame_id);
     assert!(s.check().await.unwrap().is_empty());
 }
 
@@ -475,7 +488,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )

@@ -788,6 +788,48 @@ impl Solver<'_> {
         }
     }
 
+    /// The files of the episode with their roles, project-relative: what
+    /// CODER's runs read (hash as read), and what the episode changed
+    /// (hash now).
+    async fn episode_files(
+        &self,
+        state: &Value,
+    ) -> anyhow::Result<std::collections::BTreeMap<String, noesis_frames::FileEntry>> {
+        use noesis_frames::{FileEntry, FileRole};
+        let name = |rel: &str| noesis_frames::project::name_for(&self.project_root, &self.workspace, Path::new(rel));
+        let mut files = std::collections::BTreeMap::new();
+        let runs: Vec<String> = state["thought_trace"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["type"] == "coder")
+            .filter_map(|e| e["run"].as_str().map(str::to_owned))
+            .collect();
+        for id in runs {
+            let Some(stored) = self.store.agent_state(&id, None).await? else { continue };
+            let Ok(run) = AgentRun::from_json(&stored.state) else { continue };
+            for c in run.calls.iter().filter(|c| c.tool == "read_file") {
+                for e in &c.evidence {
+                    if let noesis_agent::ToolEvidence::File { path, blake3 } = e {
+                        files.insert(name(path), FileEntry { hash: blake3.clone(), role: FileRole::Read });
+                    }
+                }
+            }
+        }
+        for (rel, role) in state["file_context"].as_object().into_iter().flatten() {
+            let role = match role.as_str() {
+                Some("created") => FileRole::Created,
+                Some("modified") => FileRole::Modified,
+                // Deleted: no file, no hash to keep.
+                _ => continue,
+            };
+            if let Ok(bytes) = std::fs::read(self.workspace.join(rel)) {
+                files.insert(name(rel), FileEntry { hash: noesis_frames::scan::hash_bytes(&bytes), role });
+            }
+        }
+        Ok(files)
+    }
+
     /// Frames are the episode's explanation, not its result: a failure to
     /// write them is a warning.
     async fn frames_or_warn(&self, head: &WorkflowVersion, outcome: &str) {
@@ -875,6 +917,8 @@ impl Solver<'_> {
     async fn record_frames(&self, head: &WorkflowVersion, outcome: &str) -> anyhow::Result<()> {
         use noesis_frames::{Draft, Evidence, Invalidation, Status, Timestamp};
         let upto = head.episode["frames_upto"].as_i64().unwrap_or(0);
+        // The episode's own session (of kind `episode`): one per record.
+        let session_id = format!("solve-{}-{}", head.episode_id, head.version);
         let history = self.store.workflow_history(&self.project_id).await?;
         let visits: Vec<&WorkflowVersion> =
             history.iter().filter(|v| v.episode_id == head.episode_id && v.version > upto).collect();
@@ -897,8 +941,8 @@ impl Solver<'_> {
             status: Some(Status::Completed),
             ..Draft::new(format!("solve: {}", s["user_query"].as_str().unwrap_or_default()))
         }
-        .into_frame(&self.project_id, None, None, now)?;
-        let mut frames = vec![root.clone()];
+        .into_frame(&self.project_id, Some(&session_id), None, now)?;
+        let mut frames = Vec::new();
         let mut reverted = Vec::new();
         let mut last_coder: Option<noesis_frames::FrameId> = None;
         for v in visits {
@@ -956,7 +1000,7 @@ impl Solver<'_> {
                 status: Some(Status::Completed),
                 ..Draft::new(node.to_owned())
             }
-            .into_frame(&self.project_id, None, Some(&root), now)?;
+            .into_frame(&self.project_id, Some(&session_id), Some(&root), now)?;
             if node == "CODER" {
                 last_coder = Some(frame.frame_id.clone());
             }
@@ -973,6 +1017,17 @@ impl Solver<'_> {
             }
             frames.push(frame);
         }
+        let session = noesis_frames::SessionArtifacts {
+            session_id: session_id.clone(),
+            project_id: self.project_id.clone(),
+            initial_prompt: s["user_query"].as_str().map(str::to_owned),
+            files: self.episode_files(s).await?,
+            scope: vec![noesis_frames::project::name_for(&self.project_root, &self.workspace, &self.workspace)],
+            root_frame_id: Some(root.frame_id.clone()),
+            conversation_log: None,
+            created_at: now,
+        };
+        self.store.record_episode(&session, &root).await?;
         self.store.insert_frames(&frames).await?;
         if !reverted.is_empty() {
             self.store.invalidate(&reverted, None, now).await?;

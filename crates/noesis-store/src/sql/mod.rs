@@ -386,55 +386,21 @@ impl Store for SqlStore {
         root: &CausalFrame,
         seeds: &[Invalidation],
     ) -> Result<Vec<Invalidation>, StoreError> {
-        if session.root_frame_id.as_ref() != Some(&root.frame_id) || root.parent_id.is_some() {
-            return Err(StoreError::Invalid(format!(
-                "session {}: the root frame must be a root and be named by root_frame_id",
-                session.session_id
-            )));
-        }
-        let mut tx = self.write().await?;
-        self.insert_tx(&mut tx, std::slice::from_ref(root)).await?;
-        let scope = serde_json::to_string(&session.scope).unwrap_or_else(|_| "[]".into());
-        sqlx::query(
-            "INSERT INTO sessions (session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at, n_files) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(session.session_id.clone())
-        .bind(session.project_id.clone())
-        .bind(session.initial_prompt.clone())
-        .bind(scope)
-        .bind(root.frame_id.as_str().to_owned())
-        .bind(session.conversation_log.clone())
-        .bind(session.created_at.millis())
-        .bind(i64::try_from(session.files.len()).unwrap_or(i64::MAX))
-        .execute(&mut *tx)
-        .await
-        .ctx(|| format!("insert session {}", session.session_id))?;
-        let files: Vec<(&String, &FileEntry)> = session.files.iter().collect();
-        for chunk in files.chunks(CHUNK) {
-            let sql = format!(
-                "INSERT INTO session_files (session_id, path, hash, role) VALUES {}",
-                placeholders(chunk.len(), 4)
-            );
-            let mut q = sqlx::query(AssertSqlSafe(sql));
-            for (path, e) in chunk {
-                q = q.bind(session.session_id.clone()).bind((*path).clone()).bind(e.hash.clone()).bind(e.role.as_str());
-            }
-            q.execute(&mut *tx).await.ctx(|| format!("insert the files of session {}", session.session_id))?;
-        }
-        let hit =
-            Self::invalidate_tx(&mut tx, self.backend, seeds, Some(&session.session_id), session.created_at).await?;
-        tx.commit().await.ctx(|| format!("commit session {}", session.session_id))?;
-        Ok(hit)
+        begin(self, session, root, seeds, "session").await
+    }
+
+    async fn record_episode(&self, session: &SessionArtifacts, root: &CausalFrame) -> Result<(), StoreError> {
+        begin(self, session, root, &[], "episode").await.map(|_| ())
     }
 
     async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError> {
-        Ok(self.sessions_where("session_id", session_id, 1).await?.pop())
+        Ok(self.sessions_where("session_id", session_id, 1, false).await?.pop())
     }
 
     async fn latest_session_root(&self, project_id: &str) -> Result<Option<FrameId>, StoreError> {
         let root: Option<Option<String>> = sqlx::query_scalar(
-            "SELECT root_frame_id FROM sessions WHERE project_id = $1 ORDER BY created_at DESC, session_id DESC LIMIT 1",
+            "SELECT root_frame_id FROM sessions WHERE project_id = $1 AND kind = 'session' \
+             ORDER BY created_at DESC, session_id DESC LIMIT 1",
         )
         .bind(project_id.to_owned())
         .fetch_optional(&self.pool)
@@ -444,7 +410,7 @@ impl Store for SqlStore {
     }
 
     async fn sessions(&self, project_id: &str, limit: u32) -> Result<Vec<SessionArtifacts>, StoreError> {
-        self.sessions_where("project_id", project_id, limit).await
+        self.sessions_where("project_id", project_id, limit, true).await
     }
 
     async fn invalidated_in_session(&self, session_id: &str) -> Result<Vec<Invalidation>, StoreError> {
@@ -603,6 +569,56 @@ impl Store for SqlStore {
         }
         Ok(problems)
     }
+}
+
+/// A session of `kind` (`session` or `episode`) with its files and root
+/// frame, and the invalidation `seeds`, in one transaction.
+async fn begin(
+    store: &SqlStore,
+    session: &SessionArtifacts,
+    root: &CausalFrame,
+    seeds: &[Invalidation],
+    kind: &str,
+) -> Result<Vec<Invalidation>, StoreError> {
+    if session.root_frame_id.as_ref() != Some(&root.frame_id) || root.parent_id.is_some() {
+        return Err(StoreError::Invalid(format!(
+            "session {}: the root frame must be a root and be named by root_frame_id",
+            session.session_id
+        )));
+    }
+    let mut tx = store.write().await?;
+    store.insert_tx(&mut tx, std::slice::from_ref(root)).await?;
+    let scope = serde_json::to_string(&session.scope).unwrap_or_else(|_| "[]".into());
+    sqlx::query(
+        "INSERT INTO sessions (session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at, n_files, kind) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .bind(session.session_id.clone())
+    .bind(session.project_id.clone())
+    .bind(session.initial_prompt.clone())
+    .bind(scope)
+    .bind(root.frame_id.as_str().to_owned())
+    .bind(session.conversation_log.clone())
+    .bind(session.created_at.millis())
+    .bind(i64::try_from(session.files.len()).unwrap_or(i64::MAX))
+    .bind(kind)
+    .execute(&mut *tx)
+    .await
+    .ctx(|| format!("insert session {}", session.session_id))?;
+    let files: Vec<(&String, &FileEntry)> = session.files.iter().collect();
+    for chunk in files.chunks(CHUNK) {
+        let sql =
+            format!("INSERT INTO session_files (session_id, path, hash, role) VALUES {}", placeholders(chunk.len(), 4));
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        for (path, e) in chunk {
+            q = q.bind(session.session_id.clone()).bind((*path).clone()).bind(e.hash.clone()).bind(e.role.as_str());
+        }
+        q.execute(&mut *tx).await.ctx(|| format!("insert the files of session {}", session.session_id))?;
+    }
+    let hit =
+        SqlStore::invalidate_tx(&mut tx, store.backend, seeds, Some(&session.session_id), session.created_at).await?;
+    tx.commit().await.ctx(|| format!("commit session {}", session.session_id))?;
+    Ok(hit)
 }
 
 #[cfg(test)]

@@ -246,15 +246,19 @@ impl SqlStore {
         Ok(out)
     }
 
+    /// Sessions where `cond` = `arg`, newest first; `working`: only working
+    /// sessions (not solve episodes).
     pub(super) async fn sessions_where(
         &self,
         cond: &str,
         arg: &str,
         limit: u32,
+        working: bool,
     ) -> Result<Vec<SessionArtifacts>, StoreError> {
+        let kind = if working { " AND kind = 'session'" } else { "" };
         let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at \
-             FROM sessions WHERE {cond} = $1 ORDER BY created_at DESC, session_id DESC LIMIT {limit}"
+             FROM sessions WHERE {cond} = $1{kind} ORDER BY created_at DESC, session_id DESC LIMIT {limit}"
         )))
         .bind(arg.to_owned())
         .fetch_all(&self.pool)
