@@ -57,6 +57,15 @@ enum Command {
     Session(cmd::session::Args),
     /// List, show, invalidate, verify and resume the project's frames.
     Frames(cmd::frames::Args),
+    /// Install a module from git (github:OWNER/REPO[/PATH][@REF|@^RANGE], a git URL with --path) or a folder; with no source, what cognitive.lock lists.
+    Install(cmd::install::InstallArgs),
+    /// Install modules again from their recorded sources (the newest their range allows; --latest: the newest).
+    Update(cmd::install::UpdateArgs),
+    /// Remove an installed module and its cognitive.lock entry.
+    #[command(alias = "uninstall")]
+    Remove(cmd::install::RemoveArgs),
+    /// List a git source's versions (its semver tags), newest first.
+    Versions(cmd::install::VersionsArgs),
     /// Solve a coding task, verified: PLANNER → REASONER → CODER → VERIFIER → CONSOLIDATOR (REFLECTOR on failure), anchors kept green.
     Solve(Box<cmd::solve::Args>),
     /// Search what earlier `solve` episodes did and learnt (episodic and procedural memory).
@@ -134,6 +143,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::State(a) => cmd::state::run(a),
         Command::Solve(a) => cmd::solve::run(&search, *a),
         Command::Memory(a) => cmd::memory::run(a),
+        Command::Install(a) => cmd::install::install(a),
+        Command::Update(a) => cmd::install::update(a),
+        Command::Remove(a) => cmd::install::remove(a),
+        Command::Versions(a) => cmd::install::versions(a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),

@@ -9,6 +9,7 @@ mod conformance;
 mod context;
 mod dashboard;
 mod frames;
+mod install;
 #[cfg(feature = "local")]
 mod local;
 mod mcp;

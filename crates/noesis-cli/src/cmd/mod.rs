@@ -5,6 +5,7 @@ pub(crate) mod doctor;
 pub(crate) mod frames;
 pub(crate) mod info;
 pub(crate) mod init;
+pub(crate) mod install;
 pub(crate) mod list;
 pub(crate) mod mcp;
 pub(crate) mod memory;

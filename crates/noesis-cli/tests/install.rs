@@ -1,0 +1,173 @@
+//! `noesis install | update | remove | versions` against real git
+//! repositories made by the test (tags v1.0.0, v1.1.0, v2.0.0; the module in
+//! a subfolder), reached over `file://`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::support::{Work, output};
+
+fn git(dir: &Path, args: &[&str]) {
+    let o = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// A repository with the module `greeter` in `mods/greeter`, tagged three
+/// times; each version's prompt names its tag.
+fn repo(work: &Work) -> PathBuf {
+    let repo = work.path().join("repo");
+    std::fs::create_dir_all(repo.join("mods")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    let o = output(work.noesis_bare().args(["init", "greeter", "--dir", repo.join("mods").to_str().unwrap()]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    for tag in ["v1.0.0", "v1.1.0", "v2.0.0"] {
+        std::fs::write(repo.join("mods/greeter/prompt.md"), format!("# greeter {tag}\n\nGreet: $ARGUMENTS\n")).unwrap();
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", tag]);
+        git(&repo, &["tag", tag]);
+    }
+    repo
+}
+
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if e.file_type().unwrap().is_dir() {
+            for (k, v) in files(&e.path()) {
+                out.insert(format!("{name}/{k}"), v);
+            }
+        } else {
+            out.insert(name, std::fs::read(e.path()).unwrap());
+        }
+    }
+    out
+}
+
+fn lock(work: &Work) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(work.path().join("cognitive/cognitive.lock")).unwrap()).unwrap()
+}
+
+#[test]
+fn a_range_an_update_the_lockfile_and_a_removal() {
+    let work = Work::new();
+    let repo = repo(&work);
+    let url = format!("file://{}", repo.display());
+    let installed = work.path().join("cognitive/modules/greeter");
+
+    let o = output(work.noesis_bare().args(["versions", &url]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "v2.0.0\nv1.1.0\nv1.0.0\n"), "{}", o.stderr);
+
+    // A range picks the newest tag it allows.
+    let o = output(work.noesis_bare().args(["install", &format!("{url}@^1"), "--path", "mods/greeter"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.starts_with("installed greeter v1.1.0 ("), "{}", o.stdout);
+    assert!(std::fs::read_to_string(installed.join("prompt.md")).unwrap().contains("v1.1.0"));
+    let l = lock(&work);
+    let entry = &l["modules"]["greeter"];
+    assert_eq!((&entry["version"], &entry["path"]), (&json!("v1.1.0"), &json!("mods/greeter")));
+    assert_eq!(entry["commit"].as_str().unwrap().len(), 40);
+    assert!(entry["sha256"].as_str().unwrap().starts_with("sha256:"));
+    // It is on the search path and loads.
+    let listed = output(work.noesis_bare().args(["list", "--json"])).json();
+    assert!(listed.as_array().unwrap().iter().any(|m| m["name"] == "greeter" && m["valid"] == true), "{listed}");
+
+    // Update stays in the range; --latest leaves it.
+    let o = output(work.noesis_bare().args(["update", "greeter"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, format!("updated greeter v1.1.0 ({url}@^1)\n"));
+    let o = output(work.noesis_bare().args(["update", "greeter", "--latest", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.json()[0]["version"], "v2.0.0");
+    assert!(std::fs::read_to_string(installed.join("prompt.md")).unwrap().contains("v2.0.0"));
+
+    // `install` with no source reproduces the lockfile byte for byte.
+    let before = files(&installed);
+    let locked = std::fs::read_to_string(work.path().join("cognitive/cognitive.lock")).unwrap();
+    std::fs::remove_dir_all(work.path().join("cognitive/modules")).unwrap();
+    let o = output(work.noesis_bare().args(["install", "--locked"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(files(&installed), before);
+    assert_eq!(std::fs::read_to_string(work.path().join("cognitive/cognitive.lock")).unwrap(), locked);
+
+    // --locked refuses what would change the lockfile, and changes nothing.
+    let o =
+        output(work.noesis_bare().args(["install", &format!("{url}@v1.0.0"), "--path", "mods/greeter", "--locked"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("--locked: installing `greeter` changes cognitive.lock"), "{}", o.stderr);
+    assert_eq!(files(&installed), before);
+    assert!(!work.path().join("cognitive/modules/.staging-greeter").exists());
+
+    // Files that differ from the recorded digest are refused.
+    let now = lock(&work)["modules"]["greeter"]["sha256"].as_str().unwrap().to_owned();
+    let tampered = locked.replace(&now, "sha256:0000");
+    assert_ne!(tampered, locked);
+    std::fs::write(work.path().join("cognitive/cognitive.lock"), &tampered).unwrap();
+    let o = output(work.noesis_bare().args(["install"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("the lockfile says sha256:0000; refused"), "{}", o.stderr);
+    assert_eq!(files(&installed), before, "nothing replaced");
+    std::fs::write(work.path().join("cognitive/cognitive.lock"), &locked).unwrap();
+
+    let o = output(work.noesis_bare().args(["remove", "greeter"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "removed greeter\n"));
+    assert!(!installed.exists());
+    assert_eq!(lock(&work)["modules"], json!({}));
+    let o = output(work.noesis_bare().args(["uninstall", "greeter"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("no module `greeter` is installed here"), "{}", o.stderr);
+}
+
+#[test]
+fn bad_sources_and_modules_are_refused_with_nothing_left_behind() {
+    let work = Work::new();
+    let repo = repo(&work);
+    let url = format!("file://{}", repo.display());
+    let o = output(work.noesis_bare().args(["install", &format!("{url}@^3"), "--path", "mods/greeter"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("no tag of") && o.stderr.contains("`^3`"), "{}", o.stderr);
+    let o = output(work.noesis_bare().args(["install", &url, "--path", "mods/nothing"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("no module at `mods/nothing`"), "{}", o.stderr);
+    let o = output(work.noesis_bare().args(["install", &url, "--path", "../outside"]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("must stay inside the repository"), "{}", o.stderr);
+    // A module that does not load: the loader's message, nothing installed.
+    work.write("broken/module.yaml", "name: broken\nversion: [\n");
+    let o = output(work.noesis_bare().args(["install", work.path().join("broken").to_str().unwrap()]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("module `broken` is refused"), "{}", o.stderr);
+    let left: Vec<_> = std::fs::read_dir(work.path().join("cognitive/modules")).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+    assert!(!work.path().join("cognitive/cognitive.lock").exists());
+}
+
+/// A crash between moving the old copy aside and moving the new one in
+/// leaves `.old-NAME`: the next command puts it back.
+#[test]
+fn an_install_cut_short_in_the_swap_is_recovered() {
+    let work = Work::new();
+    let repo = repo(&work);
+    let url = format!("file://{}", repo.display());
+    assert_eq!(output(work.noesis_bare().args(["install", &url, "--path", "mods/greeter"])).code, 0);
+    let modules = work.path().join("cognitive/modules");
+    let before = files(&modules.join("greeter"));
+    std::fs::rename(modules.join("greeter"), modules.join(".old-greeter")).unwrap();
+    std::fs::create_dir_all(modules.join(".staging-greeter")).unwrap();
+    let o = output(work.noesis_bare().args(["install"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("put `greeter` back"), "{}", o.stderr);
+    assert_eq!(files(&modules.join("greeter")), before);
+    assert!(!modules.join(".old-greeter").exists() && !modules.join(".staging-greeter").exists());
+}

@@ -1,0 +1,450 @@
+//! Fetching, validating and swapping modules in; the lockfile kept beside.
+//!
+//! Every install is staged in a hidden folder next to the modules
+//! (`.staging-NAME`), loaded there (a module that does not load is refused
+//! with the loader's message), then swapped in: the old folder is renamed
+//! to `.old-NAME`, the staged one to `NAME`, and the old one removed. A
+//! crash at any point leaves either the old module or the new one, and
+//! [`Installer::recover`] (run before every operation) finishes or undoes
+//! a swap that was cut short.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::lock::{LockEntry, Lockfile, digest};
+use crate::source::{Reference, Source, SourceError, valid_name};
+
+/// An operation refused or failed; nothing was changed unless it says so.
+#[derive(Debug, thiserror::Error)]
+pub enum DistError {
+    /// The source could not be read.
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    /// `git` failed.
+    #[error("git {args}: {stderr}")]
+    Git {
+        /// What was run.
+        args: String,
+        /// What it said.
+        stderr: String,
+    },
+    /// No tag satisfies the range.
+    #[error("no tag of {url} satisfies `{range}` (tags: {tags})")]
+    NoVersion {
+        /// The repository.
+        url: String,
+        /// The range.
+        range: String,
+        /// The tags found.
+        tags: String,
+    },
+    /// The source holds no module where it was looked for.
+    #[error("no module at `{path}` in {source_name}: {why}")]
+    NotAModule {
+        /// The source.
+        source_name: String,
+        /// The folder inside it.
+        path: String,
+        /// Why not.
+        why: String,
+    },
+    /// The module does not load.
+    #[error("module `{name}` is refused: {why}")]
+    Invalid {
+        /// The module.
+        name: String,
+        /// The loader's message.
+        why: String,
+    },
+    /// A name that cannot be a module folder.
+    #[error("`{0}` cannot be a module's name (letters, digits, - _ .; not starting with .)")]
+    BadName(String),
+    /// Nothing installed under that name.
+    #[error("no module `{0}` is installed here (cognitive.lock lists what is)")]
+    NotInstalled(String),
+    /// `--locked` and the lockfile would change.
+    #[error("--locked: {0}")]
+    Locked(String),
+    /// The files differ from what the lockfile recorded.
+    #[error("module `{name}`: its files are {found}, the lockfile says {locked}; refused")]
+    Mismatch {
+        /// The module.
+        name: String,
+        /// The digest found.
+        found: String,
+        /// The digest locked.
+        locked: String,
+    },
+    /// The lockfile cannot be read.
+    #[error("{path}: {why}")]
+    Lock {
+        /// The lockfile.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
+    /// A file operation failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DistError + '_ {
+    move |source| DistError::Io { path: path.to_owned(), source }
+}
+
+/// What an install did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Installed {
+    /// The module's name (its folder).
+    pub name: String,
+    /// What the lockfile now says of it.
+    pub entry: LockEntry,
+    /// Whether it replaced an installed module.
+    pub replaced: bool,
+}
+
+/// Installs into one modules folder with its lockfile.
+#[derive(Debug, Clone)]
+pub struct Installer {
+    /// Where modules go (`./cognitive/modules`, `~/.cognitive/modules`).
+    pub modules_dir: PathBuf,
+    /// The lockfile (`cognitive.lock` beside the modules folder).
+    pub lock_path: PathBuf,
+    /// Fail instead of changing the lockfile.
+    pub locked: bool,
+}
+
+/// A fetched source: the folder holding the repository or module, kept
+/// alive while it is used.
+struct Fetched {
+    root: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    commit: Option<String>,
+    version: Option<String>,
+}
+
+fn git(args: &[&str], cwd: Option<&Path>) -> Result<String, DistError> {
+    let mut c = Command::new("git");
+    c.args(args).env("GIT_TERMINAL_PROMPT", "0");
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
+    let out = c.output().map_err(|e| DistError::Git { args: args.join(" "), stderr: e.to_string() })?;
+    if !out.status.success() {
+        return Err(DistError::Git {
+            args: args.join(" "),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The tags of a repository, by `git ls-remote` (nothing is cloned).
+pub fn tags(url: &str) -> Result<Vec<String>, DistError> {
+    let out = git(&["ls-remote", "--tags", "--refs", url], None)?;
+    Ok(out.lines().filter_map(|l| l.split_once("refs/tags/").map(|(_, t)| t.trim().to_owned())).collect())
+}
+
+fn fetch(source: &Source) -> Result<Fetched, DistError> {
+    match source {
+        Source::Dir(d) => Ok(Fetched { root: d.clone(), _tmp: None, commit: None, version: None }),
+        Source::Git { url, reference, .. } => {
+            let (want, version) = match reference {
+                Reference::Exact(r) => (Some(r.clone()), None),
+                Reference::Latest => {
+                    let tags = tags(url)?;
+                    let t = crate::version::pick(&tags, None).cloned();
+                    (t.clone(), t)
+                }
+                Reference::Range(req) => {
+                    let tags = tags(url)?;
+                    let Some(t) = crate::version::pick(&tags, Some(req)).cloned() else {
+                        return Err(DistError::NoVersion {
+                            url: url.clone(),
+                            range: req.to_string(),
+                            tags: tags.join(", "),
+                        });
+                    };
+                    (Some(t.clone()), Some(t))
+                }
+            };
+            let tmp = tempfile::tempdir().map_err(io(Path::new("a temporary folder")))?;
+            let repo = tmp.path().join("repo");
+            let repo_s = repo.to_string_lossy().into_owned();
+            git(&["clone", "--quiet", "--no-checkout", url, &repo_s], None)?;
+            let target = want.clone().unwrap_or_else(|| "HEAD".into());
+            git(&["-c", "advice.detachedHead=false", "checkout", "--quiet", &target], Some(&repo))?;
+            let commit = git(&["rev-parse", "HEAD"], Some(&repo))?.trim().to_owned();
+            let version = version.or_else(|| want.filter(|w| crate::version::of_tag(w).is_some()));
+            Ok(Fetched { root: repo, _tmp: Some(tmp), commit: Some(commit), version })
+        }
+    }
+}
+
+/// Copies `from` to `to` (a new folder), leaving out `.git`.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), DistError> {
+    std::fs::create_dir_all(to).map_err(io(to))?;
+    for e in std::fs::read_dir(from).map_err(io(from))? {
+        let e = e.map_err(io(from))?;
+        let name = e.file_name();
+        if name == ".git" {
+            continue;
+        }
+        let t = e.file_type().map_err(io(&e.path()))?;
+        let dest = to.join(&name);
+        if t.is_dir() {
+            copy_tree(&e.path(), &dest)?;
+        } else if t.is_file() {
+            std::fs::copy(e.path(), &dest).map_err(io(&e.path()))?;
+        }
+        // Links are left out: a module is files, and a link could point
+        // anywhere.
+    }
+    Ok(())
+}
+
+impl Installer {
+    fn staging(&self, name: &str) -> PathBuf {
+        self.modules_dir.join(format!(".staging-{name}"))
+    }
+
+    fn old(&self, name: &str) -> PathBuf {
+        self.modules_dir.join(format!(".old-{name}"))
+    }
+
+    /// Finishes or undoes what a crash cut short: a `.old-NAME` whose
+    /// `NAME` is missing is put back (the swap never finished); one whose
+    /// `NAME` exists is removed (it did); staging folders are removed.
+    /// Says what it did.
+    pub fn recover(&self) -> Result<Vec<String>, DistError> {
+        let mut done = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.modules_dir) else { return Ok(done) };
+        for e in entries.flatten() {
+            let file = e.file_name().to_string_lossy().into_owned();
+            if let Some(name) = file.strip_prefix(".old-") {
+                let target = self.modules_dir.join(name);
+                if target.exists() {
+                    std::fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
+                    done.push(format!("removed the replaced copy of `{name}` an interrupted install left"));
+                } else {
+                    std::fs::rename(e.path(), &target).map_err(io(&target))?;
+                    done.push(format!(
+                        "put `{name}` back: an install was interrupted before the new copy was in place"
+                    ));
+                }
+            } else if file.starts_with(".staging-") {
+                std::fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
+                done.push(format!("removed {file}, left by an interrupted install"));
+            }
+        }
+        Ok(done)
+    }
+
+    /// The lockfile (empty when there is none).
+    pub fn lockfile(&self) -> Result<Lockfile, DistError> {
+        match std::fs::read_to_string(&self.lock_path) {
+            Ok(t) => Lockfile::parse(&t).map_err(|why| DistError::Lock { path: self.lock_path.clone(), why }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Lockfile::new()),
+            Err(e) => Err(io(&self.lock_path)(e)),
+        }
+    }
+
+    fn write_lock(&self, lock: &Lockfile) -> Result<(), DistError> {
+        use std::io::Write;
+        let dir = self.lock_path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
+        tmp.write_all(lock.render().as_bytes()).map_err(io(&self.lock_path))?;
+        tmp.persist(&self.lock_path).map_err(|e| DistError::Io { path: self.lock_path.clone(), source: e.error })?;
+        Ok(())
+    }
+
+    /// Installs `typed` (see [`Source::parse`]) as `name` (default: from the
+    /// source), or, with `locked_entry`, exactly what a lockfile recorded.
+    pub fn install(&self, typed: &str, path: Option<&str>, name: Option<&str>) -> Result<Installed, DistError> {
+        self.recover()?;
+        let source = Source::parse(typed, path)?;
+        let name = name.map_or_else(|| source.default_name(), str::to_owned);
+        self.put(&name, typed, &source, None)
+    }
+
+    /// Installs every module the lockfile lists, at its commit, refusing
+    /// any whose files differ from the recorded digest.
+    pub fn install_locked(&self) -> Result<Vec<Installed>, DistError> {
+        self.recover()?;
+        let lock = self.lockfile()?;
+        let mut done = Vec::new();
+        for (name, e) in &lock.modules {
+            let mut source = Source::parse(&e.source, Some(&e.path))?;
+            if let (Source::Git { reference, .. }, Some(commit)) = (&mut source, &e.commit) {
+                *reference = Reference::Exact(commit.clone());
+            }
+            done.push(self.put(name, &e.source, &source, Some(e))?);
+        }
+        Ok(done)
+    }
+
+    /// Installs `name` again from its recorded source: the newest version
+    /// its range allows, or with `latest` the newest there is.
+    pub fn update(&self, name: &str, latest: bool) -> Result<Installed, DistError> {
+        self.recover()?;
+        let lock = self.lockfile()?;
+        let e = lock.modules.get(name).ok_or_else(|| DistError::NotInstalled(name.to_owned()))?;
+        let mut source = Source::parse(&e.source, Some(&e.path))?;
+        if latest && let Source::Git { reference, .. } = &mut source {
+            *reference = Reference::Latest;
+        }
+        self.put(name, &e.source.clone(), &source, None)
+    }
+
+    /// Removes `name` and its lockfile entry.
+    pub fn remove(&self, name: &str) -> Result<(), DistError> {
+        self.recover()?;
+        if !valid_name(name) {
+            return Err(DistError::BadName(name.to_owned()));
+        }
+        let mut lock = self.lockfile()?;
+        let target = self.modules_dir.join(name);
+        if !target.exists() && !lock.modules.contains_key(name) {
+            return Err(DistError::NotInstalled(name.to_owned()));
+        }
+        if lock.modules.remove(name).is_some() {
+            if self.locked {
+                return Err(DistError::Locked(format!("removing `{name}` changes cognitive.lock")));
+            }
+            self.write_lock(&lock)?;
+        }
+        if target.exists() {
+            // Out of the way by rename first: a crash leaves `.old-NAME`,
+            // which recovery removes.
+            let old = self.old(name);
+            std::fs::rename(&target, &old).map_err(io(&target))?;
+            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+        }
+        Ok(())
+    }
+
+    fn put(
+        &self,
+        name: &str,
+        typed: &str,
+        source: &Source,
+        locked: Option<&LockEntry>,
+    ) -> Result<Installed, DistError> {
+        if !valid_name(name) {
+            return Err(DistError::BadName(name.to_owned()));
+        }
+        let fetched = fetch(source)?;
+        let sub = match source {
+            Source::Git { path, .. } => path.clone(),
+            Source::Dir(_) => String::new(),
+        };
+        let module_dir = if sub.is_empty() { fetched.root.clone() } else { fetched.root.join(&sub) };
+        if !module_dir.join("module.yaml").is_file() && !module_dir.join("MODULE.md").is_file() {
+            return Err(DistError::NotAModule {
+                source_name: typed.to_owned(),
+                path: sub,
+                why: "no module.yaml (or MODULE.md) there".into(),
+            });
+        }
+        std::fs::create_dir_all(&self.modules_dir).map_err(io(&self.modules_dir))?;
+        let staged = self.staging(name);
+        if staged.exists() {
+            std::fs::remove_dir_all(&staged).map_err(io(&staged))?;
+        }
+        copy_tree(&module_dir, &staged)?;
+        let checked = (|| {
+            noesis_modules::load_dir(&staged)
+                .map_err(|e| DistError::Invalid { name: name.to_owned(), why: e.to_string() })?;
+            let sha256 = digest(&staged).map_err(io(&staged))?;
+            if let Some(l) = locked
+                && l.sha256 != sha256
+            {
+                return Err(DistError::Mismatch { name: name.to_owned(), found: sha256, locked: l.sha256.clone() });
+            }
+            // Installed from the lockfile: the entry stays as recorded.
+            let entry = locked.cloned().unwrap_or_else(|| LockEntry {
+                source: typed.to_owned(),
+                path: match source {
+                    Source::Git { path, .. } => path.clone(),
+                    Source::Dir(_) => String::new(),
+                },
+                commit: fetched.commit.clone(),
+                version: fetched.version.clone(),
+                sha256,
+            });
+            let mut lock = self.lockfile()?;
+            if lock.modules.get(name) != Some(&entry) {
+                if self.locked {
+                    return Err(DistError::Locked(format!("installing `{name}` changes cognitive.lock")));
+                }
+                lock.modules.insert(name.to_owned(), entry.clone());
+            }
+            Ok((entry, lock))
+        })();
+        let (entry, lock) = match checked {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staged);
+                return Err(e);
+            }
+        };
+        let target = self.modules_dir.join(name);
+        let old = self.old(name);
+        let replaced = target.exists();
+        if replaced {
+            std::fs::rename(&target, &old).map_err(io(&target))?;
+        }
+        if let Err(e) = std::fs::rename(&staged, &target) {
+            if replaced {
+                let _ = std::fs::rename(&old, &target);
+            }
+            return Err(io(&target)(e));
+        }
+        if replaced {
+            std::fs::remove_dir_all(&old).map_err(io(&old))?;
+        }
+        if self.lockfile()? != lock {
+            self.write_lock(&lock)?;
+        }
+        Ok(Installed { name: name.to_owned(), entry, replaced })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn installer() -> (tempfile::TempDir, Installer) {
+        let d = tempfile::tempdir().unwrap();
+        let i = Installer {
+            modules_dir: d.path().join("cognitive/modules"),
+            lock_path: d.path().join("cognitive/cognitive.lock"),
+            locked: false,
+        };
+        (d, i)
+    }
+
+    #[test]
+    fn an_interrupted_swap_is_finished_or_undone() {
+        let (_d, i) = installer();
+        let m = &i.modules_dir;
+        // Cut short after the old copy moved aside, before the new one came in.
+        std::fs::create_dir_all(m.join(".old-a")).unwrap();
+        std::fs::write(m.join(".old-a/module.yaml"), "old").unwrap();
+        // Cut short after the new copy came in.
+        std::fs::create_dir_all(m.join("b")).unwrap();
+        std::fs::create_dir_all(m.join(".old-b")).unwrap();
+        std::fs::create_dir_all(m.join(".staging-c")).unwrap();
+        let done = i.recover().unwrap();
+        assert_eq!(done.len(), 3, "{done:?}");
+        assert_eq!(std::fs::read_to_string(m.join("a/module.yaml")).unwrap(), "old");
+        assert!(m.join("b").is_dir() && !m.join(".old-b").exists() && !m.join(".staging-c").exists());
+        assert!(i.recover().unwrap().is_empty());
+    }
+}
