@@ -56,6 +56,19 @@ pub(crate) struct Config {
     /// The verified coding workflow (`noesis state`, `noesis solve`).
     #[serde(default)]
     pub workflow: WorkflowEntry,
+    /// The module registry index (`noesis install NAME`, `search`).
+    #[serde(default)]
+    pub registry: RegistryEntry,
+}
+
+/// `[registry]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RegistryEntry {
+    /// The index: an `http(s)://` URL or a file (`cognitive-registry.json`).
+    pub url: Option<String>,
+    /// How long a fetched index is used before it is fetched again.
+    pub ttl_seconds: Option<u64>,
 }
 
 /// `[workflow]`.
@@ -277,6 +290,8 @@ impl Config {
         self.mcp.servers.extend(over.mcp.servers);
         self.workflow.mirror_imlazy = over.workflow.mirror_imlazy.or(self.workflow.mirror_imlazy);
         self.workflow.imlazy_state = over.workflow.imlazy_state.or(self.workflow.imlazy_state);
+        self.registry.url = over.registry.url.or(self.registry.url);
+        self.registry.ttl_seconds = over.registry.ttl_seconds.or(self.registry.ttl_seconds);
         self
     }
 

@@ -66,6 +66,12 @@ enum Command {
     Remove(cmd::install::RemoveArgs),
     /// List a git source's versions (its semver tags), newest first.
     Versions(cmd::install::VersionsArgs),
+    /// Install a module from GitHub (github:OWNER/REPO[/PATH][@REF]).
+    Add(cmd::install::InstallArgs),
+    /// Search the registry index by name, description and tags.
+    Search(cmd::install::SearchArgs),
+    /// The registry index: where it is, how many modules, when it was fetched.
+    Registry(cmd::install::RegistryArgs),
     /// Solve a coding task, verified: PLANNER → REASONER → CODER → VERIFIER → CONSOLIDATOR (REFLECTOR on failure), anchors kept green.
     Solve(Box<cmd::solve::Args>),
     /// Search what earlier `solve` episodes did and learnt (episodic and procedural memory).
@@ -147,6 +153,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Update(a) => cmd::install::update(a),
         Command::Remove(a) => cmd::install::remove(a),
         Command::Versions(a) => cmd::install::versions(a),
+        Command::Add(a) => cmd::install::add(a),
+        Command::Search(a) => cmd::install::search(a),
+        Command::Registry(a) => cmd::install::registry_status(a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),

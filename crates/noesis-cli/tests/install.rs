@@ -171,3 +171,129 @@ fn an_install_cut_short_in_the_swap_is_recovered() {
     assert_eq!(files(&modules.join("greeter")), before);
     assert!(!modules.join(".old-greeter").exists() && !modules.join(".staging-greeter").exists());
 }
+
+/// Serves the files of `dir` over HTTP on 127.0.0.1 (GET only).
+fn serve(dir: PathBuf) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            let _ = reader.read_line(&mut line);
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h.trim().is_empty() {
+                    break;
+                }
+            }
+            let path = line.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_owned();
+            let reply = match std::fs::read(dir.join(&path)) {
+                Ok(body) => {
+                    let mut r =
+                        format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", body.len())
+                            .into_bytes();
+                    r.extend(body);
+                    r
+                }
+                Err(_) => b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_vec(),
+            };
+            let _ = conn.write_all(&reply);
+        }
+    });
+    base
+}
+
+fn sha256_of(path: &Path) -> String {
+    let o = std::process::Command::new("sha256sum").arg(path).output().unwrap();
+    format!("sha256:{}", String::from_utf8_lossy(&o.stdout).split_whitespace().next().unwrap())
+}
+
+#[test]
+fn tarballs_and_registry_indexes_checked_before_anything_is_written() {
+    let work = Work::new();
+    let pkg = work.path().join("pkg");
+    std::fs::create_dir_all(&pkg).unwrap();
+    assert_eq!(output(work.noesis_bare().args(["init", "summarizer", "--dir", pkg.to_str().unwrap()])).code, 0);
+    let files_dir = work.path().join("served");
+    std::fs::create_dir_all(&files_dir).unwrap();
+    let tarball = files_dir.join("summarizer-2.0.0.tar.gz");
+    let tar = std::process::Command::new("tar")
+        .args(["-czf", tarball.to_str().unwrap(), "-C", pkg.to_str().unwrap(), "summarizer"])
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    // A tarball with an entry that climbs out of the module folder.
+    let evil = files_dir.join("evil.tar.gz");
+    let py = format!(
+        "import io, tarfile\nt = tarfile.open({:?}, 'w:gz')\nfor name, data in [('evil/module.yaml', b'name: evil'), ('../escaped.txt', b'x')]:\n    i = tarfile.TarInfo(name); i.size = len(data); t.addfile(i, io.BytesIO(data))\nt.close()\n",
+        evil.to_str().unwrap()
+    );
+    assert!(std::process::Command::new("python3").args(["-c", &py]).status().unwrap().success());
+    let base = serve(files_dir.clone());
+    let good = sha256_of(&tarball);
+    // A module folder beside the index, named relative to it.
+    assert_eq!(
+        output(work.noesis_bare().args([
+            "init",
+            "greeter",
+            "--dir",
+            work.path().join("registry/mods").to_str().unwrap()
+        ]))
+        .code,
+        0
+    );
+    let index = json!({"modules": {
+        "summarizer": {"version": "2.0.0", "description": "Summarizes text", "tags": ["text"],
+                       "distribution": {"tarball": format!("{base}/summarizer-2.0.0.tar.gz"), "checksum": good}},
+        "summarizer-bad": {"version": "2.0.0", "description": "A wrong checksum", "tags": ["text"],
+                           "distribution": {"tarball": format!("{base}/summarizer-2.0.0.tar.gz"),
+                                            "checksum": format!("sha256:{}", "0".repeat(64))}},
+        "evil": {"description": "climbs out", "distribution": {"tarball": format!("{base}/evil.tar.gz")}},
+        "greeter": {"source": "mods/greeter", "version": "1.0.0", "description": "Greets people"}
+    }});
+    let reg = work.write("registry/cognitive-registry.json", &index.to_string());
+    let reg = reg.to_str().unwrap();
+
+    let o = output(work.noesis_bare().args(["search", "text", "--registry", reg]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.starts_with("summarizer ") && o.stdout.contains("summarizer-bad"), "{}", o.stdout);
+    let o = output(work.noesis_bare().args(["registry", "--registry", reg, "--json"]));
+    assert_eq!(o.json()["modules"], 4);
+
+    let o = output(work.noesis_bare().args(["install", "summarizer", "--registry", reg]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stdout.starts_with("installed summarizer 2.0.0 (summarizer)"), "{}", o.stdout);
+    assert_eq!(lock(&work)["modules"]["summarizer"]["resolved"], format!("{base}/summarizer-2.0.0.tar.gz"));
+    let installed = work.path().join("cognitive/modules/summarizer");
+    assert_eq!(files(&installed), files(&pkg.join("summarizer")));
+
+    // A wrong checksum: refused, nothing written.
+    let o = output(work.noesis_bare().args(["install", "summarizer-bad", "--registry", reg]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("checksum mismatch") && o.stderr.contains("nothing was unpacked"), "{}", o.stderr);
+    assert!(!work.path().join("cognitive/modules/summarizer-bad").exists());
+    // `../` in a tarball: refused before anything is written anywhere.
+    let o = output(work.noesis_bare().args(["install", "evil", "--registry", reg]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("entry `../escaped.txt` refused"), "{}", o.stderr);
+    assert!(!work.path().join("escaped.txt").exists() && !work.path().join("cognitive/modules/evil").exists());
+    let left: Vec<String> = std::fs::read_dir(work.path().join("cognitive/modules"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["summarizer"]);
+
+    // A folder the index names beside itself, and a tarball by URL.
+    assert_eq!(output(work.noesis_bare().args(["install", "greeter", "--registry", reg])).code, 0);
+    let o = output(work.noesis_bare().args(["install", &format!("{base}/summarizer-2.0.0.tar.gz"), "--name", "sum2"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // The lockfile alone reinstalls all three, byte for byte, no index needed.
+    let before = files(&work.path().join("cognitive/modules"));
+    std::fs::remove_dir_all(work.path().join("cognitive/modules")).unwrap();
+    let o = output(work.noesis_bare().args(["install", "--locked"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(files(&work.path().join("cognitive/modules")), before);
+}

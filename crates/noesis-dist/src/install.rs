@@ -83,6 +83,17 @@ pub enum DistError {
         /// Why.
         why: String,
     },
+    /// A tarball refused.
+    #[error(transparent)]
+    Tarball(#[from] crate::tarball::TarballError),
+    /// A name the registry does not list, or no registry.
+    #[error("`{name}` from the registry: {why}")]
+    NotInRegistry {
+        /// The name.
+        name: String,
+        /// Why.
+        why: String,
+    },
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -117,6 +128,8 @@ pub struct Installer {
     pub lock_path: PathBuf,
     /// Fail instead of changing the lockfile.
     pub locked: bool,
+    /// The registry index bare names are looked up in.
+    pub registry: Option<crate::registry::Registry>,
 }
 
 /// A fetched source: the folder holding the repository or module, kept
@@ -153,6 +166,21 @@ pub fn tags(url: &str) -> Result<Vec<String>, DistError> {
 fn fetch(source: &Source) -> Result<Fetched, DistError> {
     match source {
         Source::Dir(d) => Ok(Fetched { root: d.clone(), _tmp: None, commit: None, version: None }),
+        Source::Registry { name, .. } => {
+            Err(DistError::NotInRegistry { name: name.clone(), why: "not resolved to a source".into() })
+        }
+        Source::Tarball { url, checksum } => {
+            let bytes = crate::tarball::fetch(url)?;
+            let tmp = tempfile::tempdir().map_err(io(Path::new("a temporary folder")))?;
+            let into = tmp.path().join("unpacked");
+            crate::tarball::unpack(url, &bytes, checksum.as_deref(), &into)?;
+            let root = crate::tarball::module_root(&into).ok_or_else(|| DistError::NotAModule {
+                source_name: url.clone(),
+                path: String::new(),
+                why: "the tarball holds no NAME/module.yaml".into(),
+            })?;
+            Ok(Fetched { root, _tmp: Some(tmp), commit: None, version: None })
+        }
         Source::Git { url, reference, .. } => {
             let (want, version) = match reference {
                 Reference::Exact(r) => (Some(r.clone()), None),
@@ -280,7 +308,7 @@ impl Installer {
         let lock = self.lockfile()?;
         let mut done = Vec::new();
         for (name, e) in &lock.modules {
-            let mut source = Source::parse(&e.source, Some(&e.path))?;
+            let mut source = Source::parse(e.resolved.as_deref().unwrap_or(&e.source), Some(&e.path))?;
             if let (Source::Git { reference, .. }, Some(commit)) = (&mut source, &e.commit) {
                 *reference = Reference::Exact(commit.clone());
             }
@@ -329,6 +357,34 @@ impl Installer {
         Ok(())
     }
 
+    /// A registry name as the source its index entry names (and that
+    /// source as text, for the lockfile), with the version the index lists.
+    #[allow(clippy::type_complexity)]
+    fn resolve(&self, source: &Source) -> Result<(Option<(Source, String)>, Option<String>), DistError> {
+        let Source::Registry { name, reference } = source else { return Ok((None, None)) };
+        let registry = self.registry.as_ref().ok_or_else(|| DistError::NotInRegistry {
+            name: name.clone(),
+            why: "no registry is configured ([registry] url in noesis.toml, or --registry)".into(),
+        })?;
+        let index = registry.load(false).map_err(|why| DistError::NotInRegistry { name: name.clone(), why })?;
+        let entry = index.modules.get(name).ok_or_else(|| DistError::NotInRegistry {
+            name: name.clone(),
+            why: format!("{} lists no such module", registry.url),
+        })?;
+        if let Some(url) = &entry.tarball {
+            let s = Source::Tarball { url: url.clone(), checksum: entry.checksum.clone() };
+            return Ok((Some((s, url.clone())), entry.version.clone()));
+        }
+        let text = crate::registry::beside(&registry.url, entry.source.as_deref().unwrap_or_default());
+        let mut s = Source::parse(&text, None)?;
+        if let Source::Git { reference: r, .. } = &mut s
+            && !matches!(reference, Reference::Latest)
+        {
+            *r = reference.clone();
+        }
+        Ok((Some((s, text)), entry.version.clone()))
+    }
+
     fn put(
         &self,
         name: &str,
@@ -339,10 +395,15 @@ impl Installer {
         if !valid_name(name) {
             return Err(DistError::BadName(name.to_owned()));
         }
-        let fetched = fetch(source)?;
+        let (resolved, index_version) = self.resolve(source)?;
+        let source = resolved.as_ref().map_or(source, |(s, _)| s);
+        let mut fetched = fetch(source)?;
+        if fetched.version.is_none() {
+            fetched.version = index_version;
+        }
         let sub = match source {
             Source::Git { path, .. } => path.clone(),
-            Source::Dir(_) => String::new(),
+            _ => String::new(),
         };
         let module_dir = if sub.is_empty() { fetched.root.clone() } else { fetched.root.join(&sub) };
         if !module_dir.join("module.yaml").is_file() && !module_dir.join("MODULE.md").is_file() {
@@ -372,8 +433,9 @@ impl Installer {
                 source: typed.to_owned(),
                 path: match source {
                     Source::Git { path, .. } => path.clone(),
-                    Source::Dir(_) => String::new(),
+                    _ => String::new(),
                 },
+                resolved: resolved.as_ref().map(|(_, r)| r.clone()),
                 commit: fetched.commit.clone(),
                 version: fetched.version.clone(),
                 sha256,
@@ -426,6 +488,7 @@ mod tests {
             modules_dir: d.path().join("cognitive/modules"),
             lock_path: d.path().join("cognitive/cognitive.lock"),
             locked: false,
+            registry: None,
         };
         (d, i)
     }

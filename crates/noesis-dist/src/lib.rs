@@ -10,7 +10,9 @@
 
 pub mod install;
 pub mod lock;
+pub mod registry;
 pub mod source;
+pub mod tarball;
 pub mod version;
 
 pub use install::{DistError, Installed, Installer};

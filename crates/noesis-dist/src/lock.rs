@@ -21,6 +21,11 @@ pub struct LockEntry {
     /// The tag or version resolved, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// What the source resolved to when it was a registry name (a git
+    /// source, a folder or a tarball URL), so the lockfile installs again
+    /// without the index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<String>,
     /// `sha256:` of the module's files (see [`digest`]).
     pub sha256: String,
 }
@@ -103,6 +108,7 @@ mod tests {
                 path: "a".into(),
                 commit: Some("abc".into()),
                 version: Some("v1.1.0".into()),
+                resolved: None,
                 sha256: "sha256:00".into(),
             },
         );

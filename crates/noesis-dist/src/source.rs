@@ -27,6 +27,20 @@ pub enum Source {
     },
     /// A module folder on this machine.
     Dir(PathBuf),
+    /// A `.tar.gz` at a URL or on disk, with the checksum it must have.
+    Tarball {
+        /// Where it is.
+        url: String,
+        /// `sha256:…`, checked before anything is unpacked.
+        checksum: Option<String>,
+    },
+    /// A name looked up in the registry index.
+    Registry {
+        /// The module's name in the index.
+        name: String,
+        /// Which version, for an entry whose source is git.
+        reference: Reference,
+    },
 }
 
 /// A source that cannot be read.
@@ -77,6 +91,9 @@ impl Source {
                 reference: reference(r, typed)?,
             });
         }
+        if crate::registry::is_tarball(typed) {
+            return Ok(Source::Tarball { url: typed.to_owned(), checksum: None });
+        }
         let is_url = ["https://", "http://", "ssh://", "file://", "git://"].iter().any(|p| typed.starts_with(p))
             || (typed.starts_with("git@") && typed.contains(':'));
         if is_url {
@@ -94,7 +111,14 @@ impl Source {
         if dir.is_dir() {
             return Ok(Source::Dir(dir.to_owned()));
         }
-        Err(bad("not github:OWNER/REPO, a git URL, or a folder that exists".into()))
+        let (name, r) = match typed.split_once('@') {
+            Some((n, r)) => (n, Some(r)),
+            None => (typed, None),
+        };
+        if valid_name(name) && !typed.contains('/') {
+            return Ok(Source::Registry { name: name.to_owned(), reference: reference(r, typed)? });
+        }
+        Err(bad("not github:OWNER/REPO, a git URL, a .tar.gz, a folder that exists, or a module name".into()))
     }
 
     /// The name a module from here gets unless `--name` says otherwise:
@@ -105,6 +129,11 @@ impl Source {
             Source::Git { path, .. } if !path.is_empty() => last(path),
             Source::Git { url, .. } => last(url).trim_end_matches(".git").to_owned(),
             Source::Dir(d) => d.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+            Source::Tarball { url, .. } => {
+                let file = last(url);
+                file.trim_end_matches(".tar.gz").trim_end_matches(".tgz").to_owned()
+            }
+            Source::Registry { name, .. } => name.clone(),
         }
     }
 }
@@ -173,6 +202,13 @@ mod tests {
         let s = Source::parse(d.path().to_str().unwrap(), None).unwrap();
         assert_eq!(s, Source::Dir(d.path().to_owned()));
         assert!(Source::parse("/no/such/folder", None).is_err());
+        assert_eq!(
+            Source::parse("http://127.0.0.1:9/s-1.0.tar.gz", None).unwrap(),
+            Source::Tarball { url: "http://127.0.0.1:9/s-1.0.tar.gz".into(), checksum: None }
+        );
+        assert_eq!(Source::parse("http://h/x/summarizer.tgz", None).unwrap().default_name(), "summarizer");
+        let s = Source::parse("summarizer@^2", None).unwrap();
+        assert!(matches!(&s, Source::Registry { name, reference: Reference::Range(_) } if name == "summarizer"));
         assert!(valid_name("code-simplifier") && !valid_name("../x") && !valid_name(".hidden") && !valid_name(""));
     }
 }

@@ -24,6 +24,34 @@ pub(crate) struct Where {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// The registry index to look names up in (a URL or a file) [default: `[registry] url`].
+    #[arg(long, value_name = "URL")]
+    registry: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SearchArgs {
+    /// Words to look for in names, descriptions and tags.
+    query: String,
+    /// The registry index [default: `[registry] url`].
+    #[arg(long, value_name = "URL")]
+    registry: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RegistryArgs {
+    /// The registry index [default: `[registry] url`].
+    #[arg(long, value_name = "URL")]
+    registry: Option<String>,
+    /// Fetch the index now instead of using the cached copy.
+    #[arg(long)]
+    refresh: bool,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -71,6 +99,20 @@ pub(crate) struct VersionsArgs {
     json: bool,
 }
 
+/// The registry named by `flag`, else by `[registry] url`.
+fn registry(flag: Option<&str>) -> anyhow::Result<Option<noesis_dist::registry::Registry>> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
+    let Some(url) = flag.map(str::to_owned).or(config.registry.url) else { return Ok(None) };
+    // A file is named relative to where the command runs.
+    let url = if url.contains("://") { url } else { std::path::absolute(&url)?.to_string_lossy().into_owned() };
+    Ok(Some(noesis_dist::registry::Registry {
+        url,
+        cache_dir: crate::memory::home()?.join("registry"),
+        ttl: std::time::Duration::from_secs(config.registry.ttl_seconds.unwrap_or(3600)),
+    }))
+}
+
 fn installer(at: &Where) -> anyhow::Result<Installer> {
     let base = if at.global {
         let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).context("--global: no HOME")?;
@@ -78,7 +120,12 @@ fn installer(at: &Where) -> anyhow::Result<Installer> {
     } else {
         std::env::current_dir()?.join("cognitive")
     };
-    Ok(Installer { modules_dir: base.join("modules"), lock_path: base.join("cognitive.lock"), locked: at.locked })
+    Ok(Installer {
+        modules_dir: base.join("modules"),
+        lock_path: base.join("cognitive.lock"),
+        locked: at.locked,
+        registry: registry(at.registry.as_deref())?,
+    })
 }
 
 fn recovered(i: &Installer) -> anyhow::Result<()> {
@@ -160,7 +207,7 @@ pub(crate) fn remove(a: RemoveArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn versions(a: VersionsArgs) -> anyhow::Result<ExitCode> {
     let url = match noesis_dist::Source::parse(&a.source, None)? {
         noesis_dist::Source::Git { url, .. } => url,
-        noesis_dist::Source::Dir(_) => anyhow::bail!("{}: a folder has no versions; give a git source", a.source),
+        _ => anyhow::bail!("{}: only a git source has versions (its tags)", a.source),
     };
     let mut tags: Vec<(semver::Version, String)> = noesis_dist::install::tags(&url)?
         .into_iter()
@@ -177,6 +224,62 @@ pub(crate) fn versions(a: VersionsArgs) -> anyhow::Result<ExitCode> {
         out::note(&format!("{url} has no semver tags"));
     } else {
         out::data(&tags.iter().map(|(_, t)| t.as_str()).collect::<Vec<_>>().join("\n"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn add(a: InstallArgs) -> anyhow::Result<ExitCode> {
+    match &a.source {
+        Some(s) if s.starts_with("github:") => install(a),
+        _ => anyhow::bail!("`noesis add` takes github:OWNER/REPO[/PATH][@REF]; `noesis install` takes any source"),
+    }
+}
+
+pub(crate) fn search(a: SearchArgs) -> anyhow::Result<ExitCode> {
+    let r = registry(a.registry.as_deref())?
+        .context("no registry is configured: set [registry] url in noesis.toml or pass --registry URL")?;
+    let index = r.load(false).map_err(|e| anyhow::anyhow!(e))?;
+    let hits = noesis_dist::registry::search(&index.modules, &a.query);
+    if a.json {
+        let rows: Vec<_> = hits
+            .iter()
+            .map(|(n, e)| {
+                json!({"name": n, "version": e.version, "description": e.description, "tags": e.tags,
+                                 "source": e.source, "tarball": e.tarball})
+            })
+            .collect();
+        out::json(&json!(rows), true)?;
+    } else if hits.is_empty() {
+        out::note(&format!("nothing in {} matches `{}`", r.url, a.query));
+    } else {
+        let text: Vec<String> = hits
+            .iter()
+            .map(|(n, e)| format!("{n:<24} {:<10} {}", e.version.as_deref().unwrap_or("-"), e.description))
+            .collect();
+        out::data(&text.join("\n"))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn registry_status(a: RegistryArgs) -> anyhow::Result<ExitCode> {
+    let r = registry(a.registry.as_deref())?
+        .context("no registry is configured: set [registry] url in noesis.toml or pass --registry URL")?;
+    let index = r.load(a.refresh).map_err(|e| anyhow::anyhow!(e))?;
+    let at = index.fetched.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+    let at = noesis_frames::Timestamp::from_millis(i64::try_from(at).unwrap_or(i64::MAX)).to_string();
+    if a.json {
+        out::json(
+            &json!({"url": r.url, "modules": index.modules.len(), "fetched_at": at, "cached": index.cached,
+                           "ttl_seconds": r.ttl.as_secs()}),
+            true,
+        )?;
+    } else {
+        out::data(&format!(
+            "{}: {} module(s), fetched {at}{}",
+            r.url,
+            index.modules.len(),
+            if index.cached { " (cached)" } else { "" }
+        ))?;
     }
     Ok(ExitCode::SUCCESS)
 }
