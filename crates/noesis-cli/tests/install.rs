@@ -79,9 +79,30 @@ fn a_range_an_update_the_lockfile_and_a_removal() {
     assert_eq!((&entry["version"], &entry["path"]), (&json!("v1.1.0"), &json!("mods/greeter")));
     assert_eq!(entry["commit"].as_str().unwrap().len(), 40);
     assert!(entry["sha256"].as_str().unwrap().starts_with("sha256:"));
-    // It is on the search path and loads.
+    // It is on the search path and loads; the listing says where from.
     let listed = output(work.noesis_bare().args(["list", "--json"])).json();
-    assert!(listed.as_array().unwrap().iter().any(|m| m["name"] == "greeter" && m["valid"] == true), "{listed}");
+    let row = listed.as_array().unwrap().iter().find(|m| m["name"] == "greeter").unwrap().clone();
+    assert_eq!(
+        (&row["valid"], &row["source"], &row["installed"]),
+        (&json!(true), &json!(format!("{url}@^1")), &json!("v1.1.0"))
+    );
+    assert_eq!(row["update"], Value::Null, "none within ^1, and no network without --updates");
+    let text = output(work.noesis_bare().args(["list"])).stdout;
+    assert!(text.contains(&format!("(from {url}@^1)")), "{text}");
+    // Pinned to a tag: --updates asks the repository and finds a newer one.
+    let pinned = format!("{url}@v1.0.0");
+    assert_eq!(
+        output(work.noesis_bare().args(["install", &pinned, "--path", "mods/greeter", "--name", "old-greeter"])).code,
+        0
+    );
+    let listed = output(work.noesis_bare().args(["list", "--updates", "--json"])).json();
+    // (Both hold the module named greeter: told apart by their folders.)
+    let update = |folder: &str| {
+        let rows = listed.as_array().unwrap();
+        rows.iter().find(|m| m["location"].as_str().unwrap().ends_with(folder)).unwrap()["update"].clone()
+    };
+    assert_eq!((update("/old-greeter"), update("/greeter")), (json!("v2.0.0"), Value::Null));
+    assert_eq!(output(work.noesis_bare().args(["remove", "old-greeter"])).code, 0);
 
     // Update stays in the range; --latest leaves it.
     let o = output(work.noesis_bare().args(["update", "greeter"]));
@@ -270,6 +291,14 @@ fn tarballs_and_registry_indexes_checked_before_anything_is_written() {
     let installed = work.path().join("cognitive/modules/summarizer");
     assert_eq!(files(&installed), files(&pkg.join("summarizer")));
 
+    // A newer version in the index shows in the listing, without fetching.
+    work.write("noesis.toml", &format!("[registry]\nurl = {:?}\n", reg));
+    let bumped = index.to_string().replacen("\"2.0.0\"", "\"2.1.0\"", 1);
+    std::fs::write(reg, bumped).unwrap();
+    let listed = output(work.noesis_bare().args(["list", "--json"])).json();
+    let row = listed.as_array().unwrap().iter().find(|m| m["name"] == "summarizer").unwrap().clone();
+    assert_eq!((&row["installed"], &row["update"]), (&json!("2.0.0"), &json!("2.1.0")), "{row}");
+    std::fs::write(reg, index.to_string()).unwrap();
     // A wrong checksum: refused, nothing written.
     let o = output(work.noesis_bare().args(["install", "summarizer-bad", "--registry", reg]));
     assert_eq!(o.code, 2);
@@ -296,4 +325,58 @@ fn tarballs_and_registry_indexes_checked_before_anything_is_written() {
     let o = output(work.noesis_bare().args(["install", "--locked"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(files(&work.path().join("cognitive/modules")), before);
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &to.join(e.file_name()));
+        } else {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// The reference implementation's modules (the conformance material's
+/// copies of them), in a local repository shaped like the reference one:
+/// each installs by `--path`, takes the built-in's place on the search
+/// path, and runs.
+#[test]
+fn the_reference_modules_install_from_a_local_clone_and_run() {
+    let work = Work::new();
+    let repo = work.path().join("cognitive-modules");
+    let names = ["code-reviewer", "code-simplifier", "task-prioritizer"];
+    for name in names {
+        copy_dir(&crate::support::example_module(name), &repo.join("cognitive/modules").join(name));
+    }
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "modules"]);
+    git(&repo, &["tag", "v2.2.0"]);
+    let url = format!("file://{}", repo.display());
+    for name in names {
+        let o = output(work.noesis_bare().args([
+            "install",
+            &format!("{url}@^2.2"),
+            "--path",
+            &format!("cognitive/modules/{name}"),
+        ]));
+        assert_eq!(o.code, 0, "{name}: {}", o.stderr);
+        assert!(o.stdout.starts_with(&format!("installed {name} v2.2.0")), "{}", o.stdout);
+    }
+    let listed = output(work.noesis_bare().args(["list", "--json"])).json();
+    for name in names {
+        let row = listed.as_array().unwrap().iter().find(|m| m["name"] == name).unwrap();
+        assert!(row["location"].as_str().unwrap().contains("cognitive/modules"), "{row}");
+        // Each with an input its schema takes.
+        let input = match name {
+            "task-prioritizer" => json!({"tasks": [{"id": "1", "title": "ship"}]}),
+            _ => json!({"code": "x = 1 + 0", "language": "python"}),
+        };
+        let o = output(work.noesis().args(["run", name, "--provider", "test", "--input", &input.to_string()]));
+        assert_eq!(o.code, 0, "{name}: {}\n{}", o.stdout, o.stderr);
+        crate::support::assert_valid_envelope(&o.json());
+    }
 }

@@ -330,6 +330,38 @@ impl Installer {
         self.put(name, &e.source.clone(), &source, None)
     }
 
+    /// The newer version there is for an installed module, if any: from
+    /// the registry's cached index for a registry name (no network), and —
+    /// only when `online` — from the tags of a git source (within its
+    /// recorded range).
+    pub fn update_available(&self, entry: &LockEntry, online: bool) -> Option<String> {
+        let newer = |candidate: &str| {
+            let (Some(have), Some(there)) =
+                (entry.version.as_deref().and_then(crate::version::of_tag), crate::version::of_tag(candidate))
+            else {
+                return entry.version.as_deref() != Some(candidate);
+            };
+            there > have
+        };
+        match Source::parse(&entry.source, Some(&entry.path)).ok()? {
+            Source::Registry { name, .. } => {
+                let index = self.registry.as_ref()?.cached()?;
+                let v = index.get(&name)?.version.clone()?;
+                newer(&v).then_some(v)
+            }
+            Source::Git { url, reference, .. } if online => {
+                let tags = tags(&url).ok()?;
+                let req = match &reference {
+                    Reference::Range(r) => Some(r),
+                    _ => None,
+                };
+                let t = crate::version::pick(&tags, req)?.clone();
+                newer(&t).then_some(t)
+            }
+            _ => None,
+        }
+    }
+
     /// Removes `name` and its lockfile entry.
     pub fn remove(&self, name: &str) -> Result<(), DistError> {
         self.recover()?;

@@ -41,6 +41,23 @@ struct RawEntry {
     #[serde(default)]
     description: String,
     distribution: Option<RawDistribution>,
+    /// v1 entries: `identity.version`.
+    identity: Option<RawIdentity>,
+    /// v1 entries: `metadata.description` and `metadata.keywords`.
+    metadata: Option<RawMetadata>,
+}
+
+#[derive(Deserialize)]
+struct RawIdentity {
+    version: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawMetadata {
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    keywords: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -66,10 +83,15 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, Entry>, String> {
         {
             return Err(format!("modules.{name}.distribution.checksum: expected `sha256:…`, got `{c}`"));
         }
-        out.insert(
-            name,
-            Entry { source: e.source, tarball, checksum, version: e.version, tags: e.tags, description: e.description },
-        );
+        let version = e.version.or_else(|| e.identity.and_then(|i| i.version));
+        let (mut description, mut tags) = (e.description, e.tags);
+        if let Some(m) = e.metadata {
+            if description.is_empty() {
+                description = m.description;
+            }
+            tags.extend(m.keywords);
+        }
+        out.insert(name, Entry { source: e.source, tarball, checksum, version, tags, description });
     }
     Ok(out)
 }
@@ -145,6 +167,20 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// The index without the network: a file is read, a URL's cached copy
+    /// is used whatever its age; `None` when there is no copy.
+    pub fn cached(&self) -> Option<BTreeMap<String, Entry>> {
+        let remote = self.url.starts_with("http://") || self.url.starts_with("https://");
+        let text = if remote {
+            std::fs::read_to_string(self.cache_file()).ok()?
+        } else {
+            std::fs::read_to_string(self.url.strip_prefix("file://").unwrap_or(&self.url)).ok()?
+        };
+        parse(&text).ok()
+    }
+}
+
 /// Whether `path` looks like a tarball.
 pub fn is_tarball(path: &str) -> bool {
     path.ends_with(".tar.gz") || path.ends_with(".tgz")
@@ -183,6 +219,17 @@ mod tests {
         assert_eq!(names("text hello"), ["greeter", "summarizer"]);
         assert!(names("nothing").is_empty());
         assert!(parse(r#"{"modules": {"x": {"version": "1"}}}"#).unwrap_err().contains("modules.x"));
+        // The registry-entry v1 format: identity, metadata, distribution.
+        let v1 = parse(
+            r#"{"modules": {"code-simplifier": {"identity": {"name": "code-simplifier", "namespace": "official",
+                "version": "2.2.0", "spec_version": "2.2"}, "metadata": {"description": "Simplifies code",
+                "author": "x", "tier": "decision", "keywords": ["refactor"]}, "dependencies": {},
+                "distribution": {"tarball": "https://x/cs.tar.gz", "checksum": "sha256:00"}}}}"#,
+        )
+        .unwrap();
+        let e = &v1["code-simplifier"];
+        assert_eq!((e.version.as_deref(), e.description.as_str()), (Some("2.2.0"), "Simplifies code"));
+        assert_eq!(e.tags, ["refactor"]);
         assert!(
             parse(r#"{"modules": {"x": {"distribution": {"tarball": "t", "checksum": "md5:1"}}}}"#)
                 .unwrap_err()

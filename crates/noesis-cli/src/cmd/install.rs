@@ -113,6 +113,10 @@ fn registry(flag: Option<&str>) -> anyhow::Result<Option<noesis_dist::registry::
     }))
 }
 
+pub(crate) fn installer_for(global: bool) -> anyhow::Result<Installer> {
+    installer(&Where { global, locked: false, json: false, registry: None })
+}
+
 fn installer(at: &Where) -> anyhow::Result<Installer> {
     let base = if at.global {
         let home = std::env::var_os("HOME").filter(|h| !h.is_empty()).context("--global: no HOME")?;
