@@ -141,6 +141,17 @@ fn a_range_an_update_the_lockfile_and_a_removal() {
     assert_eq!(files(&installed), before, "nothing replaced");
     std::fs::write(work.path().join("cognitive/cognitive.lock"), &locked).unwrap();
 
+    // --all updates every module in the lockfile; --global installs for the user.
+    let o = output(work.noesis_bare().args(["update", "--all", "--json"]));
+    assert_eq!((o.code, o.json().as_array().unwrap().len()), (0, 1), "{}", o.stderr);
+    let o = output(work.noesis_bare().args(["install", &url, "--path", "mods/greeter", "--global"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(work.path().join(".cognitive/modules/greeter/module.yaml").is_file());
+    assert!(work.path().join(".cognitive/cognitive.lock").is_file());
+    // `add` takes GitHub sources only.
+    let o = output(work.noesis_bare().args(["add", &url]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("`noesis add` takes github:"), "{}", o.stderr);
     let o = output(work.noesis_bare().args(["remove", "greeter"]));
     assert_eq!((o.code, o.stdout.as_str()), (0, "removed greeter\n"));
     assert!(!installed.exists());
@@ -378,5 +389,70 @@ fn the_reference_modules_install_from_a_local_clone_and_run() {
         let o = output(work.noesis().args(["run", name, "--provider", "test", "--input", &input.to_string()]));
         assert_eq!(o.code, 0, "{name}: {}\n{}", o.stdout, o.stderr);
         crate::support::assert_valid_envelope(&o.json());
+    }
+}
+
+/// kill -9 at many points of an install that replaces a module: the next
+/// command leaves the whole old module or the whole new one, never a mix.
+#[test]
+fn kill_9_during_installs_leaves_the_old_module_or_the_new_one() {
+    let work = Work::new();
+    let repo = work.path().join("big");
+    std::fs::create_dir_all(repo.join("mods")).unwrap();
+    git(&repo, &["init", "-q", "-b", "main"]);
+    assert_eq!(output(work.noesis_bare().args(["init", "big", "--dir", repo.join("mods").to_str().unwrap()])).code, 0);
+    for tag in ["v1.0.0", "v2.0.0"] {
+        // Many files, so a kill often lands mid-copy or mid-swap.
+        for i in 0..1500 {
+            let f = repo.join(format!("mods/big/bulk/n{i:04}.json"));
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, format!("{{\"tag\": \"{tag}\", \"i\": {i}}}")).unwrap();
+        }
+        git(&repo, &["add", "-A"]);
+        git(&repo, &["commit", "-q", "-m", tag]);
+        git(&repo, &["tag", tag]);
+    }
+    let url = format!("file://{}", repo.display());
+    assert_eq!(output(work.noesis_bare().args(["install", &format!("{url}@v1.0.0"), "--path", "mods/big"])).code, 0);
+    let target = work.path().join("cognitive/modules/big");
+    let v1 = files(&target);
+    let mut seen_new = false;
+    for round in 0..12u64 {
+        let mut child = work
+            .noesis_std()
+            .args(["install", &format!("{url}@v2.0.0"), "--path", "mods/big"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(40 + round * 25));
+        let _ = child.kill();
+        let _ = child.wait();
+        // Any command tidies up first (this one then finds nothing to remove).
+        let o = output(work.noesis_bare().args(["remove", "no-such-module"]));
+        assert_eq!(o.code, 2);
+        let now = files(&target);
+        let tags: std::collections::BTreeSet<String> = now
+            .iter()
+            .filter(|(k, _)| k.starts_with("bulk/"))
+            .map(|(_, v)| String::from_utf8_lossy(v).split('"').nth(3).unwrap_or_default().to_owned())
+            .collect();
+        assert_eq!(tags.len(), 1, "round {round}: a mix of versions: {tags:?}");
+        assert_eq!(now.len(), v1.len(), "round {round}: files missing");
+        seen_new |= tags.contains("v2.0.0");
+        if seen_new {
+            // Back to v1 for the next round.
+            assert_eq!(
+                output(work.noesis_bare().args(["install", &format!("{url}@v1.0.0"), "--path", "mods/big"])).code,
+                0
+            );
+            assert_eq!(files(&target), v1);
+        }
+        let leftovers: Vec<String> = std::fs::read_dir(work.path().join("cognitive/modules"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(leftovers.is_empty(), "round {round}: {leftovers:?}");
     }
 }
