@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{Output, Work, output, regex_escape};
 
@@ -320,4 +320,39 @@ fn noesis_home_defaults_to_dot_noesis_in_home() {
     let o = output(&mut c);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(Path::new(&w.path().join(".noesis/noesis.db")).is_file());
+}
+
+/// refine, pivot and backtrack from the CLI: the tree they make and the
+/// statuses they change.
+#[test]
+fn refine_pivot_and_backtrack_branch_the_tree() {
+    let w = Work::new();
+    w.write("a.py", "x = 1\n");
+    let o = output(w.noesis().args(["session", "start", "--prompt", "tidy", "--json", "--quiet"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let root = o.json()["session"]["root_frame_id"].as_str().unwrap().to_owned();
+    let branch = |how: &str, id: &str, query: &str| -> serde_json::Value {
+        let o = output(w.noesis().args(["frames", how, id, "--query", query, "--json"]));
+        assert_eq!(o.code, 0, "{how}: {}", o.stderr);
+        o.json()
+    };
+    let deeper = branch("refine", &root, "look at the parser");
+    assert_eq!(deeper["parent_id"], root.as_str());
+    let other = branch("pivot", deeper["frame_id"].as_str().unwrap(), "look at the lexer instead");
+    assert_eq!((&other["parent_id"], &other["branched_from"]), (&json!(root), &deeper["frame_id"]));
+    let shown = |id: &str| output(w.noesis().args(["frames", "show", id, "--json"])).json();
+    assert_eq!(shown(deeper["frame_id"].as_str().unwrap())["status"], "suspended");
+    let again = branch("backtrack", other["frame_id"].as_str().unwrap(), "start from the tests");
+    assert_eq!((&again["parent_id"], &again["branched_from"]), (&json!(root), &other["frame_id"]));
+    assert_eq!(shown(other["frame_id"].as_str().unwrap())["status"], "suspended");
+    let pivots = output(w.noesis().args(["frames", "list", "--pivots", "--json"])).json();
+    assert_eq!(pivots.as_array().unwrap().len(), 2);
+    // An invalidated frame cannot be branched from; an empty query is refused.
+    let gone = again["frame_id"].as_str().unwrap();
+    assert_eq!(output(w.noesis().args(["frames", "invalidate", gone, "--reason", "wrong premise"])).code, 0);
+    let o = output(w.noesis().args(["frames", "refine", gone, "--query", "more"]));
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    let o = output(w.noesis().args(["frames", "refine", &root, "--query", " "]));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("--query is empty"), "{}", o.stderr);
 }

@@ -36,6 +36,29 @@ enum Sub {
     Verify(VerifyArgs),
     /// Make a suspended frame active again.
     Resume(IdArgs),
+    /// Go deeper on the same line: a new child of the frame.
+    Refine(BranchArgs),
+    /// Set the frame aside for another approach: it is suspended and a
+    /// sibling that branched from it starts.
+    Pivot(BranchArgs),
+    /// Start over from the root: the frame's active chain below the root is
+    /// suspended and a new child of the root branches from the frame.
+    Backtrack(BranchArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BranchArgs {
+    /// A frame id or a unique prefix of one.
+    id: String,
+    /// What the new frame asks.
+    #[arg(long, value_name = "TEXT")]
+    query: String,
+    /// What it concludes, if already known.
+    #[arg(long, value_name = "TEXT")]
+    conclusion: Option<String>,
+    /// Print JSON (the new frame).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -114,6 +137,9 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             Sub::Invalidate(i) => invalidate(store, &project, i).await,
             Sub::Verify(v) => verify(store, &project, v).await,
             Sub::Resume(r) => resume(store, &project, r).await,
+            Sub::Refine(b) => branch(store, &project, b, "refine").await,
+            Sub::Pivot(b) => branch(store, &project, b, "pivot").await,
+            Sub::Backtrack(b) => branch(store, &project, b, "backtrack").await,
         }
     })
 }
@@ -372,6 +398,54 @@ async fn verify(
         print_invalidations(&title, &report.invalidated, false, Value::Null)?;
     }
     Ok(if report.invalidated.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// refine, pivot or backtrack from a frame (the library's branch
+/// operations, applied as one change).
+async fn branch(
+    store: &dyn Store,
+    project: &noesis_frames::project::Project,
+    a: BranchArgs,
+    how: &str,
+) -> anyhow::Result<ExitCode> {
+    if a.query.trim().is_empty() {
+        anyhow::bail!("--query is empty: say what the new frame asks");
+    }
+    let current = load(store, &project.project_id, &a.id).await?;
+    let draft = noesis_frames::Draft {
+        conclusion: a.conclusion.clone().unwrap_or_default(),
+        ..noesis_frames::Draft::new(a.query.clone())
+    };
+    let now = Timestamp::now();
+    // The chain from the root down to the frame.
+    let mut chain = vec![current.clone()];
+    while let Some(parent) = chain.last().and_then(|f| f.parent_id.clone()) {
+        let p = store.frame(&parent).await?.with_context(|| format!("frame {parent}, a parent, is missing"))?;
+        chain.push(p);
+    }
+    chain.reverse();
+    let change = match how {
+        "refine" => noesis_frames::refine(&current, draft, now)?,
+        "pivot" => {
+            let parent = chain.len().checked_sub(2).map(|i| &chain[i]);
+            noesis_frames::pivot(&current, parent, draft, now)?
+        }
+        _ => {
+            let refs: Vec<&CausalFrame> = chain.iter().collect();
+            noesis_frames::backtrack(&refs, draft, now)?
+        }
+    };
+    let new_id = change.frames.first().map(|f| f.frame_id.clone()).context("the branch made no frame")?;
+    store.apply(&change).await?;
+    let f = store.frame(&new_id).await?.with_context(|| format!("frame {new_id} vanished"))?;
+    if a.json {
+        out::json(&serde_json::to_value(&f)?, true)?;
+    } else {
+        let suspended = change.statuses.len();
+        let note = if suspended > 0 { format!(" ({suspended} frame(s) suspended)") } else { String::new() };
+        out::data(&format!("{how} {}  {}{note}", f.frame_id, one_line(&f.query, 70)))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn resume(store: &dyn Store, project: &noesis_frames::project::Project, a: IdArgs) -> anyhow::Result<ExitCode> {
