@@ -187,6 +187,18 @@ impl Pending {
         if let Some(ids) = steps.first().and_then(|s| s.span.as_ref()) {
             context_slice["otel"] = json!(ids);
         }
+        // What the whole run spent (every step's own calls), on the run's
+        // frame only, so adding up frames counts each call once.
+        let calls: u32 = steps.iter().map(|s| s.calls).sum();
+        if calls > 0 {
+            let (input, output) = steps
+                .iter()
+                .filter_map(|s| s.usage)
+                .fold((0u64, 0u64), |(i, o), u| (i + u.input_tokens, o + u.output_tokens));
+            let cost: Option<f64> = steps.iter().filter(|s| s.calls > 0).map(|s| s.cost_usd).sum();
+            context_slice["usage_total"] =
+                json!({"calls": calls, "input_tokens": input, "output_tokens": output, "cost_usd": cost});
+        }
         // A run made during a session hangs under the session's root frame.
         let parent = match store.latest_session_root(&project.project_id).await? {
             Some(id) => store.frame(&id).await?.filter(|f| f.status != Status::Invalidated),

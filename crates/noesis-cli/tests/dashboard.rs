@@ -306,3 +306,29 @@ fn a_suspended_frame_is_resumed_from_its_page() {
     let again = http(&base, "POST", &format!("/frames/{id}/resume"), &[], "");
     assert_eq!(again.status, 409, "only a suspended frame resumes");
 }
+
+/// Module runs count in /usage: each run's frame carries what it spent.
+#[test]
+fn module_runs_count_in_the_usage_page() {
+    let work = Work::new();
+    let reply = serde_json::json!({"ok": true, "meta": {"confidence": 0.9, "risk": "low", "explain": "removed + 0"},
+        "data": {"simplified_code": "x = 1", "changes": [], "behavior_equivalence": true, "summary": "s", "rationale": "r"}})
+    .to_string();
+    let llm = FakeServer::start(vec![Reply::Chat(reply)]).unwrap();
+    for _ in 0..2 {
+        let o = output(
+            work.noesis_bare()
+                .args(["run", "code-simplifier", "--input", r#"{"code": "x = 1 + 0"}"#])
+                .env("OPENAI_BASE_URL", llm.base_url())
+                .env("OPENAI_API_KEY", "sk-test"),
+        );
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let (_ui, base) = ui(&work);
+    let page = get(&base, "/usage");
+    assert_eq!(page.status, 200);
+    // Two runs of one call each; the fake server reports 11 tokens in and
+    // 7 out per call.
+    assert!(page.body.contains("2 model call(s), 22 input and 14 output tokens"), "{}", page.body);
+    assert!(page.body.contains("<svg class=\"chart\""), "{}", page.body);
+}

@@ -662,6 +662,45 @@ pub fn usage_of(runs: &[noesis_agent::AgentRun]) -> Vec<Usage> {
     rows.into_values().collect()
 }
 
+/// The usage of module runs, from their frames' `usage_total` (the run's
+/// frame carries the whole run's calls), by the day the frame was made and
+/// the model the envelope names.
+pub fn usage_of_frames(frames: &[CausalFrame]) -> Vec<Usage> {
+    let mut rows: BTreeMap<(String, String), Usage> = BTreeMap::new();
+    for f in frames {
+        let Ok(slice) = serde_json::from_str::<serde_json::Value>(&f.context_slice) else { continue };
+        let total = &slice["usage_total"];
+        if !total.is_object() {
+            continue;
+        }
+        let day: String = f.timestamps.created_at.to_string().chars().take(10).collect();
+        let model = slice["model"].as_str().unwrap_or("?").to_owned();
+        let row = rows.entry((day.clone(), model.clone())).or_insert_with(|| Usage { day, model, ..Usage::default() });
+        row.calls += total["calls"].as_u64().unwrap_or(0);
+        row.input_tokens += total["input_tokens"].as_u64().unwrap_or(0);
+        row.output_tokens += total["output_tokens"].as_u64().unwrap_or(0);
+        row.cost_usd += total["cost_usd"].as_f64().unwrap_or(0.0);
+    }
+    rows.into_values().collect()
+}
+
+/// Rows of several sources added up by day and model.
+pub fn merge_usage(parts: impl IntoIterator<Item = Vec<Usage>>) -> Vec<Usage> {
+    let mut rows: BTreeMap<(String, String), Usage> = BTreeMap::new();
+    for u in parts.into_iter().flatten() {
+        let row = rows.entry((u.day.clone(), u.model.clone())).or_insert_with(|| Usage {
+            day: u.day.clone(),
+            model: u.model.clone(),
+            ..Usage::default()
+        });
+        row.calls += u.calls;
+        row.input_tokens += u.input_tokens;
+        row.output_tokens += u.output_tokens;
+        row.cost_usd += u.cost_usd;
+    }
+    rows.into_values().collect()
+}
+
 /// A bar chart as SVG (presentation attributes only: the CSP forbids
 /// inline style): one stacked bar of input and output tokens per day.
 fn tokens_chart(rows: &[Usage]) -> String {
@@ -1192,6 +1231,35 @@ mod tests {
         assert!(html.contains("<title>2024-10-04 — 157 in, 16 out</title>"), "{html}");
         assert!(!html.contains("style="), "no inline style: the CSP forbids it");
         assert!(html.contains("<td>openai/gpt-4o</td><td>3</td><td>151</td><td>16</td><td>$0.0160</td>"));
+    }
+
+    #[test]
+    fn module_run_frames_add_their_whole_runs_usage_once() {
+        let mk = |slice: serde_json::Value, at: i64| {
+            Draft { context_slice: slice.to_string(), ..Draft::new("run") }
+                .into_frame("p", None, None, Timestamp::from_millis(at))
+                .unwrap()
+        };
+        let day = 86_400_000;
+        let frames = [
+            mk(
+                serde_json::json!({"model": "openai/gpt-4o", "usage_total": {"calls": 2, "input_tokens": 10, "output_tokens": 4, "cost_usd": 0.5}}),
+                20_000 * day,
+            ),
+            mk(
+                serde_json::json!({"model": "openai/gpt-4o", "usage_total": {"calls": 1, "input_tokens": 1, "output_tokens": 1, "cost_usd": null}}),
+                20_000 * day,
+            ),
+            // A step's frame has no total: not counted again.
+            mk(serde_json::json!({"model": "openai/gpt-4o", "module": "child"}), 20_000 * day),
+            mk(serde_json::json!("not an object"), 20_000 * day),
+        ];
+        let rows = usage_of_frames(&frames);
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].calls, rows[0].input_tokens, rows[0].output_tokens), (3, 11, 5));
+        assert!((rows[0].cost_usd - 0.5).abs() < 1e-9);
+        let merged = merge_usage([rows.clone(), rows]);
+        assert_eq!((merged.len(), merged[0].calls), (1, 6));
     }
 
     #[test]

@@ -327,7 +327,13 @@ async fn usage(State(d): St) -> Response {
             Err(e) => return failed(&e),
         }
     }
-    html_response(StatusCode::OK, html::usage_page(&html::usage_of(&runs)))
+    // Module runs: their frames carry what each run spent.
+    let frames = match d.store.frames(&FrameFilter::project(&d.project_id)).await {
+        Ok(f) => f,
+        Err(e) => return failed(&e),
+    };
+    let rows = html::merge_usage([html::usage_of(&runs), html::usage_of_frames(&frames)]);
+    html_response(StatusCode::OK, html::usage_page(&rows))
 }
 
 async fn runs(State(d): St) -> Response {
