@@ -403,18 +403,11 @@ impl<'a> Driver<'a> {
                     // Planning and critique are steps of their own: a `plan`
                     // or `reflect` span with the model call under it.
                     let phase = match run.role() {
-                        "plan" => tracing::info_span!(
-                            "plan",
-                            otel.name = "plan noesis",
+                        role @ ("plan" | "reflect") => tracing::info_span!(
+                            "phase",
+                            otel.name = %format!("{role} noesis"),
                             otel.kind = "internal",
-                            gen_ai.operation.name = "plan",
-                            gen_ai.agent.name = "noesis",
-                        ),
-                        "reflect" => tracing::info_span!(
-                            "reflect",
-                            otel.name = "reflect noesis",
-                            otel.kind = "internal",
-                            gen_ai.operation.name = "reflect",
+                            gen_ai.operation.name = role,
                             gen_ai.agent.name = "noesis",
                         ),
                         _ => tracing::Span::none(),
@@ -438,8 +431,8 @@ impl<'a> Driver<'a> {
                         )
                     });
                     let chat_ids = noesis_trace::ids(&chat);
-                    // Texts only when the user opted in (checked only on a live span).
-                    let capture = !chat.is_disabled() && noesis_trace::capturing();
+                    // Texts only when the user opted in.
+                    let capture = noesis_trace::capturing_on(&chat);
                     if capture {
                         let (system, messages) = noesis_trace::content::input(&request);
                         chat.record(noesis_trace::attr::SYSTEM_INSTRUCTIONS, system.as_str());
@@ -552,7 +545,7 @@ impl<'a> Driver<'a> {
                                 error.type = tracing::field::Empty,
                             );
                             let ids = noesis_trace::ids(&span);
-                            let capture = !span.is_disabled() && noesis_trace::capturing();
+                            let capture = noesis_trace::capturing_on(&span);
                             if capture {
                                 span.record(
                                     noesis_trace::attr::TOOL_CALL_ARGUMENTS,

@@ -141,8 +141,8 @@ async fn call<'o>(
         gen_ai.input.messages = tracing::field::Empty,
         gen_ai.output.messages = tracing::field::Empty,
     );
-    // Texts only when the user opted in (checked only on a live span).
-    let capture = !span.is_disabled() && noesis_trace::capturing();
+    // Texts only when the user opted in.
+    let capture = noesis_trace::capturing_on(&span);
     if capture {
         let (system, messages) = noesis_trace::content::input(request);
         span.record(noesis_trace::attr::SYSTEM_INSTRUCTIONS, system.as_str());

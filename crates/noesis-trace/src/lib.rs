@@ -99,6 +99,13 @@ pub fn capturing() -> bool {
     tracing::dispatcher::get_default(|d| d.downcast_ref::<Capture>().is_some())
 }
 
+/// Whether texts go on `span`: it is exported and the subscriber records
+/// texts (the dispatcher is asked only for a live span, so a run with no
+/// exporter pays a flag check).
+pub fn capturing_on(span: &tracing::Span) -> bool {
+    !span.is_disabled() && capturing()
+}
+
 /// Whether `value` (of [`CAPTURE_CONTENT_VAR`]) opts in.
 pub fn opts_in(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"))

@@ -656,9 +656,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     rt.block_on(async {
         let (project, store) = crate::memory::context().await?;
         let store: Arc<dyn Store> = Arc::from(store);
-        let mirror = (config.workflow.mirror_imlazy == Some(true))
-            .then(|| config.workflow.imlazy_state.clone().or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".imlazy/working/state.json"))))
-            .flatten();
+        let mirror = super::state::mirror_path(false, &config, &env);
         let states = States { store: store.as_ref(), project_id: &project.project_id, mirror: mirror.as_deref() };
         let head = states.head().await?;
         // An episode of solve's that is not archived yet (one stopped at

@@ -108,9 +108,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir()?;
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let config = crate::config::load(&env, &cwd)?.config;
-    let mirror = (a.mirror_imlazy || config.workflow.mirror_imlazy == Some(true))
-        .then(|| config.workflow.imlazy_state.clone().or_else(|| imlazy_file(&env)))
-        .flatten();
+    let mirror = mirror_path(a.mirror_imlazy, &config, &env);
     let rt = memory::runtime()?;
     let reply = rt.block_on(async {
         let (project, store) = memory::context().await?;
@@ -175,6 +173,18 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
         }
         Reply::Printed => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Where to mirror the state for imlazy's hooks, when asked (by the flag or
+/// `[workflow] mirror_imlazy`): `[workflow] imlazy_state`, else imlazy's own file.
+pub(crate) fn mirror_path(
+    flag: bool,
+    config: &crate::config::Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<PathBuf> {
+    (flag || config.workflow.mirror_imlazy == Some(true))
+        .then(|| config.workflow.imlazy_state.clone().or_else(|| imlazy_file(env)))
+        .flatten()
 }
 
 /// imlazy's state file: `~/.imlazy/working/state.json`.
@@ -310,17 +320,33 @@ impl States<'_> {
         anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to write `{command}`; try again")
     }
 
-    pub(crate) async fn init(&self, project_hash: String, command: &str) -> anyhow::Result<Reply> {
+    /// Writes what `make` gives (state, episode record, status) as the
+    /// next version whatever the head holds — a new episode, a checkout, an
+    /// import — again on the new head when another writer got there first.
+    async fn replace(
+        &self,
+        command: &str,
+        make: impl Fn() -> (Value, Value, String),
+    ) -> anyhow::Result<WorkflowVersion> {
         for attempt in 0..ATTEMPTS {
             let head = self.head().await?;
-            let now = Timestamp::now().to_string();
-            let state = noesis_workflow::initial(&episode_id(), &project_hash, &now);
-            if let Some(v) = self.write(head.as_ref(), state, Some(json!({})), command, "active".into()).await? {
-                return Ok(Reply::Ok(v.state));
+            let (state, episode, status) = make();
+            if let Some(v) = self.write(head.as_ref(), state, Some(episode), command, status).await? {
+                return Ok(v);
             }
             backoff(attempt).await;
         }
-        anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to `{command}`; try again")
+        anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to write `{command}`; try again")
+    }
+
+    pub(crate) async fn init(&self, project_hash: String, command: &str) -> anyhow::Result<Reply> {
+        let v = self
+            .replace(command, || {
+                let now = Timestamp::now().to_string();
+                (noesis_workflow::initial(&episode_id(), &project_hash, &now), json!({}), "active".into())
+            })
+            .await?;
+        Ok(Reply::Ok(v.state))
     }
 
     async fn get(&self, key: Option<&str>) -> anyhow::Result<Reply> {
@@ -398,18 +424,10 @@ impl States<'_> {
         let Some(old) = self.store.workflow_state(self.project_id, Some(version)).await? else {
             return Ok(Reply::Refused(format!("no version {version} of the state")));
         };
-        for attempt in 0..ATTEMPTS {
-            let head = self.head().await?;
-            let command = format!("checkout {version}");
-            if let Some(v) = self
-                .write(head.as_ref(), old.state.clone(), Some(old.episode.clone()), &command, old.status.clone())
-                .await?
-            {
-                return Ok(Reply::Ok(json!({"success": true, "checked_out": version, "version": v.version})));
-            }
-            backoff(attempt).await;
-        }
-        anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to check out version {version}; try again")
+        let v = self
+            .replace(&format!("checkout {version}"), || (old.state.clone(), old.episode.clone(), old.status.clone()))
+            .await?;
+        Ok(Reply::Ok(json!({"success": true, "checked_out": version, "version": v.version})))
     }
 
     async fn import(&self, file: &Path) -> anyhow::Result<Reply> {
@@ -430,16 +448,10 @@ impl States<'_> {
                 return Ok(Reply::Refused(format!("{}: {field} is missing or not text", file.display())));
             }
         }
-        for attempt in 0..ATTEMPTS {
-            let head = self.head().await?;
-            let command = format!("import {}", file.display());
-            let status = status_of(&state, "active");
-            if let Some(v) = self.write(head.as_ref(), state.clone(), Some(json!({})), &command, status).await? {
-                return Ok(Reply::Ok(v.state));
-            }
-            backoff(attempt).await;
-        }
-        anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to import {}; try again", file.display())
+        let status = status_of(&state, "active");
+        let v =
+            self.replace(&format!("import {}", file.display()), || (state.clone(), json!({}), status.clone())).await?;
+        Ok(Reply::Ok(v.state))
     }
 }
 
