@@ -1,0 +1,5 @@
+//! Tests of noesis-code. One test binary, topical modules.
+
+mod diff;
+mod testspec;
+mod units;
