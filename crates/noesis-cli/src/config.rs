@@ -59,6 +59,37 @@ pub(crate) struct Config {
     /// The module registry index (`noesis install NAME`, `search`).
     #[serde(default)]
     pub registry: RegistryEntry,
+    /// Plugins run as programs (`[plugins.NAME]`), by name.
+    #[serde(default)]
+    pub plugins: BTreeMap<String, PluginEntry>,
+    /// The frame plugins' settings (`[frames]`).
+    #[serde(default)]
+    pub frames: FramesEntry,
+}
+
+/// `[plugins.NAME]`: a plugin that is a program speaking JSON lines.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PluginEntry {
+    /// Program and arguments (no shell), e.g. `["python3", "plugins/mine.py"]`.
+    pub command: Vec<String>,
+    /// Seconds one call may take before the plugin is stopped (default 30).
+    pub timeout_seconds: Option<u64>,
+    /// The module that is the plugin's model (default: none; the plugin's
+    /// slice input is then the answer).
+    pub module: Option<String>,
+}
+
+/// `[frames]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FramesEntry {
+    /// Where `noesis docs sync` writes its nodes (project-relative; default
+    /// `docs/noesis`).
+    pub docs_dir: Option<String>,
+    /// The confidence at or above which a verified `ask` answer is promoted
+    /// to memory (default 0.8).
+    pub promote_at: Option<f64>,
 }
 
 /// `[registry]`.
@@ -282,6 +313,9 @@ impl Config {
         if !over.agent.allow_commands.is_empty() {
             self.agent.allow_commands = over.agent.allow_commands;
         }
+        self.plugins.extend(over.plugins);
+        self.frames.docs_dir = over.frames.docs_dir.or(self.frames.docs_dir);
+        self.frames.promote_at = over.frames.promote_at.or(self.frames.promote_at);
         self.agent.approve = over.agent.approve.or(self.agent.approve);
         self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
         // A role named again in a closer file replaces its whole policy.
@@ -336,6 +370,24 @@ impl Config {
         }
         for (name, server) in &self.mcp.servers {
             server.spec(name, &path.display().to_string())?;
+        }
+        for (name, plugin) in &self.plugins {
+            if plugin.command.first().is_none_or(|p| p.trim().is_empty()) {
+                return Err(bad(format!(
+                    "plugins.{name}.command: name the program and its arguments, e.g. [\"python3\", \"plugin.py\"]"
+                )));
+            }
+            if plugin.timeout_seconds == Some(0) {
+                return Err(bad(format!("plugins.{name}.timeout_seconds: must be at least 1")));
+            }
+            if matches!(name.as_str(), "docs" | "review" | "testgen" | "recall") {
+                return Err(bad(format!("plugins.{name}: `{name}` is a built-in plugin; choose another name")));
+            }
+        }
+        if let Some(t) = self.frames.promote_at
+            && !(0.0..=1.0).contains(&t)
+        {
+            return Err(bad("frames.promote_at: must be a number from 0 to 1".into()));
         }
         if let Some(a) = &self.agent.approve
             && !matches!(a.as_str(), "ask" | "auto" | "never")
@@ -409,6 +461,26 @@ mod tests {
 
     fn p(text: &str) -> anyhow::Result<Config> {
         parse(Path::new("noesis.toml"), text)
+    }
+
+    #[test]
+    fn plugins_are_checked() {
+        let c = p(
+            "[plugins.mine]\ncommand = [\"python3\", \"mine.py\"]\ntimeout_seconds = 5\n[frames]\npromote_at = 0.9\n",
+        )
+        .unwrap();
+        assert_eq!(c.plugins["mine"].command, ["python3", "mine.py"]);
+        assert_eq!(c.frames.promote_at, Some(0.9));
+        for (text, says) in [
+            ("[plugins.mine]\ncommand = []\n", "plugins.mine.command"),
+            ("[plugins.mine]\ncommand = [\"x\"]\ntimeout_seconds = 0\n", "plugins.mine.timeout_seconds"),
+            ("[plugins.docs]\ncommand = [\"x\"]\n", "built-in plugin"),
+            ("[plugins.mine]\ncommand = [\"x\"]\nshell = true\n", "shell"),
+            ("[frames]\npromote_at = 2.0\n", "frames.promote_at"),
+        ] {
+            let e = format!("{:#}", p(text).unwrap_err());
+            assert!(e.contains(says), "{text}: {e}");
+        }
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 mod cmd;
 mod config;
+mod import;
 mod local;
 mod memory;
 mod out;
@@ -74,6 +75,16 @@ enum Command {
     Registry(cmd::install::RegistryArgs),
     /// Solve a coding task, verified: PLANNER → REASONER → CODER → VERIFIER → CONSOLIDATOR (REFLECTOR on failure), anchors kept green.
     Solve(Box<cmd::solve::Args>),
+    /// Ask about past cognition: the model searches and opens earlier frames (visible: this session, linked ones, promoted ones).
+    Ask(cmd::ask::Args),
+    /// Living docs: a YAML knowledge node per code unit, Markdown rendered from it; sync remakes only stale nodes.
+    Docs(cmd::plugins::DocsArgs),
+    /// Review a diff (--diff FILE, --git RANGE, default the working tree): findings by file and lines, as text, JSON or SARIF 2.1.0.
+    Review(cmd::plugins::ReviewArgs),
+    /// Write tests: the model specifies cases per function, the test code is rendered from the specs (pytest, Rust #[test]).
+    Testgen(cmd::plugins::TestgenArgs),
+    /// Frame plugins: list the built-in ones and those configured as programs ([plugins.NAME]); run one step of one.
+    Plugin(cmd::plugins::PluginArgs),
     /// Search what earlier `solve` episodes did and learnt (episodic and procedural memory).
     Memory(cmd::memory::Args),
     /// The project's CognitiveState (imlazy's state manager, with legal transitions, a retry budget and history).
@@ -149,6 +160,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::State(a) => cmd::state::run(a),
         Command::Solve(a) => cmd::solve::run(&search, *a),
         Command::Memory(a) => cmd::memory::run(a),
+        Command::Ask(a) => cmd::ask::run(&search, a),
+        Command::Docs(a) => cmd::plugins::docs(&search, a),
+        Command::Review(a) => cmd::plugins::review(&search, a),
+        Command::Testgen(a) => cmd::plugins::testgen(&search, a),
+        Command::Plugin(a) => cmd::plugins::plugin(&search, a),
         Command::Install(a) => cmd::install::install(a),
         Command::Update(a) => cmd::install::update(a),
         Command::Remove(a) => cmd::install::remove(a),

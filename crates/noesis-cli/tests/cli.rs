@@ -91,7 +91,10 @@ fn list_shows_search_path_then_builtins() {
             "local-one",
             "code-reviewer",
             "code-simplifier",
+            "docs-node",
+            "review-diff",
             "task-prioritizer",
+            "testgen-spec",
             "workflow-planner",
             "workflow-reasoner",
             "workflow-reflector"

@@ -15,6 +15,7 @@ mod local;
 mod mcp;
 mod migrate;
 mod module_test;
+mod plugins;
 mod providers;
 mod run;
 mod serve;

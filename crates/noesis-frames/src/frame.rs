@@ -141,6 +141,27 @@ pub struct FileRef {
     pub hash: String,
 }
 
+/// Splits a condition's path into the file and the part of it the hash
+/// covers: `src/calc.py#sig:Calc.add` is the signature of `Calc.add` in
+/// `src/calc.py`, so a change elsewhere in the file leaves it standing. A
+/// part is `#` then a lowercase kind, `:` and a name; any other path is a
+/// whole file.
+#[must_use]
+pub fn split_part(path: &str) -> (&str, Option<(&str, &str)>) {
+    if let Some(at) = path.rfind('#') {
+        let (file, rest) = (&path[..at], &path[at + 1..]);
+        if let Some((kind, name)) = rest.split_once(':')
+            && !file.is_empty()
+            && !kind.is_empty()
+            && kind.bytes().all(|b| b.is_ascii_lowercase())
+            && !name.is_empty()
+        {
+            return (file, Some((kind, name)));
+        }
+    }
+    (path, None)
+}
+
 /// What a frame's conclusion rests on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -384,6 +405,16 @@ pub fn is_fabricated(context_slice: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn parts_of_files() {
+        use super::split_part;
+        assert_eq!(split_part("src/calc.py#sig:Calc.add"), ("src/calc.py", Some(("sig", "Calc.add"))));
+        assert_eq!(split_part("a#b#sig:f"), ("a#b", Some(("sig", "f"))));
+        for whole in ["src/calc.py", "notes#1.md", "x#Sig:f", "#sig:f", "x#sig:", "x#:f"] {
+            assert_eq!(split_part(whole), (whole, None), "{whole}");
+        }
+    }
+
     use super::*;
 
     #[test]

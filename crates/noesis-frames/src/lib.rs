@@ -56,9 +56,9 @@ mod verify;
 pub use error::FramesError;
 pub use frame::{
     CausalFrame, Draft, Evidence, FileRef, FrameId, InvalidationCondition, Status, StatusChange, Timestamps,
-    is_fabricated,
+    is_fabricated, split_part,
 };
-pub use session::{FileEntry, FileRole, SessionArtifacts, SessionDiff};
+pub use session::{FileEntry, FileRole, SessionArtifacts, SessionDiff, SessionLink};
 pub use time::Timestamp;
 pub use tree::{
     Cause, Changeset, FrameGraph, FrameTree, Invalidation, StatusUpdate, backtrack, cascade, pivot, refine, transition,

@@ -164,8 +164,62 @@ pub fn diff(previous: Option<&SessionArtifacts>, current: &SessionArtifacts) -> 
     }
 }
 
+/// Two sessions a person declared related (`noesis session link A B`): the
+/// only way one session's frames reach a plugin working in the other. A link
+/// has no direction; `a` is the smaller id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLink {
+    /// One session (the smaller id).
+    pub a: String,
+    /// The other.
+    pub b: String,
+    /// Why, in the words of whoever linked them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// When the link was made.
+    pub created_at: Timestamp,
+}
+
+impl SessionLink {
+    /// A link between two different sessions, in its stored order; `None`
+    /// when both ids are the same.
+    #[must_use]
+    pub fn new(x: &str, y: &str, reason: Option<String>, created_at: Timestamp) -> Option<SessionLink> {
+        let (a, b) = match x.cmp(y) {
+            std::cmp::Ordering::Less => (x, y),
+            std::cmp::Ordering::Greater => (y, x),
+            std::cmp::Ordering::Equal => return None,
+        };
+        Some(SessionLink { a: a.to_owned(), b: b.to_owned(), reason, created_at })
+    }
+
+    /// The session on the other end from `session_id`, if the link touches it.
+    #[must_use]
+    pub fn other(&self, session_id: &str) -> Option<&str> {
+        if self.a == session_id {
+            Some(&self.b)
+        } else if self.b == session_id {
+            Some(&self.a)
+        } else {
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn links_have_no_direction() {
+        let t = crate::Timestamp::from_millis(5);
+        let l = super::SessionLink::new("s2", "s1", None, t).unwrap();
+        assert_eq!((l.a.as_str(), l.b.as_str()), ("s1", "s2"));
+        assert_eq!(l, super::SessionLink::new("s1", "s2", None, t).unwrap());
+        assert_eq!(l.other("s1"), Some("s2"));
+        assert_eq!(l.other("s2"), Some("s1"));
+        assert_eq!(l.other("s3"), None);
+        assert!(super::SessionLink::new("s1", "s1", None, t).is_none());
+    }
+
     use super::*;
 
     fn scan(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

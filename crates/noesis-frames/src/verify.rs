@@ -11,6 +11,13 @@ use crate::{CausalFrame, FileRef, FrameId, Status, Timestamp};
 pub trait World {
     /// The file's blake3 hex digest now; `None` when it is gone or unreadable.
     fn file_hash(&self, path: &str) -> Option<String>;
+    /// Whether this world can tell the hash of `path` at all. A part of a
+    /// file (see [`crate::split_part`]) is hashed only by whoever knows that
+    /// kind of part; other worlds leave such conditions alone rather than
+    /// calling them gone.
+    fn knows(&self, path: &str) -> bool {
+        crate::split_part(path).1.is_none()
+    }
     /// The status of a frame that is not in the tree being verified.
     fn status_of(&self, id: &FrameId) -> Option<Status>;
 }
@@ -53,7 +60,7 @@ pub fn check_frame(
     now: Timestamp,
 ) -> Option<Cause> {
     let cond = &frame.invalidation_condition;
-    for FileRef { path, hash } in &cond.files {
+    for FileRef { path, hash } in cond.files.iter().filter(|f| world.knows(&f.path)) {
         let current = world.file_hash(path);
         if current.as_deref() != Some(hash.as_str()) {
             return Some(Cause::FileChanged { path: path.clone(), was: hash.clone(), now: current });

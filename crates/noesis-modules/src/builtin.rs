@@ -1,7 +1,8 @@
 //! Modules compiled into the binary: the specification's three examples, so a
-//! fresh install can run something with no files of its own, and the nodes
-//! of `noesis solve` (PLANNER, REASONER, REFLECTOR), overridable by a module
-//! of the same name on the search path.
+//! fresh install can run something with no files of its own, the nodes of
+//! `noesis solve` (PLANNER, REASONER, REFLECTOR) and the model steps of the
+//! frame plugins (`docs-node`, `review-diff`, `testgen-spec`), each
+//! overridable by a module of the same name on the search path.
 
 macro_rules! module {
     ($name:literal) => {
@@ -20,7 +21,10 @@ macro_rules! module {
 pub static BUILTIN: &[(&str, &[(&str, &str)])] = &[
     module!("code-reviewer"),
     module!("code-simplifier"),
+    module!("docs-node"),
+    module!("review-diff"),
     module!("task-prioritizer"),
+    module!("testgen-spec"),
     module!("workflow-planner"),
     module!("workflow-reasoner"),
     module!("workflow-reflector"),

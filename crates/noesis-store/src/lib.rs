@@ -34,6 +34,7 @@ mod agent;
 mod context;
 mod error;
 mod filter;
+mod links;
 mod memory;
 mod migrate;
 pub mod ops;
@@ -41,12 +42,13 @@ mod sql;
 mod workflow;
 
 use async_trait::async_trait;
-use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, Timestamp};
+use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, SessionLink, Timestamp};
 
 pub use agent::{AgentState, AgentSummary};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
+pub use links::{NewSession, SessionKind};
 pub use memory::{Memory, MemoryQuery, NewMemory};
 pub use sql::SqlStore;
 pub use workflow::WorkflowVersion;
@@ -125,12 +127,29 @@ pub trait Store: Send + Sync {
         seeds: &[Invalidation],
     ) -> Result<Vec<Invalidation>, StoreError>;
 
-    /// Records a `noesis solve` episode's files as a session of kind
-    /// `episode` with its root frame, in one transaction: readable by id
-    /// ([`Store::session`]) but never a project's previous session
-    /// ([`Store::sessions`]) nor the parent of later runs
-    /// ([`Store::latest_session_root`]).
-    async fn record_episode(&self, session: &SessionArtifacts, root: &CausalFrame) -> Result<(), StoreError>;
+    /// Records a session that is not a scan (a `noesis solve` episode, an
+    /// imported transcript) with its files, its root frame and the rest of
+    /// its frames, in one transaction: readable by id ([`Store::session`])
+    /// but never a project's previous session ([`Store::sessions`]) nor the
+    /// parent of later runs ([`Store::latest_session_root`]).
+    async fn record_session(&self, new: &NewSession<'_>) -> Result<(), StoreError>;
+
+    /// The first session of a project recorded from a source with this hash
+    /// (see [`NewSession::source_hash`]).
+    async fn session_by_source(&self, project_id: &str, hash: &str) -> Result<Option<String>, StoreError>;
+
+    /// Links two sessions (both must exist); `false` when they already
+    /// were (the reason is replaced).
+    async fn link_sessions(&self, link: &SessionLink) -> Result<bool, StoreError>;
+
+    /// Removes the link between two sessions; `false` when there was none.
+    async fn unlink_sessions(&self, a: &str, b: &str) -> Result<bool, StoreError>;
+
+    /// The ids of every session of a project, of any kind, newest first.
+    async fn session_ids(&self, project_id: &str) -> Result<Vec<String>, StoreError>;
+
+    /// The links that touch a project's sessions, oldest first.
+    async fn session_links(&self, project_id: &str) -> Result<Vec<SessionLink>, StoreError>;
 
     /// One session.
     async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError>;

@@ -103,7 +103,10 @@ pub async fn start_session_with_progress(
     let previous = store.sessions(&project.project_id, 1).await?.pop();
     let files = assign_roles(previous.as_ref().map(|p| &p.files), &scanned.files);
 
-    let conditions = store.file_conditions(&project.project_id).await?;
+    // Parts of files (a function's signature) are checked by whoever knows
+    // them (noesis-plugin's core), not by a scan.
+    let mut conditions = store.file_conditions(&project.project_id).await?;
+    conditions.retain(|(_, f)| noesis_frames::split_part(&f.path).1.is_none());
     let mut seeds = stale_by_files(&conditions, |name| hash_now(&project.root, &scanned.files, name));
     for (id, at) in store.expired(&project.project_id, now).await? {
         if !seeds.iter().any(|s| s.frame_id == id) {

@@ -2,9 +2,9 @@
 
 use noesis_frames::{
     Cause, Changeset, Draft, Evidence, FileEntry, FileRole, FrameId, FrameTree, Invalidation, InvalidationCondition,
-    SessionArtifacts, Status, StatusChange, StatusUpdate, Timestamp, backtrack, pivot, refine,
+    SessionArtifacts, SessionLink, Status, StatusChange, StatusUpdate, Timestamp, backtrack, pivot, refine,
 };
-use noesis_store::{FrameFilter, Store, StoreError};
+use noesis_store::{FrameFilter, NewSession, SessionKind, Store, StoreError};
 
 use crate::support::{Rng, TestStore, raw};
 
@@ -45,6 +45,7 @@ both!(
     cascade_matches_the_algebra,
     queries,
     sessions_round_trip,
+    recorded_sessions_keep_their_frames_and_links,
     file_conditions_and_expiry,
     prefixes_resolve,
     migrations_run_once_and_refuse_newer_schemas,
@@ -409,10 +410,80 @@ async fn sessions_round_trip(t_: &TestStore) {
         created_at: t(30),
         ..sessions[0].clone()
     };
-    s.record_episode(&episode, &root).await.unwrap();
+    s.record_session(&NewSession {
+        kind: SessionKind::Episode,
+        artifacts: &episode,
+        frames: std::slice::from_ref(&root),
+        source_hash: None,
+    })
+    .await
+    .unwrap();
     assert_eq!(s.session("solve-ep1").await.unwrap().as_ref(), Some(&episode));
     assert_eq!(s.sessions(P, 10).await.unwrap()[0], sessions[1], "still the newest working session");
     assert_eq!(s.latest_session_root(P).await.unwrap(), sessions[1].root_frame_id);
+    assert!(s.check().await.unwrap().is_empty());
+}
+
+fn artifacts(id: &str, root: &noesis_frames::CausalFrame, at: i64) -> SessionArtifacts {
+    SessionArtifacts {
+        session_id: id.into(),
+        project_id: P.into(),
+        initial_prompt: Some(root.query.clone()),
+        files: [("a.rs".to_owned(), FileEntry { hash: "h1".into(), role: FileRole::Modified })].into(),
+        scope: vec![],
+        root_frame_id: Some(root.frame_id.clone()),
+        conversation_log: Some("/tmp/t.jsonl".into()),
+        created_at: t(at),
+    }
+}
+
+async fn recorded_sessions_keep_their_frames_and_links(t_: &TestStore) {
+    let s = &t_.store;
+    project(s).await;
+    let root = draft("fix the parser").into_frame(P, Some("tr-1"), None, t(0)).unwrap();
+    let call = draft("Edit a.rs").into_frame(P, Some("tr-1"), Some(&root), t(1)).unwrap();
+    let sub = draft("Read a.rs").into_frame(P, Some("tr-1"), Some(&call), t(2)).unwrap();
+    let art = artifacts("tr-1", &root, 0);
+    let new = NewSession {
+        kind: SessionKind::Transcript,
+        artifacts: &art,
+        frames: &[root.clone(), call.clone(), sub.clone()],
+        source_hash: Some("abc"),
+    };
+    s.record_session(&new).await.unwrap();
+    assert_eq!(s.session("tr-1").await.unwrap().as_ref(), Some(&art));
+    let under = s.frames(&FrameFilter { under: Some(root.frame_id.clone()), ..FrameFilter::project(P) }).await.unwrap();
+    assert_eq!(under.len(), 3, "the root and its whole tree");
+    assert_eq!(s.session_by_source(P, "abc").await.unwrap().as_deref(), Some("tr-1"));
+    assert_eq!(s.session_by_source(P, "abd").await.unwrap(), None);
+    assert!(s.sessions(P, 10).await.unwrap().is_empty(), "a transcript is never the previous session");
+    // A broken tree leaves nothing behind: not the session, not a frame.
+    let root2 = draft("second").into_frame(P, Some("tr-2"), None, t(5)).unwrap();
+    let orphan = draft("orphan").into_frame(P, Some("tr-2"), Some(&sub), t(6)).unwrap();
+    let art2 = artifacts("tr-2", &root2, 5);
+    let bad = NewSession { frames: &[root2.clone(), orphan.clone(), orphan.clone()], artifacts: &art2, ..new };
+    assert!(s.record_session(&bad).await.is_err());
+    assert!(s.session("tr-2").await.unwrap().is_none());
+    assert!(s.frame(&root2.frame_id).await.unwrap().is_none());
+    let working =
+        NewSession { kind: SessionKind::Working, artifacts: &art2, frames: std::slice::from_ref(&root2), ..new };
+    assert!(s.record_session(&working).await.is_err(), "working sessions start by a scan");
+    s.record_session(&NewSession { frames: std::slice::from_ref(&root2), artifacts: &art2, source_hash: None, ..new })
+        .await
+        .unwrap();
+
+    assert_eq!(s.session_ids(P).await.unwrap(), vec!["tr-2".to_owned(), "tr-1".to_owned()], "every kind, newest first");
+    // Links: undirected, both ends must exist, removable.
+    let l = SessionLink::new("tr-2", "tr-1", Some("same bug".into()), t(9)).unwrap();
+    assert!(s.link_sessions(&l).await.unwrap());
+    let again = SessionLink { reason: Some("same parser bug".into()), ..l.clone() };
+    assert!(!s.link_sessions(&again).await.unwrap(), "already linked");
+    assert_eq!(s.session_links(P).await.unwrap(), vec![again]);
+    let e = s.link_sessions(&SessionLink::new("tr-1", "nope", None, t(9)).unwrap()).await.unwrap_err();
+    assert!(e.to_string().contains("no session nope"), "{e}");
+    assert!(s.unlink_sessions("tr-2", "tr-1").await.unwrap());
+    assert!(!s.unlink_sessions("tr-1", "tr-2").await.unwrap());
+    assert!(s.session_links(P).await.unwrap().is_empty());
     assert!(s.check().await.unwrap().is_empty());
 }
 
@@ -488,7 +559,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )

@@ -1,4 +1,5 @@
 pub(crate) mod agent;
+pub(crate) mod ask;
 pub(crate) mod compose;
 pub(crate) mod conformance;
 pub(crate) mod doctor;
@@ -12,6 +13,7 @@ pub(crate) mod memory;
 pub(crate) mod migrate;
 #[cfg(feature = "local")]
 pub(crate) mod model;
+pub(crate) mod plugins;
 pub(crate) mod run;
 pub(crate) mod serve;
 pub(crate) mod session;

@@ -1025,7 +1025,14 @@ impl Solver<'_> {
             conversation_log: None,
             created_at: now,
         };
-        self.store.record_episode(&session, &root).await?;
+        self.store
+            .record_session(&noesis_store::NewSession {
+                kind: noesis_store::SessionKind::Episode,
+                artifacts: &session,
+                frames: std::slice::from_ref(&root),
+                source_hash: None,
+            })
+            .await?;
         self.store.insert_frames(&frames).await?;
         if !reverted.is_empty() {
             self.store.invalidate(&reverted, None, now).await?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use noesis_frames::{
     CausalFrame, Changeset, Evidence, FileEntry, FileRef, FileRole, FrameId, Invalidation, InvalidationCondition,
-    SessionArtifacts, Status, StatusChange, Timestamp, Timestamps,
+    SessionArtifacts, SessionLink, Status, StatusChange, Timestamp, Timestamps,
 };
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
 use sqlx::{AnyConnection, AnyPool, AssertSqlSafe, Connection, Executor, Row};
@@ -386,11 +386,54 @@ impl Store for SqlStore {
         root: &CausalFrame,
         seeds: &[Invalidation],
     ) -> Result<Vec<Invalidation>, StoreError> {
-        begin(self, session, root, seeds, "session").await
+        begin(self, session, root, &[], seeds, "session", None).await
     }
 
-    async fn record_episode(&self, session: &SessionArtifacts, root: &CausalFrame) -> Result<(), StoreError> {
-        begin(self, session, root, &[], "episode").await.map(|_| ())
+    async fn record_session(&self, new: &crate::NewSession<'_>) -> Result<(), StoreError> {
+        if new.kind == crate::SessionKind::Working {
+            return Err(StoreError::Invalid(format!(
+                "session {}: a working session starts with begin_session",
+                new.artifacts.session_id
+            )));
+        }
+        let Some((root, rest)) = new.frames.split_first() else {
+            return Err(StoreError::Invalid(format!("session {}: no root frame", new.artifacts.session_id)));
+        };
+        begin(self, new.artifacts, root, rest, &[], new.kind.as_str(), new.source_hash).await.map(|_| ())
+    }
+
+    async fn session_by_source(&self, project_id: &str, hash: &str) -> Result<Option<String>, StoreError> {
+        let mut conn = self.pool.acquire().await.ctx(|| "connect".into())?;
+        crate::links::by_source(&mut conn, project_id, hash).await
+    }
+
+    async fn link_sessions(&self, link: &SessionLink) -> Result<bool, StoreError> {
+        let mut tx = self.write().await?;
+        let new = crate::links::link(&mut tx, link).await?;
+        tx.commit().await.ctx(|| "commit the link".into())?;
+        Ok(new)
+    }
+
+    async fn unlink_sessions(&self, a: &str, b: &str) -> Result<bool, StoreError> {
+        let mut tx = self.write().await?;
+        let gone = crate::links::unlink(&mut tx, a, b).await?;
+        tx.commit().await.ctx(|| "commit the unlink".into())?;
+        Ok(gone)
+    }
+
+    async fn session_ids(&self, project_id: &str) -> Result<Vec<String>, StoreError> {
+        sqlx::query_scalar(
+            "SELECT session_id FROM sessions WHERE project_id = $1 ORDER BY created_at DESC, session_id DESC",
+        )
+        .bind(project_id.to_owned())
+        .fetch_all(&self.pool)
+        .await
+        .ctx(|| "read session ids".into())
+    }
+
+    async fn session_links(&self, project_id: &str) -> Result<Vec<SessionLink>, StoreError> {
+        let mut conn = self.pool.acquire().await.ctx(|| "connect".into())?;
+        crate::links::links(&mut conn, project_id).await
     }
 
     async fn session(&self, session_id: &str) -> Result<Option<SessionArtifacts>, StoreError> {
@@ -571,14 +614,16 @@ impl Store for SqlStore {
     }
 }
 
-/// A session of `kind` (`session` or `episode`) with its files and root
-/// frame, and the invalidation `seeds`, in one transaction.
+/// A session of `kind` with its files, root frame and other frames, and the
+/// invalidation `seeds`, in one transaction.
 async fn begin(
     store: &SqlStore,
     session: &SessionArtifacts,
     root: &CausalFrame,
+    rest: &[CausalFrame],
     seeds: &[Invalidation],
     kind: &str,
+    source_hash: Option<&str>,
 ) -> Result<Vec<Invalidation>, StoreError> {
     if session.root_frame_id.as_ref() != Some(&root.frame_id) || root.parent_id.is_some() {
         return Err(StoreError::Invalid(format!(
@@ -587,11 +632,16 @@ async fn begin(
         )));
     }
     let mut tx = store.write().await?;
-    store.insert_tx(&mut tx, std::slice::from_ref(root)).await?;
+    if rest.is_empty() {
+        store.insert_tx(&mut tx, std::slice::from_ref(root)).await?;
+    } else {
+        let all: Vec<CausalFrame> = std::iter::once(root).chain(rest).cloned().collect();
+        store.insert_tx(&mut tx, &all).await?;
+    }
     let scope = serde_json::to_string(&session.scope).unwrap_or_else(|_| "[]".into());
     sqlx::query(
-        "INSERT INTO sessions (session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at, n_files, kind) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "INSERT INTO sessions (session_id, project_id, initial_prompt, scope, root_frame_id, conversation_log, created_at, n_files, kind, source_hash) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(session.session_id.clone())
     .bind(session.project_id.clone())
@@ -602,6 +652,7 @@ async fn begin(
     .bind(session.created_at.millis())
     .bind(i64::try_from(session.files.len()).unwrap_or(i64::MAX))
     .bind(kind)
+    .bind(source_hash.map(str::to_owned))
     .execute(&mut *tx)
     .await
     .ctx(|| format!("insert session {}", session.session_id))?;

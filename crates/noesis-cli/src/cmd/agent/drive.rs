@@ -241,6 +241,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         run_id: run.id.clone(),
         depth: 0,
         router: Some(Arc::clone(&run_router)),
+        visible: None,
     };
     let ctx = Ctx {
         store,
@@ -312,6 +313,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         run_id: run.id.clone(),
         depth: run.host["depth"].as_u64().unwrap_or(0),
         router: Some(Arc::clone(&run_router)),
+        visible: None,
     };
     let flags: Vec<String> = run.host["mcp"]
         .as_array()

@@ -7,7 +7,7 @@ mod frames;
 mod manage;
 mod route;
 mod served;
-mod tools;
+pub(crate) mod tools;
 
 pub(crate) use drive::{Keep, connect_mcp, now_ms, with_text_tools};
 pub(crate) use served::ServedAgents;

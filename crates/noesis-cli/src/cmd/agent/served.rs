@@ -56,6 +56,7 @@ impl ServedAgents {
             run_id: run_id.to_owned(),
             depth,
             router: Some(ServedAgents::router(self, &provider)),
+            visible: None,
         };
         let tools = super::tools::with_host_tools(
             Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone()),

@@ -20,26 +20,57 @@ use super::drive::{Keep, now_ms};
 
 /// How deep sub-agents may nest (a run started from the command line is
 /// depth 0).
-pub(super) const MAX_DEPTH: u64 = 2;
+pub(crate) const MAX_DEPTH: u64 = 2;
 
 /// What the host tools reach.
 #[derive(Clone)]
-pub(super) struct Host {
-    pub(super) search: SearchPath,
-    pub(super) provider: Arc<dyn Provider>,
-    pub(super) store: Arc<dyn Store>,
-    pub(super) project_id: String,
+pub(crate) struct Host {
+    pub(crate) search: SearchPath,
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) project_id: String,
     /// The run the tools serve (sub-agents are named after it).
-    pub(super) run_id: String,
+    pub(crate) run_id: String,
     /// The run's depth.
-    pub(super) depth: u64,
+    pub(crate) depth: u64,
     /// The run's router: a sub-agent's calls go through it as `sub_agent`.
-    pub(super) router: Option<Arc<dyn noesis_agent::ModelRouter>>,
+    pub(crate) router: Option<Arc<dyn noesis_agent::ModelRouter>>,
+    /// When set, the only sessions whose frames `search_frames` and
+    /// `open_frame` show (plus promoted frames): a plugin's view.
+    pub(crate) visible: Option<Arc<Vec<String>>>,
+}
+
+impl Host {
+    fn sees(&self, f: &noesis_frames::CausalFrame) -> bool {
+        match &self.visible {
+            None => true,
+            Some(v) => {
+                f.status == noesis_frames::Status::Promoted
+                    || f.session_id.as_ref().is_some_and(|s| v.iter().any(|x| x == s))
+            }
+        }
+    }
+}
+
+/// `tools` with only the frame tools (`search_frames`, `open_frame`) added:
+/// past cognition to navigate, nothing that runs or spawns.
+pub(crate) fn with_frame_tools(tools: Toolbox, host: &Host) -> Toolbox {
+    let mut tools = tools;
+    for decl in decls(MAX_DEPTH).into_iter().filter(|d| matches!(d.name.as_str(), "search_frames" | "open_frame")) {
+        let h = host.clone();
+        let run: ToolFn = if decl.name == "search_frames" {
+            Arc::new(move |args| Box::pin(search_frames(h.clone(), args)))
+        } else {
+            Arc::new(move |args| Box::pin(open_frame(h.clone(), args)))
+        };
+        tools = tools.with_tool(decl, run);
+    }
+    tools
 }
 
 /// The declarations of the host tools (the same for every run, so a stored
 /// run's tool list does not depend on where it is resumed).
-pub(super) fn decls(depth: u64) -> Vec<ToolDecl> {
+pub(crate) fn decls(depth: u64) -> Vec<ToolDecl> {
     let mut all = vec![
         ToolDecl::read_only(
             "run_module",
@@ -145,10 +176,15 @@ async fn search_frames(h: Host, args: Value) -> ToolOutput {
         status,
         file: args["file"].as_str().map(str::to_owned),
         text: args["text"].as_str().map(str::to_owned),
-        limit: Some(20),
+        limit: if h.visible.is_some() { None } else { Some(20) },
         ..FrameFilter::default()
     };
-    match h.store.frames(&filter).await {
+    let found = h.store.frames(&filter).await.map(|mut all| {
+        all.retain(|f| h.sees(f));
+        all.truncate(20);
+        all
+    });
+    match found {
         Ok(frames) if frames.is_empty() => ToolOutput::ok("no frames match"),
         Ok(frames) => {
             let lines: Vec<String> = frames.iter().map(frame_line).collect();
@@ -167,6 +203,7 @@ async fn open_frame(h: Host, args: Value) -> ToolOutput {
         Err(e) => return ToolOutput::error(e.to_string()),
     };
     match h.store.frame(&id).await {
+        Ok(Some(f)) if !h.sees(&f) => ToolOutput::error(format!("no frame {id} in this session or a linked one")),
         Ok(Some(f)) => {
             let shown = json!({
                 "frame_id": f.frame_id, "status": f.status, "confidence": f.confidence, "query": f.query,

@@ -1,0 +1,483 @@
+//! Living docs: one YAML knowledge node per code unit (a folder's source
+//! files) is the truth; Markdown is rendered from it with no model. A sync
+//! asks the model again only for units whose node is missing, whose frame
+//! was invalidated or whose file set changed; every other node is left
+//! byte-identical.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use noesis_frames::{CausalFrame, FileRef, FrameId, Status, Timestamp};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::boundary::{ContextSlice, CoreContext, Parsed, Plugin};
+use crate::core::{Core, Step, Think};
+use crate::{CoreError, PluginError};
+
+/// How much of each file the model is shown.
+const FILE_BUDGET: usize = 8 * 1024;
+
+/// A unit of code: a folder (project-relative, `.` for the root) and its
+/// source files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// The folder.
+    pub path: String,
+    /// Its source files, project-relative, sorted.
+    pub files: Vec<String>,
+}
+
+/// Whether noesis documents this file (a language noesis-code reads).
+#[must_use]
+pub fn is_source(path: &str) -> bool {
+    noesis_code::Lang::from_path(Path::new(path)).is_some()
+}
+
+/// Groups source files by folder, folders sorted.
+#[must_use]
+pub fn units<'a>(files: impl IntoIterator<Item = &'a str>) -> Vec<Unit> {
+    let mut by_dir: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for f in files.into_iter().filter(|f| is_source(f)) {
+        let dir = f.rsplit_once('/').map_or(".", |(d, _)| d);
+        by_dir.entry(dir.to_owned()).or_default().push(f.to_owned());
+    }
+    by_dir
+        .into_iter()
+        .map(|(path, mut files)| {
+            files.sort();
+            Unit { path, files }
+        })
+        .collect()
+}
+
+/// The node's file name inside the docs folder (`src/calc` → `src.calc`).
+#[must_use]
+pub fn slug(unit: &str) -> String {
+    if unit == "." { "_root".to_owned() } else { unit.replace('/', ".") }
+}
+
+/// A knowledge node: what one unit is, and when that stops holding.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Node {
+    /// The unit's folder.
+    pub module: String,
+    /// What it is for (the model's words).
+    pub purpose: String,
+    /// What it imports (read from the code).
+    pub dependencies: Vec<String>,
+    /// Public signatures (read from the code).
+    pub public_api: Vec<String>,
+    /// Notes on the API (the model's words), by name.
+    #[serde(default)]
+    pub api_notes: Vec<ApiNote>,
+    /// The files and hashes the node rests on.
+    pub invalidation_condition: NodeCondition,
+    /// When the node was last made from the code.
+    pub last_verified: String,
+    /// The frame that made it.
+    pub frame_id: String,
+}
+
+/// A note on one public function.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ApiNote {
+    /// Its name.
+    pub name: String,
+    /// One sentence.
+    pub note: String,
+}
+
+/// A node's invalidation condition: its files with their hashes.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct NodeCondition {
+    /// Path and hash of each file.
+    pub files: Vec<FileRef>,
+}
+
+/// A YAML double-quoted scalar (JSON string syntax is valid there).
+fn q(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+impl Node {
+    /// The node as YAML, byte-stable for equal nodes.
+    #[must_use]
+    pub fn to_yaml(&self) -> String {
+        let mut y = String::from(
+            "# Living docs node, written by `noesis docs sync`; the Markdown beside it is rendered from it.\n",
+        );
+        y.push_str(&format!("module: {}\n", q(&self.module)));
+        y.push_str(&format!("purpose: {}\n", q(&self.purpose)));
+        let list = |y: &mut String, key: &str, items: &[String]| {
+            if items.is_empty() {
+                y.push_str(&format!("{key}: []\n"));
+            } else {
+                y.push_str(&format!("{key}:\n"));
+                for i in items {
+                    y.push_str(&format!("  - {}\n", q(i)));
+                }
+            }
+        };
+        list(&mut y, "dependencies", &self.dependencies);
+        list(&mut y, "public_api", &self.public_api);
+        if self.api_notes.is_empty() {
+            y.push_str("api_notes: []\n");
+        } else {
+            y.push_str("api_notes:\n");
+            for n in &self.api_notes {
+                y.push_str(&format!("  - name: {}\n    note: {}\n", q(&n.name), q(&n.note)));
+            }
+        }
+        y.push_str("invalidation_condition:\n  files:\n");
+        for f in &self.invalidation_condition.files {
+            y.push_str(&format!("    - path: {}\n      hash: {}\n", q(&f.path), q(&f.hash)));
+        }
+        y.push_str(&format!("last_verified: {}\n", q(&self.last_verified)));
+        y.push_str(&format!("frame_id: {}\n", q(&self.frame_id)));
+        y
+    }
+
+    /// Reads a node back.
+    ///
+    /// # Errors
+    /// The YAML error, in words.
+    pub fn from_yaml(text: &str) -> Result<Node, String> {
+        serde_saphyr::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The Markdown page, rendered from the node alone (no model, no clock):
+    /// equal nodes give equal bytes.
+    #[must_use]
+    pub fn to_markdown(&self) -> String {
+        let mut m = format!("# {}\n\n{}\n", self.module, self.purpose.trim());
+        if !self.public_api.is_empty() {
+            m.push_str("\n## Public API\n\n");
+            for sig in &self.public_api {
+                m.push_str(&format!("- `{}`", sig.replace('`', "'")));
+                if let Some(n) = self.api_notes.iter().find(|n| sig_names(sig, &n.name)) {
+                    m.push_str(&format!(" — {}", n.note.trim()));
+                }
+                m.push('\n');
+            }
+        }
+        if !self.dependencies.is_empty() {
+            m.push_str("\n## Dependencies\n\n");
+            for d in &self.dependencies {
+                m.push_str(&format!("- `{d}`\n"));
+            }
+        }
+        m.push_str("\n## Files\n\n");
+        for f in &self.invalidation_condition.files {
+            m.push_str(&format!("- `{}` ({})\n", f.path, &f.hash[..f.hash.len().min(12)]));
+        }
+        m.push_str(&format!("\n_Verified {} from frame `{}`._\n", self.last_verified, self.frame_id));
+        m
+    }
+}
+
+/// Whether a signature declares `name` (`def name(`, `fn name(`, `fn name<`).
+fn sig_names(sig: &str, name: &str) -> bool {
+    let short = name.rsplit(['.', ':']).next().unwrap_or(name);
+    sig.contains(&format!(" {short}(")) || sig.contains(&format!(" {short}<"))
+}
+
+/// The built-in living-docs plugin.
+#[derive(Debug, Clone)]
+pub struct Docs {
+    root: PathBuf,
+    out: PathBuf,
+}
+
+impl Docs {
+    /// Docs for the project at `root`, nodes written under `out`.
+    #[must_use]
+    pub fn new(root: &Path, out: &Path) -> Docs {
+        Docs { root: root.to_owned(), out: out.to_owned() }
+    }
+
+    /// Where a unit's node lives.
+    #[must_use]
+    pub fn node_path(&self, unit: &str) -> PathBuf {
+        self.out.join(format!("{}.yaml", slug(unit)))
+    }
+
+    fn fail(method: &str, message: String) -> PluginError {
+        PluginError::Failed { plugin: "docs".into(), method: method.into(), message }
+    }
+}
+
+fn clip(text: &str, budget: usize) -> String {
+    if text.len() <= budget {
+        return text.to_owned();
+    }
+    let mut end = budget;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
+}
+
+/// Writes `bytes` to `path` by a rename, so a reader never sees half a file.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("node")));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
+impl Plugin for Docs {
+    fn name(&self) -> &str {
+        "docs"
+    }
+
+    fn transform_input(&self, raw: &Value, _ctx: &CoreContext<'_>) -> Result<ContextSlice, PluginError> {
+        let unit = raw
+            .get("unit")
+            .and_then(Value::as_str)
+            .ok_or_else(|| Self::fail("transform_input", "`unit` must be a string".into()))?;
+        let files: Vec<String> = raw
+            .get("files")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+            .unwrap_or_default();
+        if files.is_empty() {
+            return Err(Self::fail("transform_input", format!("unit {unit}: no files")));
+        }
+        let mut shown = Vec::new();
+        let mut api = Vec::new();
+        let mut deps = std::collections::BTreeSet::new();
+        for f in &files {
+            let text = std::fs::read_to_string(self.root.join(f))
+                .map_err(|e| Self::fail("transform_input", format!("{f}: {e}")))?;
+            if let Some(lang) = noesis_code::Lang::from_path(Path::new(f)) {
+                for func in noesis_code::functions(lang, &text).unwrap_or_default() {
+                    if func.is_public && !func.is_test {
+                        api.push(func.signature.clone());
+                    }
+                }
+                deps.extend(noesis_code::imports(lang, &text).unwrap_or_default());
+            }
+            shown.push(json!({"path": f, "text": clip(&text, FILE_BUDGET)}));
+        }
+        let text = format!("unit {unit}: {} files, {} public functions", files.len(), api.len());
+        let input = json!({"unit": unit, "files": shown, "public_api": api, "dependencies": deps.into_iter().collect::<Vec<_>>()});
+        Ok(ContextSlice { text, input, files })
+    }
+
+    fn parse_output(&self, raw: &Value, _frame: &CausalFrame) -> Result<Parsed, PluginError> {
+        let out = &raw["output"];
+        let purpose = out
+            .get("purpose")
+            .and_then(Value::as_str)
+            .filter(|p| !p.trim().is_empty())
+            .ok_or_else(|| Self::fail("parse_output", "the reply has no `purpose`".into()))?;
+        let notes: Vec<Value> = out
+            .get("api_notes")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter(|n| n["name"].is_string() && n["note"].is_string()).cloned().collect())
+            .unwrap_or_default();
+        let data = json!({
+            "module": raw["input"]["unit"],
+            "purpose": purpose.trim(),
+            "dependencies": raw["input"]["dependencies"],
+            "public_api": raw["input"]["public_api"],
+            "api_notes": notes,
+        });
+        Ok(Parsed::new(purpose.trim(), 0.8, data))
+    }
+
+    fn store(&self, parsed: &Parsed, frame: &CausalFrame) -> Result<(), PluginError> {
+        let d = parsed.data();
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
+        };
+        let module = d["module"].as_str().unwrap_or_default().to_owned();
+        let node = Node {
+            purpose: parsed.conclusion().to_owned(),
+            dependencies: strings(&d["dependencies"]),
+            public_api: strings(&d["public_api"]),
+            api_notes: d["api_notes"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|n| ApiNote {
+                            name: n["name"].as_str().unwrap_or_default().to_owned(),
+                            note: n["note"].as_str().unwrap_or_default().to_owned(),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            invalidation_condition: NodeCondition {
+                files: frame
+                    .invalidation_condition
+                    .files
+                    .iter()
+                    .filter(|f| noesis_frames::split_part(&f.path).1.is_none())
+                    .cloned()
+                    .collect(),
+            },
+            last_verified: frame.timestamps.created_at.to_string(),
+            frame_id: frame.frame_id.to_string(),
+            module,
+        };
+        let yaml = self.node_path(&node.module);
+        let io = |e: std::io::Error| Self::fail("store", format!("{}: {e}", yaml.display()));
+        write_atomic(&yaml, node.to_yaml().as_bytes()).map_err(io)?;
+        write_atomic(&yaml.with_extension("md"), node.to_markdown().as_bytes()).map_err(io)
+    }
+}
+
+/// Why a node must be made again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stale {
+    /// No node yet.
+    Missing,
+    /// The node file cannot be read.
+    Unreadable(String),
+    /// Its frame was invalidated (a file changed), or is gone.
+    Invalidated(String),
+    /// The unit's files are not those the node rests on.
+    FilesChanged,
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stale::Missing => f.write_str("no node yet"),
+            Stale::Unreadable(e) => write!(f, "node unreadable: {e}"),
+            Stale::Invalidated(why) => write!(f, "frame invalidated: {why}"),
+            Stale::FilesChanged => f.write_str("files added or removed"),
+        }
+    }
+}
+
+/// Whether `unit`'s node holds, judged by its frame's status in the store.
+///
+/// # Errors
+/// A store error.
+pub async fn staleness(core: &Core<'_>, docs: &Docs, unit: &Unit) -> Result<Option<Stale>, CoreError> {
+    let path = docs.node_path(&unit.path);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Some(Stale::Missing)),
+        Err(e) => return Ok(Some(Stale::Unreadable(e.to_string()))),
+    };
+    let node = match Node::from_yaml(&text) {
+        Ok(n) => n,
+        Err(e) => return Ok(Some(Stale::Unreadable(e))),
+    };
+    let Ok(id) = FrameId::parse(&node.frame_id) else { return Ok(Some(Stale::Unreadable("bad frame_id".into()))) };
+    match core.frame(&id).await? {
+        None => return Ok(Some(Stale::Invalidated(format!("frame {id} is not in the store")))),
+        Some(f) if f.status == Status::Invalidated => {
+            let why = f.timestamps.history.last().and_then(|h| h.reason.clone()).unwrap_or_default();
+            return Ok(Some(Stale::Invalidated(why)));
+        }
+        Some(_) => {}
+    }
+    let node_files: Vec<&str> = node.invalidation_condition.files.iter().map(|f| f.path.as_str()).collect();
+    if node_files != unit.files.iter().map(String::as_str).collect::<Vec<_>>() {
+        return Ok(Some(Stale::FilesChanged));
+    }
+    for f in &node.invalidation_condition.files {
+        if core.hash_now(&f.path).as_deref() != Some(f.hash.as_str()) {
+            return Ok(Some(Stale::Invalidated(format!("file {} changed", f.path))));
+        }
+    }
+    Ok(None)
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SyncReport {
+    /// Units whose node was made (again), with why.
+    pub regenerated: Vec<(String, String)>,
+    /// Units whose node was left as it was.
+    pub kept: Vec<String>,
+    /// Units that failed, with the error (their old node is left alone).
+    pub failed: Vec<(String, String)>,
+}
+
+/// Makes the node of every unit that needs one and leaves the rest alone.
+/// A unit that fails is reported and the others go on.
+///
+/// # Errors
+/// A store error while judging staleness.
+pub async fn sync(
+    core: &mut Core<'_>,
+    docs: &Docs,
+    think: &dyn Think,
+    units: &[Unit],
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<SyncReport, CoreError> {
+    let mut report = SyncReport::default();
+    for unit in units {
+        let Some(why) = staleness(core, docs, unit).await? else {
+            report.kept.push(unit.path.clone());
+            continue;
+        };
+        progress(&unit.path);
+        let raw = json!({"unit": unit.path, "files": unit.files});
+        let step = Step { query: format!("docs: {}", unit.path), raw: &raw, parent: None };
+        match core.step(docs, step, think, Timestamp::now()).await {
+            Ok(_) => report.regenerated.push((unit.path.clone(), why.to_string())),
+            Err(CoreError::Store(e)) => return Err(CoreError::Store(e)),
+            Err(e) => report.failed.push((unit.path.clone(), e.to_string())),
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node() -> Node {
+        Node {
+            module: "src/calc".into(),
+            purpose: "Adds \"numbers\".\nTwo lines: ünïcode".into(),
+            dependencies: vec!["math".into()],
+            public_api: vec!["def add(a: int, b: int) -> int".into()],
+            api_notes: vec![ApiNote { name: "add".into(), note: "Sums two ints.".into() }],
+            invalidation_condition: NodeCondition {
+                files: vec![FileRef { path: "src/calc/a.py".into(), hash: "ab".repeat(32) }],
+            },
+            last_verified: "2026-11-25T10:00:00.000Z".into(),
+            frame_id: "0192-x".into(),
+        }
+    }
+
+    #[test]
+    fn nodes_round_trip_and_render_the_same_bytes() {
+        let n = node();
+        let y = n.to_yaml();
+        assert_eq!(Node::from_yaml(&y).unwrap(), n);
+        assert_eq!(Node::from_yaml(&y).unwrap().to_yaml(), y);
+        let md = n.to_markdown();
+        assert_eq!(md, node().to_markdown());
+        assert!(md.contains("- `def add(a: int, b: int) -> int` — Sums two ints.\n"), "{md}");
+        assert!(md.contains("- `src/calc/a.py` (abababababab)\n"), "{md}");
+        let empty = Node { dependencies: vec![], public_api: vec![], api_notes: vec![], ..node() };
+        assert_eq!(Node::from_yaml(&empty.to_yaml()).unwrap(), empty);
+    }
+
+    #[test]
+    fn units_are_folders_of_source_files() {
+        let u = units(["b/x.py", "a/z.rs", "a/y.rs", "README.md", "top.py", "a/deep/w.py"]);
+        let got: Vec<(&str, Vec<&str>)> =
+            u.iter().map(|u| (u.path.as_str(), u.files.iter().map(String::as_str).collect())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (".", vec!["top.py"]),
+                ("a", vec!["a/y.rs", "a/z.rs"]),
+                ("a/deep", vec!["a/deep/w.py"]),
+                ("b", vec!["b/x.py"])
+            ]
+        );
+        assert_eq!(slug("."), "_root");
+        assert_eq!(slug("a/deep"), "a.deep");
+    }
+}
