@@ -198,7 +198,7 @@ fn session_scope_and_transcript() {
     let s = run_json(&w, &["session", "start", "src", "--transcript", "chat.jsonl", "--json"]);
     let files: Vec<&String> = s["session"]["files"].as_object().unwrap().keys().collect();
     assert_eq!(files, vec!["src/a.py"]);
-    assert_eq!(s["session"]["files"]["src/a.py"]["role"], "created");
+    assert_eq!(s["session"]["files"]["src/a.py"]["role"], "read", "a scan reads what it hashes");
     assert_eq!(s["session"]["files"]["src/a.py"]["hash"], blake3_hex(b"a\n"));
     assert_eq!(s["session"]["scope"], serde_json::json!(["src"]));
     assert!(s["session"]["conversation_log"].as_str().unwrap().ends_with("chat.jsonl"));

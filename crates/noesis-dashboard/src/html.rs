@@ -82,8 +82,9 @@ pub fn sessions_page(project: &str, sessions: &[SessionArtifacts]) -> String {
         return page("Sessions", &body);
     }
     body.push_str("<table><thead><tr><th>Session</th><th>Started</th><th>Prompt</th><th>Files</th><th>Changed</th><th>Added</th></tr></thead><tbody>");
-    for s in sessions {
-        let count = |role: FileRole| s.files.values().filter(|f| f.role == role).count();
+    for (i, s) in sessions.iter().enumerate() {
+        // Newest first: the previous session is the next one.
+        let d = noesis_frames::session::diff(sessions.get(i + 1), s);
         let _ = write!(
             body,
             "<tr><td><a href=\"/sessions/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -92,8 +93,8 @@ pub fn sessions_page(project: &str, sessions: &[SessionArtifacts]) -> String {
             esc(&s.created_at.to_string()),
             esc(s.initial_prompt.as_deref().unwrap_or("")),
             s.files.len(),
-            count(FileRole::Modified),
-            count(FileRole::Created),
+            d.files.changed.len(),
+            d.files.added.len(),
         );
     }
     body.push_str("</tbody></table>");
@@ -121,16 +122,25 @@ pub fn session_page(
         }),
         session.files.len()
     );
-    let changed: Vec<&String> =
-        session.files.iter().filter(|(_, f)| f.role == FileRole::Modified).map(|(p, _)| p).collect();
-    let added: Vec<&String> =
-        session.files.iter().filter(|(_, f)| f.role == FileRole::Created).map(|(p, _)| p).collect();
-    let removed: Vec<&String> =
-        previous.map(|p| p.files.keys().filter(|k| !session.files.contains_key(*k)).collect()).unwrap_or_default();
-    body.push_str("<h2>Since the previous session</h2>");
-    if previous.is_none() {
-        body.push_str("<p class=\"muted\">This is the project's first session.</p>");
-    }
+    // A session that changed files (an imported transcript, a solve
+    // episode) says what it did; a scan says what changed since the
+    // previous scan.
+    let did = session.files.values().any(|f| f.role != FileRole::Read);
+    let by_role = |role: FileRole| -> Vec<String> {
+        session.files.iter().filter(|(_, f)| f.role == role).map(|(p, _)| p.clone()).collect()
+    };
+    let (changed, added, removed): (Vec<String>, Vec<String>, Vec<String>) = if did {
+        body.push_str("<h2>What the session did</h2>");
+        (by_role(FileRole::Modified), by_role(FileRole::Created), Vec::new())
+    } else {
+        body.push_str("<h2>Since the previous session</h2>");
+        if previous.is_none() {
+            body.push_str("<p class=\"muted\">This is the project's first session.</p>");
+        }
+        let d = noesis_frames::session::diff(previous, session);
+        let removed = if previous.is_some() { d.files.removed } else { Vec::new() };
+        (d.files.changed, if previous.is_some() { d.files.added } else { Vec::new() }, removed)
+    };
     for (what, list) in [("Changed", &changed), ("Added", &added), ("Removed", &removed)] {
         let _ = write!(body, "<h3>{what} ({})</h3>", list.len());
         if !list.is_empty() {

@@ -8,15 +8,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::{FrameId, Timestamp};
 
-/// How a session relates to a file, against the previous session.
+/// What a session did with a file. A scan (`noesis session start`) reads
+/// every file it hashes; an imported transcript or a `solve` episode reads,
+/// changes and creates files. What changed between two sessions is their
+/// [`SessionDiff`], not a role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FileRole {
-    /// Same hash as in the previous session.
+    /// Read (or hashed) it.
     Read,
-    /// Another hash than in the previous session.
+    /// Changed a file that existed.
     Modified,
-    /// Not in the previous session.
+    /// Made it.
     Created,
 }
 
@@ -68,22 +71,10 @@ pub struct SessionArtifacts {
     pub created_at: Timestamp,
 }
 
-/// Roles for a fresh scan against the previous session's files.
+/// The files of a scan: the session read each of them.
 #[must_use]
-pub fn assign_roles(
-    previous: Option<&BTreeMap<String, FileEntry>>,
-    scan: &BTreeMap<String, String>,
-) -> BTreeMap<String, FileEntry> {
-    scan.iter()
-        .map(|(path, hash)| {
-            let role = match previous.and_then(|p| p.get(path)) {
-                None => FileRole::Created,
-                Some(e) if e.hash == *hash => FileRole::Read,
-                Some(_) => FileRole::Modified,
-            };
-            (path.clone(), FileEntry { hash: hash.clone(), role })
-        })
-        .collect()
+pub fn scanned(scan: &BTreeMap<String, String>) -> BTreeMap<String, FileEntry> {
+    scan.iter().map(|(path, hash)| (path.clone(), FileEntry { hash: hash.clone(), role: FileRole::Read })).collect()
 }
 
 /// Whether `path` lies under one of the scope entries (`""` is everything).
@@ -240,13 +231,10 @@ mod tests {
     }
 
     #[test]
-    fn roles_against_the_previous_session() {
-        let first = assign_roles(None, &scan(&[("a", "1")]));
-        assert_eq!(first["a"].role, FileRole::Created);
-        let second = assign_roles(Some(&first), &scan(&[("a", "2"), ("b", "1")]));
-        assert_eq!((second["a"].role, second["b"].role), (FileRole::Modified, FileRole::Created));
-        let third = assign_roles(Some(&second), &scan(&[("a", "2")]));
-        assert_eq!(third["a"].role, FileRole::Read);
+    fn a_scan_reads_every_file() {
+        let files = scanned(&scan(&[("a", "1"), ("b", "2")]));
+        assert!(files.values().all(|e| e.role == FileRole::Read));
+        assert_eq!(files["b"].hash, "2");
         for r in [FileRole::Read, FileRole::Modified, FileRole::Created] {
             assert_eq!(FileRole::from_name(r.as_str()), Some(r));
         }
@@ -254,13 +242,8 @@ mod tests {
 
     #[test]
     fn diff_names_changed_added_removed_and_the_prompt() {
-        let a = session(
-            "s1",
-            Some("fix it"),
-            assign_roles(None, &scan(&[("src/a", "1"), ("src/b", "1"), ("doc/x", "1")])),
-            &[""],
-        );
-        let files = assign_roles(Some(&a.files), &scan(&[("src/a", "2"), ("src/c", "1")]));
+        let a = session("s1", Some("fix it"), scanned(&scan(&[("src/a", "1"), ("src/b", "1"), ("doc/x", "1")])), &[""]);
+        let files = scanned(&scan(&[("src/a", "2"), ("src/c", "1")]));
         let b = session("s2", Some("fix it"), files, &["src"]);
         let d = diff(Some(&a), &b);
         assert_eq!(d.prompt, PromptChange::Same);

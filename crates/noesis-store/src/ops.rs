@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use noesis_frames::project::{Project, relative_path, resolve};
 use noesis_frames::scan::{hash_file, scan_with_progress};
-use noesis_frames::session::{SessionDiff, assign_roles, diff};
+use noesis_frames::session::{SessionDiff, diff, scanned};
 use noesis_frames::{
     CausalFrame, Cause, Draft, Finding, FrameId, FrameTree, Invalidation, SessionArtifacts, Status, Timestamp, World,
     stale_by_files,
@@ -92,7 +92,7 @@ pub async fn start_session_with_progress(
     let root_text = project.root.to_string_lossy().into_owned();
     store.ensure_project(&project.project_id, &root_text).await?;
     let scope: Vec<PathBuf> = if scope.is_empty() { vec![project.root.clone()] } else { scope.to_vec() };
-    let scanned = scan_with_progress(&project.root, &scope, exclude, progress)?;
+    let scanned_files = scan_with_progress(&project.root, &scope, exclude, progress)?;
     let scope_names: Vec<String> = scope
         .iter()
         .map(|p| {
@@ -101,13 +101,13 @@ pub async fn start_session_with_progress(
         })
         .collect();
     let previous = store.sessions(&project.project_id, 1).await?.pop();
-    let files = assign_roles(previous.as_ref().map(|p| &p.files), &scanned.files);
+    let files = scanned(&scanned_files.files);
 
     // Parts of files (a function's signature) are checked by whoever knows
     // them (noesis-plugin's core), not by a scan.
     let mut conditions = store.file_conditions(&project.project_id).await?;
     conditions.retain(|(_, f)| noesis_frames::split_part(&f.path).1.is_none());
-    let mut seeds = stale_by_files(&conditions, |name| hash_now(&project.root, &scanned.files, name));
+    let mut seeds = stale_by_files(&conditions, |name| hash_now(&project.root, &scanned_files.files, name));
     for (id, at) in store.expired(&project.project_id, now).await? {
         if !seeds.iter().any(|s| s.frame_id == id) {
             seeds.push(Invalidation::new(id, &Cause::Expired(at)));
@@ -139,7 +139,7 @@ pub async fn start_session_with_progress(
         session,
         invalidated,
         resumable,
-        skipped: scanned.skipped,
+        skipped: scanned_files.skipped,
     })
 }
 

@@ -74,11 +74,11 @@ async fn five_hundred_files_k_changed_exactly_the_dependents_invalidated(t_: &Te
     assert_eq!(files.len(), 500);
     let project = Project { project_id: format!("path:{}", root.display()), root: root.clone() };
 
-    // Session 1: every tracked file hashed, nothing ignored, all created.
+    // Session 1: every tracked file hashed (read), nothing ignored.
     let s1 = ops::start_session(store, &project, &[], &[], Some("map the code".into()), None, t(0)).await.unwrap();
     assert_eq!(s1.session.files.len(), 500);
     assert!(s1.session.files.keys().all(|p| !p.starts_with("target/") && !p.ends_with(".tmp")));
-    assert!(s1.session.files.values().all(|e| e.role == FileRole::Created));
+    assert!(s1.session.files.values().all(|e| e.role == FileRole::Read));
     assert_eq!(s1.diff.prompt, PromptChange::First);
     assert!(s1.invalidated.is_empty());
     let session_root = store.frame(s1.session.root_frame_id.as_ref().unwrap()).await.unwrap().unwrap();
@@ -187,7 +187,10 @@ async fn five_hundred_files_k_changed_exactly_the_dependents_invalidated(t_: &Te
     assert!(s2.diff.files.added.is_empty());
     assert_eq!(s2.diff.prompt, PromptChange::Same);
     for p in edited {
-        assert_eq!(s2.session.files[p].role, FileRole::Modified);
+        // The scan read the file: the role says what the session did, the
+        // diff what changed.
+        assert_eq!(s2.session.files[p].role, FileRole::Read);
+        assert_ne!(s2.session.files[p].hash, s1.session.files[p].hash);
     }
     let report = ops::session_report(store, &project.project_id).await.unwrap().unwrap();
     assert_eq!(report.diff, s2.diff);

@@ -189,17 +189,10 @@ async fn start(a: StartArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let s = &started.session;
-    let count = |r: FileRole| s.files.values().filter(|e| e.role == r).count();
     let mut text = format!("session {}\n", s.session_id);
     text.push_str(&format!("project {}\n", s.project_id));
     text.push_str(&format!("root frame {}\n", s.root_frame_id.as_ref().map_or_else(String::new, ToString::to_string)));
-    text.push_str(&format!(
-        "files: {} in scope ({} read, {} modified, {} created)\n",
-        s.files.len(),
-        count(FileRole::Read),
-        count(FileRole::Modified),
-        count(FileRole::Created)
-    ));
+    text.push_str(&format!("files: {} in scope, hashed\n", s.files.len()));
     describe(&started.diff, &started.invalidated, &started.resumable, &mut text);
     out::data(&text)?;
     Ok(ExitCode::SUCCESS)
