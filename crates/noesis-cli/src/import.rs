@@ -11,6 +11,10 @@ use noesis_frames::scan::hash_bytes;
 use noesis_frames::{CausalFrame, Draft, Evidence, FileEntry, FileRole, FrameId, SessionArtifacts, Status, Timestamp};
 use noesis_transcript::{PromptKind, Role, ToolCall, Transcript};
 
+/// The start of a prompt frame's context slice (`ask` finds an imported
+/// session's prompts by it).
+pub(crate) const PROMPT_SLICE: &str = "prompt at line";
+
 /// How much of a prompt or result a frame keeps.
 const TEXT: usize = 4000;
 
@@ -127,7 +131,7 @@ pub(crate) fn build(
         };
         let parent = frames[parent_ix].clone();
         let mut f = Draft {
-            context_slice: format!("prompt at line {} ({:?})", p.line, p.kind).to_lowercase(),
+            context_slice: format!("{PROMPT_SLICE} {} ({})", p.line, format!("{:?}", p.kind).to_lowercase()),
             conclusion: answer.get(&i).map(|a| clip(a, TEXT)).unwrap_or_default(),
             confidence: 1.0,
             status: Some(Status::Completed),

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use noesis_testkit::{FakeServer, Reply, tool_call_completion};
+use noesis_testkit::{FakeServer, Reply, said, tool_call_completion};
 use serde_json::{Value, json};
 
 use crate::support::{Output, Work, output};
@@ -18,17 +18,6 @@ fn envelope(data: Value) -> Reply {
         json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "scripted"}, "data": data})
             .to_string(),
     )
-}
-
-/// The text of every message of a request.
-fn said(request: &Value) -> String {
-    request["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| m["content"].as_str().map_or_else(|| m["content"].to_string(), str::to_owned))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The first JSON string value after `"key": ` in `text`.
@@ -362,6 +351,7 @@ fn testgen_llm() -> FakeServer {
         let function = field(&text, "function").unwrap_or_default();
         let hash = field(&text, "signature_hash").unwrap_or_default();
         let cases = match function.as_str() {
+            "half" => json!([{"name": "four", "inputs": [4], "expected": {"value": 2}, "kind": "normal"}]),
             "add" => json!([{"name": "two and three", "inputs": [2, 3], "expected": {"value": 5}, "kind": "normal"},
                             {"name": "zeros", "inputs": [0, 0], "expected": {"value": 0}, "kind": "edge"}]),
             _ => json!([{"name": "two by three", "inputs": [2, 3], "expected": {"value": 6}, "kind": "normal"}]),
@@ -417,9 +407,21 @@ fn testgen_writes_tests_from_specs_and_asks_again_only_for_changed_signatures() 
     assert_eq!(v["specified"][0][1], "mul", "{v}");
     let shown = ok(&run(&work, None, &["frames", "show", &old_frame, "--json"])).json();
     assert_eq!(shown["status"], "invalidated", "{shown}");
+
+    // Rust: a #[test] per case, calling the function by its crate path.
+    work.write("src/lib.rs", "pub fn half(x: u32) -> u32 {\n    x / 2\n}\n\nfn private() {}\n");
+    let v = ok(&run(&work, Some(&llm), &["testgen", "src/lib.rs", "--json"])).json();
+    assert_eq!(v["specified"].as_array().unwrap().len(), 1, "public functions only: {v}");
+    let rust = std::fs::read_to_string(work.path().join("tests/noesis/src_lib_noesis_tests.rs")).unwrap();
+    assert!(rust.contains("#[test]") && rust.contains("crate::half(4)"), "{rust}");
 }
 
 // ---- ask, links ----
+
+fn direct_again() -> FakeServer {
+    FakeServer::start(vec![Reply::Chat("{\"answer\": \"no idea\", \"confidence\": 0.1, \"cites\": []}".into())])
+        .unwrap()
+}
 
 /// A session in which the user went back: the token-expiry question was
 /// abandoned for the session store (a backtrack), so it is set aside.
@@ -515,7 +517,15 @@ fn ask_opens_frames_through_tools_offers_set_aside_branches_and_sees_only_linked
     let offered: Vec<&str> = v["suspended"].as_array().unwrap().iter().map(|s| s["query"].as_str().unwrap()).collect();
     assert_eq!(offered, ["check the token expiry"], "the linked session's set-aside branch is offered");
     assert_eq!(v["promoted"], true, "confident and verified: promoted to memory");
-    // The music transcript is not linked: none of its frames are found.
+    // The music transcript is not linked: none of its frames are found, but
+    // a question like its prompt points at it.
+    let hint = ok(&run(
+        &work,
+        Some(&direct_again()),
+        &["ask", "now write the program using the README instruction", "--json", "-q"],
+    ))
+    .json();
+    assert_eq!(hint["similar_sessions"][0]["session_id"], music.as_str(), "{hint}");
     let found = searches.lock().unwrap()[0].clone();
     assert_eq!(found, "no frames match", "an unlinked session stays invisible");
     let text = ok(&run(&work, Some(&llm), &["ask", "what did we find about the parser again", "-q"])).stdout.clone();
@@ -537,6 +547,42 @@ fn ask_opens_frames_through_tools_offers_set_aside_branches_and_sees_only_linked
     assert_eq!(ok(&run(&work, None, &["session", "links", "--json"])).json().as_array().unwrap().len(), 1);
     let o = run(&work, None, &["session", "unlink", &music, &ours]);
     assert!(o.stderr.contains("are not linked"), "{}", o.stderr);
+}
+
+// ---- progress ----
+
+#[test]
+fn docs_review_and_testgen_show_progress_in_a_terminal_only() {
+    let work = Work::new();
+    work.write(".git/HEAD", "ref: refs/heads/main\n");
+    work.write("calc/add.py", UNIT_A);
+    let slow = |r: Reply| Reply::Delay(std::time::Duration::from_millis(400), Box::new(r));
+    let docs = FakeServer::start(vec![slow(envelope(json!({"purpose": "Adds.", "rationale": "r"})))]).unwrap();
+    let envs = |s: &FakeServer| vec![("OPENAI_BASE_URL", s.base_url()), ("OPENAI_API_KEY", "sk-test".to_owned())];
+    let shown = crate::support::in_terminal(&work, &envs(&docs), "docs sync", "");
+    assert_eq!(shown.code, 0, "{}", shown.stdout);
+    assert!(shown.stdout.contains("docs: writing calc"), "{}", shown.stdout);
+    let d = work.write("c.diff", &diff_of(&[("calc/add.py", UNIT_A)]));
+    let review =
+        FakeServer::start(vec![slow(envelope(json!({"findings": [], "summary": "fine", "rationale": "r"})))]).unwrap();
+    let shown = crate::support::in_terminal(&work, &envs(&review), &format!("review --diff {}", d.display()), "");
+    assert!(shown.stdout.contains("review: calc/add.py"), "{}", shown.stdout);
+    let spec = envelope(json!({"function": "add", "signature_hash": "x", "rationale": "r", "cases": []}));
+    let tg = FakeServer::start(vec![slow(spec)]).unwrap();
+    let shown = crate::support::in_terminal(&work, &envs(&tg), "testgen calc/add.py", "");
+    assert!(shown.stdout.contains("testgen: calc/add.py add"), "{}", shown.stdout);
+    assert_eq!(shown.code, 1, "the spec is refused (no cases, wrong hash): {}", shown.stdout);
+    // Quiet, or in a pipe: none (the file changes each time, so each run
+    // asks the model again).
+    work.write("calc/add.py", &format!("{UNIT_A}# quiet\n"));
+    let quiet =
+        crate::support::in_terminal(&work, &envs(&review), &format!("review --diff {} --quiet", d.display()), "");
+    assert!(!quiet.stdout.contains("review: calc"), "{}", quiet.stdout);
+    work.write("calc/add.py", &format!("{UNIT_A}# piped\n"));
+    let calls = review.received().len();
+    let piped = run(&work, Some(&review), &["review", "--diff", d.to_str().unwrap()]);
+    assert_eq!(review.received().len(), calls + 1, "the model was asked: {}", piped.stderr);
+    assert!(!piped.stderr.contains("review: ") && !piped.stderr.contains('\r'), "{}", piped.stderr);
 }
 
 // ---- a plugin that is a program ----

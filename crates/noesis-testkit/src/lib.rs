@@ -106,6 +106,19 @@ pub fn tool_loop(
     })
 }
 
+/// The text of every message of an OpenAI-style request body, one after
+/// another (a non-string content as its JSON), for replies that depend on
+/// what the prompt holds.
+pub fn said(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| m["content"].as_str().map_or_else(|| m["content"].to_string(), str::to_owned))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// A request the server received.
 #[derive(Debug, Clone)]
 pub struct Received {

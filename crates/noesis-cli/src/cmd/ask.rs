@@ -193,7 +193,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
                 visible.push(o.to_owned());
             }
         }
-        let think = AgentThink {
+        let think = Arc::new(AgentThink {
             search: search.clone(),
             provider,
             store: Arc::clone(&store),
@@ -202,11 +202,41 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             visible: Arc::new(visible),
             max_tool_calls: a.max_tool_calls,
             quiet: a.quiet,
-        };
+        });
         let raw = json!({"query": a.query, "files": a.files, "memory": memory});
         let outcome = core
-            .step(&Recall, Step { query: a.query.clone(), raw: &raw, parent: None }, &think, Timestamp::now())
+            .step(&Recall, Step { query: a.query.clone(), raw: &raw, parent: None }, think.as_ref(), Timestamp::now())
             .await?;
+        // Earlier sessions that asked something like this but are not
+        // linked: the plugin never saw them; the person may link one.
+        let mut similar: Vec<(f64, String, String)> = Vec::new();
+        let visible = &think.visible;
+        for id in store.session_ids(&s.project.project_id).await? {
+            if visible.contains(&id) {
+                continue;
+            }
+            // Its prompts: the initial one and the questions at the top of
+            // its tree.
+            let mut prompts: Vec<String> = store.session(&id).await?.and_then(|o| o.initial_prompt).into_iter().collect();
+            let filter = noesis_store::FrameFilter {
+                session_id: Some(id.clone()),
+                limit: Some(500),
+                ..noesis_store::FrameFilter::project(&s.project.project_id)
+            };
+            // Questions at the top of a tree, and an imported transcript's
+            // prompts (which nest as refinements).
+            let asked = |f: &CausalFrame| f.depth == 1 || f.context_slice.starts_with(crate::import::PROMPT_SLICE);
+            prompts.extend(store.frames(&filter).await?.into_iter().filter(asked).map(|f| f.query));
+            let best = prompts
+                .into_iter()
+                .map(|p| (noesis_plugin::recall::similarity(&a.query, &p), p))
+                .max_by(|x, y| x.0.total_cmp(&y.0));
+            if let Some((score, prompt)) = best.filter(|(score, _)| *score >= 0.25) {
+                similar.push((score, id, prompt));
+            }
+        }
+        similar.sort_by(|x, y| y.0.total_cmp(&x.0));
+        similar.truncate(3);
         let suspended: Vec<CausalFrame> =
             core.frames().with_status(Status::Suspended).cloned().collect();
         // Promotion: confident, and its conditions hold now.
@@ -238,6 +268,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         if a.json {
             out::json(
                 &json!({"frame": outcome.frame, "children": outcome.children, "promoted": promoted, "memory": memory,
+                        "similar_sessions": similar.iter().map(|(score, id, prompt)| json!({"session_id": id, "prompt": prompt, "similarity": score})).collect::<Vec<_>>(),
                         "suspended": suspended.iter().map(|f| json!({"frame_id": f.frame_id, "query": f.query})).collect::<Vec<_>>()}),
                 true,
             )?;
@@ -253,6 +284,13 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             ));
         }
         out::data(&text)?;
+        for (_, id, prompt) in &similar {
+            out::note(&format!(
+                "an earlier session asked something similar: {:?} (session {id}); `noesis session link {} {id}` lets ask see it",
+                prompt.split_whitespace().collect::<Vec<_>>().join(" "),
+                core.session().session_id
+            ));
+        }
         out::note(&format!(
             "frame {} · confidence {:.2} · {} tool call(s){}",
             outcome.frame.frame_id,

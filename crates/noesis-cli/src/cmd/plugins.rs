@@ -181,9 +181,9 @@ async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Resul
     let mut core =
         Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now()).await?;
     let plugin = Docs::new(&s.project.root, &out_dir);
-    let bar = crate::progress::Progress::bar(a.quiet, units.len() as u64, "docs");
+    let bar = crate::progress::Progress::spinner(a.quiet, &format!("docs: {} units", units.len()));
     let report = docs::sync(&mut core, &plugin, &think, &units, &|unit| {
-        bar.say(&format!("docs {unit}"));
+        bar.say(&format!("docs: writing {unit}"));
     })
     .await?;
     bar.finish();
@@ -429,7 +429,7 @@ pub(crate) fn review(search: &SearchPath, a: ReviewArgs) -> anyhow::Result<ExitC
         let plugin = noesis_plugin::review::Review::new(&s.project.root);
         let bar = crate::progress::Progress::spinner(a.quiet, "review");
         let report =
-            noesis_plugin::review::review(&mut core, &plugin, &think, &diff, &|f| bar.say(&format!("review {f}")))
+            noesis_plugin::review::review(&mut core, &plugin, &think, &diff, &|f| bar.say(&format!("review: {f}")))
                 .await?;
         bar.finish();
         let findings = report.findings();
@@ -561,9 +561,10 @@ pub(crate) fn testgen(search: &SearchPath, a: TestgenArgs) -> anyhow::Result<Exi
         };
         let plugin = noesis_plugin::testgen::Testgen::new(&s.project.root, &out_dir);
         let bar = crate::progress::Progress::spinner(a.quiet, "testgen");
-        let report =
-            noesis_plugin::testgen::generate(&mut core, &plugin, &think, &files, &|f| bar.say(&format!("testgen {f}")))
-                .await?;
+        let report = noesis_plugin::testgen::generate(&mut core, &plugin, &think, &files, &|f| {
+            bar.say(&format!("testgen: {f}"))
+        })
+        .await?;
         bar.finish();
         let code = if report.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
         if a.json {
