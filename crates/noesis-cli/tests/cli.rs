@@ -64,6 +64,8 @@ fn every_listing_command_has_json() {
         &["frames", "list", "--json"],
         &["agent", "list", "--json"],
         &["model", "list", "--json"],
+        &["plugin", "list", "--json"],
+        &["session", "links", "--json"],
     ] {
         let o = output(w.noesis_bare().args(args));
         assert_eq!(o.code, 0, "{args:?}: {}", o.stderr);

@@ -152,6 +152,17 @@ fn claude_project_folders_are_found() {
     let o = run(&work, None, &["session", "import", "nope", "--claude-project", proj.to_str().unwrap()]);
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("no session nope"), "{}", o.stderr);
+    // The session belongs to the current directory's project unless
+    // --project says otherwise.
+    assert_eq!(v["session"]["project_id"], format!("path:{}", work.path().canonicalize().unwrap().display()));
+    let s1 = transcripts().join("claude-code-viewer__5c0375b4-57a5-4f26-b12d-d022ee4e51b7.jsonl");
+    let other = ok(&run(
+        &work,
+        None,
+        &["session", "import", s1.to_str().unwrap(), "--project", proj.to_str().unwrap(), "--json"],
+    ))
+    .json();
+    assert_eq!(other["session"]["project_id"], format!("path:{}", proj.canonicalize().unwrap().display()));
 }
 
 // ---- docs ----
@@ -259,6 +270,25 @@ fn docs_sync_remakes_only_stale_nodes_and_renders_the_same_bytes() {
             assert_eq!(bytes, before, "{name} is untouched");
         }
     }
+
+    // A unit whose files are all gone: its node is stale, then removed.
+    std::fs::remove_file(proj.join("text/fmt.py")).unwrap();
+    let status = output(work.noesis_bare().current_dir(&proj).args(["docs", "status"]));
+    assert!(status.stdout.contains("stale  text  (its files are gone)"), "{}", status.stdout);
+    let gone = output(
+        work.noesis_bare()
+            .current_dir(&proj)
+            .args(["docs", "sync"])
+            .env("OPENAI_BASE_URL", llm.base_url())
+            .env("OPENAI_API_KEY", "sk-test"),
+    );
+    assert!(
+        ok(&gone).stdout.contains("removed text") && gone.stdout.contains("0 regenerated, 2 unchanged, 1 removed"),
+        "{}",
+        gone.stdout
+    );
+    assert!(!dir.join("text.yaml").exists() && !dir.join("text.md").exists());
+    assert_eq!(llm.received().len(), 4, "removing asks nothing");
 }
 
 // ---- review ----

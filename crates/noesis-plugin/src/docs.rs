@@ -398,6 +398,29 @@ pub struct SyncReport {
     pub kept: Vec<String>,
     /// Units that failed, with the error (their old node is left alone).
     pub failed: Vec<(String, String)>,
+    /// Nodes of units that are gone (their files removed), removed.
+    pub removed: Vec<String>,
+}
+
+/// Nodes in the docs folder whose unit is no longer among `units`: the
+/// unit's module and the node file. Only nodes under `under` (a folder,
+/// project-relative) count when it is given.
+#[must_use]
+pub fn orphans(docs: &Docs, units: &[Unit], under: Option<&str>) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(&docs.out) else { return Vec::new() };
+    let mut found: Vec<(String, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .filter_map(|p| {
+            let node = Node::from_yaml(&std::fs::read_to_string(&p).ok()?).ok()?;
+            Some((node.module, p))
+        })
+        .filter(|(m, _)| !units.iter().any(|u| &u.path == m))
+        .filter(|(m, _)| under.is_none_or(|u| u.is_empty() || u == "." || m == u || m.starts_with(&format!("{u}/"))))
+        .collect();
+    found.sort();
+    found
 }
 
 /// Makes the node of every unit that needs one and leaves the rest alone.
@@ -410,9 +433,18 @@ pub async fn sync(
     docs: &Docs,
     think: &dyn Think,
     units: &[Unit],
+    under: Option<&str>,
     progress: &(dyn Fn(&str) + Sync),
 ) -> Result<SyncReport, CoreError> {
     let mut report = SyncReport::default();
+    for (module, path) in orphans(docs, units, under) {
+        // The unit is gone: so is its page.
+        let _ = std::fs::remove_file(path.with_extension("md"));
+        match std::fs::remove_file(&path) {
+            Ok(()) => report.removed.push(module),
+            Err(e) => report.failed.push((module, format!("{}: {e}", path.display()))),
+        }
+    }
     for unit in units {
         let Some(why) = staleness(core, docs, unit).await? else {
             report.kept.push(unit.path.clone());

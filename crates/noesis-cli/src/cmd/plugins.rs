@@ -163,6 +163,14 @@ fn code_units(
     Ok(docs::units(scan.files.keys().map(String::as_str)))
 }
 
+/// A scope folder as the project names it (`None`: the whole project).
+fn scope_name(project: &noesis_frames::project::Project, path: Option<&Path>) -> anyhow::Result<Option<String>> {
+    let Some(p) = path else { return Ok(None) };
+    let abs = if p.is_absolute() { p.to_owned() } else { std::env::current_dir()?.join(p) };
+    let abs = abs.canonicalize().unwrap_or(abs);
+    Ok(Some(noesis_frames::project::relative_path(&project.root, &abs)))
+}
+
 pub(crate) fn docs(search: &SearchPath, a: DocsArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     rt.block_on(async move {
@@ -182,7 +190,8 @@ async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Resul
         Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now()).await?;
     let plugin = Docs::new(&s.project.root, &out_dir);
     let bar = crate::progress::Progress::spinner(a.quiet, &format!("docs: {} units", units.len()));
-    let report = docs::sync(&mut core, &plugin, &think, &units, &|unit| {
+    let under = scope_name(&s.project, a.path.as_deref())?;
+    let report = docs::sync(&mut core, &plugin, &think, &units, under.as_deref(), &|unit| {
         bar.say(&format!("docs: writing {unit}"));
     })
     .await?;
@@ -190,7 +199,7 @@ async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Resul
     let code = if report.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
     if a.json {
         out::json(
-            &json!({"out": out_dir, "regenerated": report.regenerated.iter().map(|(u, w)| json!({"unit": u, "why": w})).collect::<Vec<_>>(),
+            &json!({"out": out_dir, "removed": report.removed, "regenerated": report.regenerated.iter().map(|(u, w)| json!({"unit": u, "why": w})).collect::<Vec<_>>(),
                           "kept": report.kept, "failed": report.failed.iter().map(|(u, e)| json!({"unit": u, "error": e})).collect::<Vec<_>>()}),
             true,
         )?;
@@ -203,10 +212,14 @@ async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Resul
     for (u, e) in &report.failed {
         text.push_str(&format!("failed {u}  {e}\n"));
     }
+    for u in &report.removed {
+        text.push_str(&format!("removed {u}  (its files are gone)\n"));
+    }
     text.push_str(&format!(
-        "{} regenerated, {} unchanged, {} failed; nodes in {}\n",
+        "{} regenerated, {} unchanged, {} removed, {} failed; nodes in {}\n",
         report.regenerated.len(),
         report.kept.len(),
+        report.removed.len(),
         report.failed.len(),
         out_dir.display()
     ));
@@ -220,6 +233,10 @@ async fn docs_status(s: &Setup, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let core = Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now()).await?;
     let plugin = Docs::new(&s.project.root, &out_dir);
     let mut stale = Vec::new();
+    let under = scope_name(&s.project, a.path.as_deref())?;
+    for (module, _) in docs::orphans(&plugin, &units, under.as_deref()) {
+        stale.push((module, "its files are gone".to_owned()));
+    }
     for u in &units {
         if let Some(why) = docs::staleness(&core, &plugin, u).await? {
             stale.push((u.path.clone(), why.to_string()));
