@@ -384,6 +384,13 @@ impl Config {
                 return Err(bad(format!("plugins.{name}: `{name}` is a built-in plugin; choose another name")));
             }
         }
+        if let Some(d) = &self.frames.docs_dir
+            && (d.is_empty()
+                || Path::new(d).is_absolute()
+                || Path::new(d).components().any(|c| matches!(c, std::path::Component::ParentDir)))
+        {
+            return Err(bad(format!("frames.docs_dir: `{d}` must be a folder inside the project (relative, no `..`)")));
+        }
         if let Some(t) = self.frames.promote_at
             && !(0.0..=1.0).contains(&t)
         {
@@ -477,6 +484,8 @@ mod tests {
             ("[plugins.docs]\ncommand = [\"x\"]\n", "built-in plugin"),
             ("[plugins.mine]\ncommand = [\"x\"]\nshell = true\n", "shell"),
             ("[frames]\npromote_at = 2.0\n", "frames.promote_at"),
+            ("[frames]\ndocs_dir = \"../elsewhere\"\n", "frames.docs_dir"),
+            ("[frames]\ndocs_dir = \"/tmp/x\"\n", "frames.docs_dir"),
         ] {
             let e = format!("{:#}", p(text).unwrap_err());
             assert!(e.contains(says), "{text}: {e}");

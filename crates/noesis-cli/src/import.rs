@@ -74,7 +74,7 @@ pub(crate) fn build(
     log: &str,
     now: Timestamp,
     hash_now: &dyn Fn(&str) -> Option<String>,
-) -> Imported {
+) -> Result<Imported, noesis_frames::FramesError> {
     let root_text = project.root.to_string_lossy().into_owned();
     let cwd = t.cwd();
     let start = time_of(t.first_timestamp(), now);
@@ -94,10 +94,12 @@ pub(crate) fn build(
         ),
         confidence: 1.0,
         status: Some(Status::Completed),
-        ..Draft::new(format!("transcript: {}", clip(first.as_deref().unwrap_or("(no prompt)"), 200)))
+        ..Draft::new(format!(
+            "transcript: {}",
+            clip(first.as_deref().filter(|f| !f.trim().is_empty()).unwrap_or("(no prompt)"), 200)
+        ))
     }
-    .into_frame(pid, sid, None, start)
-    .expect("a root draft is always valid");
+    .into_frame(pid, sid, None, start)?;
     root.conclusion = t.last_timestamp().map(|l| format!("ended {l}")).unwrap_or_default();
     let mut frames: Vec<CausalFrame> = vec![root.clone()];
     let mut index: HashMap<FrameId, usize> = HashMap::from([(root.frame_id.clone(), 0)]);
@@ -125,24 +127,28 @@ pub(crate) fn build(
     let mut prompt_frames: Vec<FrameId> = Vec::new();
     for (i, p) in t.prompts().iter().enumerate() {
         let at = time_of(p.timestamp.as_deref(), start);
+        // Only earlier prompts have frames; a link forward (a malformed
+        // tree) hangs the prompt under the root.
+        let earlier = |k: Option<usize>| k.filter(|&k| k < i);
         let parent_ix = match p.kind {
-            PromptKind::Refine | PromptKind::Backtrack => p.follows.map(|f| index[&prompt_frames[f]]).unwrap_or(0),
+            PromptKind::Refine | PromptKind::Backtrack => earlier(p.follows).map_or(0, |f| index[&prompt_frames[f]]),
             PromptKind::Root | PromptKind::Pivot => 0,
         };
+        let text =
+            if p.text.trim().is_empty() { format!("({} image(s), no text)", p.images) } else { clip(&p.text, TEXT) };
         let parent = frames[parent_ix].clone();
         let mut f = Draft {
             context_slice: format!("{PROMPT_SLICE} {} ({})", p.line, format!("{:?}", p.kind).to_lowercase()),
             conclusion: answer.get(&i).map(|a| clip(a, TEXT)).unwrap_or_default(),
             confidence: 1.0,
             status: Some(Status::Completed),
-            ..Draft::new(clip(&p.text, TEXT))
+            ..Draft::new(text)
         }
-        .into_frame(pid, sid, Some(&parent), at)
-        .expect("a child of a frame made here");
+        .into_frame(pid, sid, Some(&parent), at)?;
         // A backtrack sets the branch it replaces aside; a pivot the
         // line of work before it.
         let aside = match p.kind {
-            PromptKind::Backtrack => p.replaces,
+            PromptKind::Backtrack => earlier(p.replaces),
             PromptKind::Pivot => i.checked_sub(1),
             _ => None,
         };
@@ -176,7 +182,7 @@ pub(crate) fn build(
                         continue;
                     }
                 },
-                _ => c.prompt.map_or(0, |p| index[&prompt_frames[p]]),
+                _ => c.prompt.and_then(|p| prompt_frames.get(p)).map_or(0, |id| index[id]),
             };
             let parent = frames[parent].clone();
             let at = time_of(c.timestamp.as_deref(), start);
@@ -208,8 +214,7 @@ pub(crate) fn build(
                 status: Some(Status::Completed),
                 ..Draft::new(call_query(c))
             }
-            .into_frame(pid, sid, Some(&parent), at)
-            .expect("a child of a frame made here");
+            .into_frame(pid, sid, Some(&parent), at)?;
             call_frames.insert(c.id.as_str(), f.frame_id.clone());
             push(&mut frames, &mut index, f);
         }
@@ -244,7 +249,7 @@ pub(crate) fn build(
         conversation_log: Some(log.to_owned()),
         created_at: start,
     };
-    Imported { session, frames }
+    Ok(Imported { session, frames })
 }
 
 fn set_aside(f: &mut CausalFrame, at: Timestamp, session_id: &str, why: PromptKind) {

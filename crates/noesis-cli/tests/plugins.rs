@@ -129,6 +129,25 @@ fn a_truncated_or_corrupt_line_is_reported_by_number_and_the_rest_imported() {
 }
 
 #[test]
+fn odd_transcripts_import_without_panicking() {
+    let work = Work::new();
+    let line = |v: Value| v.to_string();
+    // A prompt that is only an image, and a parent link that points forward.
+    let text = [
+        line(json!({"type": "user", "uuid": "u0", "parentUuid": null, "sessionId": "odd", "message": {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}})),
+        line(json!({"type": "user", "uuid": "u1", "parentUuid": "u2", "sessionId": "odd", "message": {"role": "user", "content": "second"}})),
+        line(json!({"type": "user", "uuid": "u2", "parentUuid": "u0", "sessionId": "odd", "message": {"role": "user", "content": "third"}})),
+    ]
+    .join("\n");
+    let f = work.write("odd.jsonl", &text);
+    let o = run(&work, None, &["session", "import", f.to_str().unwrap(), "--json"]);
+    let v = ok(&o).json();
+    let queries: Vec<&str> = v["frames"].as_array().unwrap().iter().map(|f| f["query"].as_str().unwrap()).collect();
+    assert!(queries.contains(&"(1 image(s), no text)"), "{queries:?}");
+    assert!(queries.contains(&"second") && queries.contains(&"third"), "{queries:?}");
+}
+
+#[test]
 fn claude_project_folders_are_found() {
     let work = Work::new();
     let proj = work.path().join("demo");
@@ -333,6 +352,16 @@ fn review_reuses_what_holds_promotes_at_the_third_sighting_and_writes_valid_sari
     assert_eq!(o["findings"].as_array().unwrap().len(), 2);
     assert!(o["promotions"].as_array().unwrap().is_empty(), "two sightings are not three");
 
+    // Paths that leave the project are never read nor sent to the model.
+    let evil = work.write(
+        "evil.diff",
+        "--- /dev/null\n+++ b//etc/passwd\n@@ -0,0 +1 @@\n+x\n--- /dev/null\n+++ b/../outside.py\n@@ -0,0 +1 @@\n+x\n",
+    );
+    let v = ok(&run(&work, Some(&llm), &["review", "--diff", evil.to_str().unwrap(), "--format", "json"])).json();
+    assert_eq!(llm.received().len(), 2, "no call: {v}");
+    let skipped: Vec<&str> = v["skipped"].as_array().unwrap().iter().map(|s| s["why"].as_str().unwrap()).collect();
+    assert_eq!(skipped, ["outside the project: not read", "outside the project: not read"], "{v}");
+
     // The same files, unchanged: reused, no call.
     let again = ok(&run(&work, Some(&llm), &["review", "--diff", d.to_str().unwrap(), "--format", "json"])).json();
     assert_eq!(llm.received().len(), 2);
@@ -438,11 +467,18 @@ fn testgen_writes_tests_from_specs_and_asks_again_only_for_changed_signatures() 
     let shown = ok(&run(&work, None, &["frames", "show", &old_frame, "--json"])).json();
     assert_eq!(shown["status"], "invalidated", "{shown}");
 
+    // The file is deleted: its specs and its test file go, nothing fails.
+    std::fs::remove_file(work.path().join("calc.py")).unwrap();
+    let v = ok(&run(&work, Some(&llm), &["testgen", "--changed", "--json"])).json();
+    assert_eq!(v["removed"], json!(["tests/noesis/test_calc.py"]), "{v}");
+    assert_eq!(v["dropped"].as_array().unwrap().len(), 2, "{v}");
+    assert!(!work.path().join("tests/noesis/test_calc.py").exists());
+
     // Rust: a #[test] per case, calling the function by its crate path.
     work.write("src/lib.rs", "pub fn half(x: u32) -> u32 {\n    x / 2\n}\n\nfn private() {}\n");
     let v = ok(&run(&work, Some(&llm), &["testgen", "src/lib.rs", "--json"])).json();
     assert_eq!(v["specified"].as_array().unwrap().len(), 1, "public functions only: {v}");
-    let rust = std::fs::read_to_string(work.path().join("tests/noesis/src_lib_noesis_tests.rs")).unwrap();
+    let rust = std::fs::read_to_string(work.path().join("tests/noesis/src__lib_noesis_tests.rs")).unwrap();
     assert!(rust.contains("#[test]") && rust.contains("crate::half(4)"), "{rust}");
 }
 

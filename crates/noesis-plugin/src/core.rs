@@ -280,11 +280,19 @@ impl<'s> Core<'s> {
         think: &dyn Think,
         now: Timestamp,
     ) -> Result<Outcome, CoreError> {
+        // The parent must be a live frame the session sees: checked before
+        // the model runs, so nothing is spent on a step that cannot be kept.
         let parent = match &step.parent {
             None => self.root.clone(),
             Some(id) => match self.frames.get(id) {
-                Some(f) => f.clone(),
-                None => self.store.frame(id).await?.ok_or_else(|| CoreError::Invalid(format!("no frame {id}")))?,
+                Some(f) if f.status.is_live() => f.clone(),
+                Some(f) => {
+                    return Err(CoreError::Invalid(format!(
+                        "frame {id} is {}; nothing can be added under it",
+                        f.status
+                    )));
+                }
+                None => return Err(CoreError::Invalid(format!("no frame {id} in this session or a linked one"))),
             },
         };
         let mut frame = Draft::new(step.query.clone()).into_frame(
@@ -293,35 +301,40 @@ impl<'s> Core<'s> {
             Some(&parent),
             now,
         )?;
+        // Invalidations of frames the plugin cannot see stay unseen.
+        let invalidated: Vec<Invalidation> =
+            self.invalidated.iter().filter(|i| self.frames.get(&i.frame_id).is_some()).cloned().collect();
         let ctx = CoreContext {
             current_frame: &frame,
             frames: &self.frames,
             artifacts: &self.session,
             changed_files: &self.changed,
-            invalidated_frames: &self.invalidated,
+            invalidated_frames: &invalidated,
             principles: &self.principles,
         };
         let slice = plugin.transform_input(step.raw, &ctx)?;
         let mut evidence = self.evidence(&slice.files)?;
         let thought = think.think(&slice, &frame).await.map_err(CoreError::Model)?;
-        evidence.extend(thought.evidence);
+        evidence.extend(thought.evidence.into_iter().map(|e| self.checked(e)));
         frame.context_slice = slice.text.clone();
-        frame.invalidation_condition = noesis_frames::InvalidationCondition::from_evidence(&evidence);
+        frame.invalidation_condition = first_hash_wins(&evidence, &[]);
         frame.evidence = evidence;
         let parsed = plugin.parse_output(&thought.raw, &frame)?;
         let also = parsed.also();
-        let mut condition = frame.invalidation_condition.clone();
-        for e in self.evidence(also.files())? {
-            if let Evidence::File { path, hash } = e {
-                condition.files.push(noesis_frames::FileRef { path, hash });
+        let more = self.evidence(also.files())?;
+        let mut condition = first_hash_wins(&frame.evidence, &more);
+        for id in also.frames() {
+            match self.cite(id) {
+                Ok(()) => condition.frames.push(id.clone()),
+                Err(why) => frame.evidence.push(Evidence::Observation { tool: "core".into(), content: why }),
             }
         }
-        condition.frames.extend(also.frames().iter().cloned());
         condition.expires_at = match (condition.expires_at, also.expires_at()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        condition.normalise();
+        condition.frames.sort();
+        condition.frames.dedup();
         // Drafts make frames whose condition is implied by the evidence;
         // a draft's own condition is then merged in, so build it that way.
         let draft = Draft {
@@ -333,11 +346,15 @@ impl<'s> Core<'s> {
             condition,
             status: Some(Status::Completed),
         };
+        let condition = draft.condition.clone();
         let done = draft.into_frame(&self.project.project_id, Some(&self.session.session_id), Some(&parent), now)?;
-        let frame = CausalFrame { frame_id: frame.frame_id, ..done };
+        // A path keeps the first hash it was seen with: a file that changed
+        // while the model worked leaves the frame stale, not re-dated.
+        let frame = CausalFrame { frame_id: frame.frame_id, invalidation_condition: condition, ..done };
         let mut children = Vec::with_capacity(thought.children.len());
         for d in thought.children {
-            let d = Draft { status: Some(d.status.unwrap_or(Status::Completed)), ..d };
+            let evidence: Vec<Evidence> = d.evidence.into_iter().map(|e| self.checked(e)).collect();
+            let d = Draft { status: Some(d.status.unwrap_or(Status::Completed)), evidence, ..d };
             children.push(d.into_frame(&self.project.project_id, Some(&self.session.session_id), Some(&frame), now)?);
         }
         let mut frame = frame;
@@ -346,8 +363,12 @@ impl<'s> Core<'s> {
         batch.push(frame.clone());
         batch.extend(children.iter().cloned());
         self.store.insert_frames(&batch).await?;
-        for f in batch {
-            self.frames.insert(f)?;
+        // The tree links children as they are inserted.
+        let mut bare = frame.clone();
+        bare.children.clear();
+        self.frames.insert(bare)?;
+        for c in children.iter().cloned() {
+            self.frames.insert(c)?;
         }
         if let Err(e) = plugin.store(&parsed, &frame) {
             let why = format!("plugin {} could not keep its result: {e}", plugin.name());
@@ -368,10 +389,56 @@ impl<'s> Core<'s> {
         Ok(Outcome { frame, children, parsed, invalidated })
     }
 
+    /// Whether a frame may be cited: seen by this session (or a principle)
+    /// and live.
+    fn cite(&self, id: &FrameId) -> Result<(), String> {
+        let found = self.frames.get(id).or_else(|| self.principles.iter().find(|p| &p.frame_id == id));
+        match found {
+            Some(f) if f.status.is_live() => Ok(()),
+            Some(f) => Err(format!("cited frame {id} is {}; not a dependency", f.status)),
+            None => Err(format!("cited frame {id} is not in this session or a linked one; not a dependency")),
+        }
+    }
+
+    /// Evidence from the model as the core accepts it: a cited frame that
+    /// is invisible or invalidated becomes an observation saying so.
+    fn checked(&self, e: Evidence) -> Evidence {
+        match e {
+            Evidence::Frame { frame_id } => match self.cite(&frame_id) {
+                Ok(()) => Evidence::Frame { frame_id },
+                Err(why) => Evidence::Observation { tool: "core".into(), content: why },
+            },
+            other => other,
+        }
+    }
+
     /// Files the session's scan leaves out (the store's own files).
     #[must_use]
     pub fn excluded(&self) -> &[std::path::PathBuf] {
         &self.exclude
+    }
+}
+
+/// The condition implied by `evidence` and then `more` (files only), each
+/// path with the first hash it was seen with, sorted; frames as cited.
+fn first_hash_wins(evidence: &[Evidence], more: &[Evidence]) -> noesis_frames::InvalidationCondition {
+    let mut files: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    let mut frames = Vec::new();
+    for e in evidence.iter().chain(more) {
+        match e {
+            Evidence::File { path, hash } => {
+                files.entry(path.clone()).or_insert_with(|| hash.clone());
+            }
+            Evidence::Frame { frame_id } => frames.push(frame_id.clone()),
+            Evidence::Observation { .. } => {}
+        }
+    }
+    frames.sort();
+    frames.dedup();
+    noesis_frames::InvalidationCondition {
+        files: files.into_iter().map(|(path, hash)| noesis_frames::FileRef { path, hash }).collect(),
+        frames,
+        ..Default::default()
     }
 }
 

@@ -51,10 +51,17 @@ pub fn units<'a>(files: impl IntoIterator<Item = &'a str>) -> Vec<Unit> {
         .collect()
 }
 
-/// The node's file name inside the docs folder (`src/calc` → `src.calc`).
+/// The node's file name inside the docs folder: `src/calc` → `src.calc`,
+/// a `.` or `%` in a folder's name escaped (`%2E`, `%25`) so no two units
+/// share a file; the project's top folder is `_root` (`_` cannot start an
+/// escaped name of another unit that reads the same, since `.` is never
+/// produced for it).
 #[must_use]
 pub fn slug(unit: &str) -> String {
-    if unit == "." { "_root".to_owned() } else { unit.replace('/', ".") }
+    if unit == "." {
+        return "%2E".to_owned();
+    }
+    unit.split('/').map(|seg| seg.replace('%', "%25").replace('.', "%2E")).collect::<Vec<_>>().join(".")
 }
 
 /// A knowledge node: what one unit is, and when that stops holding.
@@ -218,15 +225,6 @@ fn clip(text: &str, budget: usize) -> String {
     format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
 }
 
-/// Writes `bytes` to `path` by a rename, so a reader never sees half a file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("node")));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
 impl Plugin for Docs {
     fn name(&self) -> &str {
         "docs"
@@ -249,8 +247,9 @@ impl Plugin for Docs {
         let mut api = Vec::new();
         let mut deps = std::collections::BTreeSet::new();
         for f in &files {
-            let text = std::fs::read_to_string(self.root.join(f))
-                .map_err(|e| Self::fail("transform_input", format!("{f}: {e}")))?;
+            let path = crate::inside(&self.root, f)
+                .ok_or_else(|| Self::fail("transform_input", format!("{f}: not a file inside the project")))?;
+            let text = std::fs::read_to_string(path).map_err(|e| Self::fail("transform_input", format!("{f}: {e}")))?;
             if let Some(lang) = noesis_code::Lang::from_path(Path::new(f)) {
                 for func in noesis_code::functions(lang, &text).unwrap_or_default() {
                     if func.is_public && !func.is_test {
@@ -324,8 +323,8 @@ impl Plugin for Docs {
         };
         let yaml = self.node_path(&node.module);
         let io = |e: std::io::Error| Self::fail("store", format!("{}: {e}", yaml.display()));
-        write_atomic(&yaml, node.to_yaml().as_bytes()).map_err(io)?;
-        write_atomic(&yaml.with_extension("md"), node.to_markdown().as_bytes()).map_err(io)
+        crate::write_atomic(&yaml, node.to_yaml().as_bytes()).map_err(io)?;
+        crate::write_atomic(&yaml.with_extension("md"), node.to_markdown().as_bytes()).map_err(io)
     }
 }
 
@@ -368,6 +367,9 @@ pub async fn staleness(core: &Core<'_>, docs: &Docs, unit: &Unit) -> Result<Opti
         Ok(n) => n,
         Err(e) => return Ok(Some(Stale::Unreadable(e))),
     };
+    if node.module != unit.path {
+        return Ok(Some(Stale::Unreadable(format!("the node is for {}", node.module))));
+    }
     let Ok(id) = FrameId::parse(&node.frame_id) else { return Ok(Some(Stale::Unreadable("bad frame_id".into()))) };
     match core.frame(&id).await? {
         None => return Ok(Some(Stale::Invalidated(format!("frame {id} is not in the store")))),
@@ -509,7 +511,10 @@ mod tests {
                 ("b", vec!["b/x.py"])
             ]
         );
-        assert_eq!(slug("."), "_root");
+        assert_eq!(slug("."), "%2E");
         assert_eq!(slug("a/deep"), "a.deep");
+        assert_ne!(slug("a/b.c"), slug("a.b/c"));
+        assert_ne!(slug("_root"), slug("."));
+        assert_ne!(slug("a%2Eb"), slug("a.b"));
     }
 }

@@ -39,10 +39,52 @@ pub struct ExternalSpec {
 
 struct Running {
     child: Child,
-    stdin: ChildStdin,
+    /// Requests go to a writer thread that owns the plugin's stdin, so a
+    /// plugin that stops reading blocks that thread, never the caller.
+    requests: Option<mpsc::Sender<Vec<u8>>>,
     lines: Receiver<Result<String, String>>,
     next_id: u64,
     stderr_reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    /// Stops the process (closing its stdin first) and reaps it.
+    fn stop(&mut self) {
+        self.requests = None;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// The exit status once the process has ended, waiting at most `limit`;
+    /// killed when it is still running then.
+    fn ended(&mut self, limit: Duration) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.to_string(),
+                Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) => {
+                    self.stop();
+                    return "closed its output and was stopped".to_owned();
+                }
+                Err(e) => return e.to_string(),
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn write_requests(mut stdin: ChildStdin, requests: &Receiver<Vec<u8>>) {
+    for line in requests {
+        if stdin.write_all(&line).and_then(|()| stdin.flush()).is_err() {
+            return;
+        }
+    }
 }
 
 /// A plugin run as a program.
@@ -99,11 +141,13 @@ impl ExternalPlugin {
                 }
             }
         });
-        let mut running = Running { child, stdin, lines, next_id: 0, stderr_reader: Some(stderr_reader) };
+        let (requests, queue) = mpsc::channel::<Vec<u8>>();
+        std::thread::spawn(move || write_requests(stdin, &queue));
+        // Dropped on any failure below, which stops the process.
+        let mut running =
+            Running { child, requests: Some(requests), lines, next_id: 0, stderr_reader: Some(stderr_reader) };
         let hello = self.exchange(&mut running, "hello", &json!({"protocol": PROTOCOL, "plugin": name}))?;
         if hello.get("protocol").and_then(Value::as_u64) != Some(PROTOCOL) {
-            let _ = running.child.kill();
-            let _ = running.child.wait();
             return Err(PluginError::Garbage {
                 plugin: name.clone(),
                 method: "hello".into(),
@@ -123,11 +167,12 @@ impl ExternalPlugin {
         running.next_id += 1;
         let mut line = json!({"id": id, "method": method, "params": params}).to_string();
         line.push('\n');
-        if let Err(e) = running.stdin.write_all(line.as_bytes()).and_then(|()| running.stdin.flush()) {
+        let sent = running.requests.as_ref().is_some_and(|r| r.send(line.into_bytes()).is_ok());
+        if !sent {
             return Err(PluginError::Crashed {
                 plugin,
                 method: method.into(),
-                detail: format!("{e}{}", self.stderr_tail()),
+                detail: format!("its input is closed{}", self.stderr_tail()),
             });
         }
         let reply = match running.lines.recv_timeout(self.spec.timeout) {
@@ -137,7 +182,7 @@ impl ExternalPlugin {
                 return Err(PluginError::Timeout { plugin, method: method.into(), after: self.spec.timeout });
             }
             Err(RecvTimeoutError::Disconnected) => {
-                let status = running.child.wait().map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                let status = running.ended(Duration::from_secs(2));
                 // Its stderr is complete once the reader sees the pipe close
                 // (a child of the plugin may hold it open: wait a little only).
                 if let Some(reader) = running.stderr_reader.take() {
@@ -181,26 +226,11 @@ impl ExternalPlugin {
         }
         let Some(running) = guard.as_mut() else { unreachable!("started above") };
         let out = self.exchange(running, method, params);
-        if matches!(out, Err(ref e) if !matches!(e, PluginError::Failed { .. }))
-            && let Some(mut r) = guard.take()
-        {
-            let _ = r.child.kill();
-            let _ = r.child.wait();
+        if matches!(out, Err(ref e) if !matches!(e, PluginError::Failed { .. })) {
+            // Dropping it stops the process.
+            guard.take();
         }
         out
-    }
-}
-
-impl Drop for ExternalPlugin {
-    fn drop(&mut self) {
-        if let Ok(mut g) = self.running.lock()
-            && let Some(mut r) = g.take()
-        {
-            // Closing stdin asks it to stop; kill in case it does not.
-            drop(r.stdin);
-            let _ = r.child.kill();
-            let _ = r.child.wait();
-        }
     }
 }
 

@@ -100,8 +100,9 @@ impl Plugin for Review {
         let path =
             raw["file"].as_str().ok_or_else(|| Self::fail("transform_input", "`file` must be a string".into()))?;
         let diff = raw["diff"].as_str().unwrap_or_default();
-        let text = std::fs::read_to_string(self.root.join(path))
-            .map_err(|e| Self::fail("transform_input", format!("{path}: {e}")))?;
+        let file = crate::inside(&self.root, path)
+            .ok_or_else(|| Self::fail("transform_input", format!("{path}: not a file inside the project")))?;
+        let text = std::fs::read_to_string(file).map_err(|e| Self::fail("transform_input", format!("{path}: {e}")))?;
         // "Last time we flagged X here": findings of visible reviews of this
         // file, with whether they still hold.
         let past: Vec<Value> = ctx
@@ -178,7 +179,9 @@ impl Think for FindingsThink<'_> {
         let out = &t.raw["output"];
         let (reply, _) = noesis_review::parse_reply(&json!({"findings": out["findings"], "summary": out["summary"]}));
         for f in &reply.findings {
-            let hash = noesis_frames::scan::hash_file(&self.root.join(f.file())).map_err(|e| e.to_string())?;
+            let file = crate::inside(&self.root, f.file())
+                .ok_or_else(|| format!("{}: not a file inside the project", f.file()))?;
+            let hash = noesis_frames::scan::hash_file(&file).map_err(|e| e.to_string())?;
             t.children.push(Draft {
                 context_slice: finding_record(f).to_string(),
                 evidence: vec![Evidence::File { path: f.file().to_owned(), hash }],
@@ -315,9 +318,19 @@ pub async fn review(
             report.skipped.push((path, if f.binary { "binary".into() } else { "deleted".into() }));
             continue;
         }
-        if !core.project().root.join(&path).is_file() {
-            report.skipped.push((path, "not in the working tree".into()));
-            continue;
+        let relative = !path.starts_with('/') && !path.split('/').any(|c| c == "..");
+        match crate::inside(&core.project().root, &path) {
+            Some(p) if p.is_file() => {}
+            _ if relative => {
+                report.skipped.push((path, "not in the working tree".into()));
+                continue;
+            }
+            _ => {
+                // Absolute, `..`, or a link out of the project: never read,
+                // never sent to a model.
+                report.skipped.push((path, "outside the project: not read".into()));
+                continue;
+            }
         }
         if let Some(held) = holding_review(core, &path) {
             let children: Vec<Finding> =

@@ -49,11 +49,16 @@ pub fn sig_part(file: &str, function: &str) -> String {
 
 /// The functions of a file that get tests: public, not tests themselves.
 #[must_use]
+/// Functions that share a qualified name (a property's getter and setter,
+/// two trait impls of one method) have one spec, the first's: a spec is
+/// found by that name.
 pub fn testable(lang: Lang, source: &str) -> Vec<Function> {
+    let mut seen = std::collections::HashSet::new();
     noesis_code::functions(lang, source)
         .unwrap_or_default()
         .into_iter()
         .filter(|f| f.is_public && !f.is_test && !f.name.starts_with("__"))
+        .filter(|f| seen.insert(f.qualified_name.clone()))
         .collect()
 }
 
@@ -103,14 +108,6 @@ impl Testgen {
     }
 }
 
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("spec")));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
-}
-
 impl Plugin for Testgen {
     fn name(&self) -> &str {
         "testgen"
@@ -124,8 +121,10 @@ impl Plugin for Testgen {
             .ok_or_else(|| Self::fail("transform_input", "`function` must be a string".into()))?;
         let lang = Lang::from_path(Path::new(file))
             .ok_or_else(|| Self::fail("transform_input", format!("{file}: not Python or Rust")))?;
-        let source = std::fs::read_to_string(self.root.join(file))
-            .map_err(|e| Self::fail("transform_input", format!("{file}: {e}")))?;
+        let path = crate::inside(&self.root, file)
+            .ok_or_else(|| Self::fail("transform_input", format!("{file}: not a file inside the project")))?;
+        let source =
+            std::fs::read_to_string(path).map_err(|e| Self::fail("transform_input", format!("{file}: {e}")))?;
         let f = noesis_code::functions(lang, &source)
             .map_err(|e| Self::fail("transform_input", e.to_string()))?
             .into_iter()
@@ -174,7 +173,7 @@ impl Plugin for Testgen {
         let stored = StoredSpec { file, frame_id: frame.frame_id.to_string(), spec };
         let mut bytes = serde_json::to_vec_pretty(&stored).map_err(|e| Self::fail("store", e.to_string()))?;
         bytes.push(b'\n');
-        write_atomic(&path, &bytes).map_err(|e| Self::fail("store", format!("{}: {e}", path.display())))
+        crate::write_atomic(&path, &bytes).map_err(|e| Self::fail("store", format!("{}: {e}", path.display())))
     }
 }
 
@@ -191,6 +190,8 @@ pub struct TestgenReport {
     pub written: Vec<String>,
     /// Specs dropped because their function is gone: `file`, function.
     pub dropped: Vec<(String, String)>,
+    /// Test files removed because no spec is left for their source file.
+    pub removed: Vec<String>,
 }
 
 /// Whether a function's stored spec still holds: its frame live and its
@@ -231,7 +232,8 @@ pub fn rust_module(file: &str) -> String {
 /// Where a file's generated tests go.
 #[must_use]
 pub fn test_path(out: &Path, file: &str) -> PathBuf {
-    let flat = file.trim_end_matches(".py").trim_end_matches(".rs").replace('/', "_");
+    // `__` between folders keeps `a/b_c.py` and `a_b/c.py` apart.
+    let flat = file.trim_end_matches(".py").trim_end_matches(".rs").replace('/', "__");
     if file.ends_with(".rs") {
         out.join(format!("{flat}_noesis_tests.rs"))
     } else {
@@ -254,11 +256,19 @@ pub async fn generate(
     let mut report = TestgenReport::default();
     for file in files {
         let Some(lang) = Lang::from_path(Path::new(file)) else { continue };
-        let Ok(source) = std::fs::read_to_string(core.project().root.join(file)) else {
-            report.failed.push((file.clone(), String::new(), "cannot be read".into()));
+        let relative = !file.starts_with('/') && !file.split('/').any(|c| c == "..");
+        if !relative {
             continue;
+        }
+        let functions = match crate::inside(&core.project().root, file).map(std::fs::read_to_string) {
+            Some(Ok(source)) => testable(lang, &source),
+            // A file that is gone has no functions: its specs and tests go.
+            None => Vec::new(),
+            Some(Err(e)) => {
+                report.failed.push((file.clone(), String::new(), format!("cannot be read: {e}")));
+                continue;
+            }
         };
-        let functions = testable(lang, &source);
         let mut specs: BTreeMap<String, TestSpec> = BTreeMap::new();
         for f in &functions {
             let why = match plugin.stored(file, &f.qualified_name) {
@@ -302,6 +312,12 @@ pub async fn generate(
         let all: Vec<TestSpec> = specs.into_values().collect();
         let target = test_path(&plugin.out, file);
         if all.is_empty() {
+            if target.exists() {
+                std::fs::remove_file(&target).map_err(|e| CoreError::Invalid(format!("{}: {e}", target.display())))?;
+                report
+                    .removed
+                    .push(target.strip_prefix(&core.project().root).unwrap_or(&target).to_string_lossy().into_owned());
+            }
             continue;
         }
         let text = match lang {
@@ -309,7 +325,7 @@ pub async fn generate(
             Lang::Rust => noesis_code::render_rust(&rust_module(file), &all),
         };
         if std::fs::read_to_string(&target).ok().as_deref() != Some(text.as_str()) {
-            write_atomic(&target, text.as_bytes())
+            crate::write_atomic(&target, text.as_bytes())
                 .map_err(|e| CoreError::Invalid(format!("{}: {e}", target.display())))?;
             report
                 .written
@@ -331,7 +347,8 @@ mod tests {
         assert_eq!(rust_module("src/calc.rs"), "crate::calc");
         assert_eq!(rust_module("src/a/mod.rs"), "crate::a");
         assert_eq!(rust_module("src/lib.rs"), "crate");
-        assert_eq!(test_path(Path::new("t"), "pkg/calc.py"), Path::new("t/test_pkg_calc.py"));
+        assert_eq!(test_path(Path::new("t"), "pkg/calc.py"), Path::new("t/test_pkg__calc.py"));
+        assert_ne!(test_path(Path::new("t"), "a/b_c.py"), test_path(Path::new("t"), "a_b/c.py"));
     }
 
     #[test]

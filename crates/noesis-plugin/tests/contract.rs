@@ -271,3 +271,76 @@ fn frame_ids_in_cites_must_parse() {
     let ok = Recall.parse_output(&json!({"answer": "a", "cites": [f.frame_id.as_str(), "x1"]}), &f).unwrap();
     assert_eq!(ok.also().frames(), [FrameId::parse("x1").unwrap()], "a frame cannot depend on itself");
 }
+
+#[test]
+fn a_plugin_that_stops_reading_is_stopped_after_its_timeout() {
+    rt().block_on(async {
+        let f = fixture().await;
+        let mut core = Core::open(&f.store, &f.project, None, &[], Timestamp::now()).await.unwrap();
+        let plugin = external("deaf", Duration::from_millis(1500));
+        // Far more than a pipe holds: the write itself would block.
+        let raw = json!({"query": "q".repeat(4 << 20)});
+        let t = std::time::Instant::now();
+        let e = core
+            .step(&plugin, Step { query: "q".into(), raw: &raw, parent: None }, &Echo::default(), Timestamp::now())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("no reply within"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(20));
+        assert!(f.store.check().await.unwrap().is_empty());
+    });
+}
+
+/// A model citing frames the session cannot see (or that are invalidated,
+/// or do not exist) gets observations, not dependencies; the step is kept.
+struct Cites(Vec<String>);
+
+#[async_trait]
+impl Think for Cites {
+    async fn think(&self, _slice: &ContextSlice, _frame: &CausalFrame) -> Result<Thought, String> {
+        let evidence = self.0.iter().map(|id| Evidence::Frame { frame_id: FrameId::parse(id).unwrap() }).collect();
+        Ok(Thought { raw: json!({"answer": "a", "confidence": 0.9, "cites": self.0}), evidence, children: vec![] })
+    }
+}
+
+#[test]
+fn cites_the_session_cannot_see_are_observations_not_dependencies() {
+    rt().block_on(async {
+        let f = fixture().await;
+        let hidden = other_session(&f, "other-session", "how does auth work").await;
+        let mut core = Core::open(&f.store, &f.project, None, &[], Timestamp::now()).await.unwrap();
+        let model = Cites(vec![hidden.frame_id.to_string(), "no-such-frame".into()]);
+        let raw = json!({"query": "q"});
+        let out = core
+            .step(&Recall, Step { query: "q".into(), raw: &raw, parent: None }, &model, Timestamp::now())
+            .await
+            .unwrap();
+        assert!(out.frame.invalidation_condition.frames.is_empty(), "{:?}", out.frame.invalidation_condition);
+        let notes: Vec<&str> = out
+            .frame
+            .evidence
+            .iter()
+            .filter_map(|e| match e {
+                Evidence::Observation { tool, content } if tool == "core" => Some(content.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(notes.len(), 4, "two evidence cites, two plugin cites: {notes:?}");
+        assert!(notes.iter().all(|n| n.contains("not in this session or a linked one")), "{notes:?}");
+        // A parent the session cannot see is refused before the model runs.
+        let e = core
+            .step(
+                &Recall,
+                Step { query: "q".into(), raw: &raw, parent: Some(hidden.frame_id.clone()) },
+                &model,
+                Timestamp::now(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("not in this session or a linked one") || e.to_string().contains("no frame"),
+            "{e}"
+        );
+        assert!(f.store.check().await.unwrap().is_empty());
+    });
+}

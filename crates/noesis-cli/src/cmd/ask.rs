@@ -66,15 +66,17 @@ fn task(slice: &ContextSlice) -> String {
     )
 }
 
-/// The answer's JSON object (the last `{…}` in the text), else the text.
+/// The answer's JSON object (the last `{…}` in the text that parses and has
+/// an `answer`), else the text.
 fn reply(text: &str) -> Value {
     let trimmed = text.trim();
-    if let (Some(start), Some(end)) = (trimmed.find('{'), trimmed.rfind('}'))
-        && start < end
-        && let Ok(v) = serde_json::from_str::<Value>(&trimmed[start..=end])
-        && v.get("answer").is_some()
-    {
-        return v;
+    for (start, _) in trimmed.match_indices('{').collect::<Vec<_>>().into_iter().rev() {
+        let mut objects = serde_json::Deserializer::from_str(&trimmed[start..]).into_iter::<Value>();
+        if let Some(Ok(v)) = objects.next()
+            && v.get("answer").is_some()
+        {
+            return v;
+        }
     }
     Value::String(trimmed.to_owned())
 }
@@ -185,8 +187,17 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         let remembered = store
             .search_memory(&MemoryQuery { text: &a.query, project_id: Some(&s.project.project_id), kind: Some("recall"), limit: 5 })
             .await?;
-        let memory: Vec<Value> =
-            remembered.iter().map(|m| json!({"frame_id": m.entry.episode_id, "text": m.entry.text})).collect();
+        // Only answers still promoted: one invalidated since is no memory.
+        let mut memory: Vec<Value> = Vec::new();
+        for m in &remembered {
+            let held = match noesis_frames::FrameId::parse(&m.entry.episode_id) {
+                Ok(id) => store.frame(&id).await?.is_some_and(|f| f.status == Status::Promoted),
+                Err(_) => false,
+            };
+            if held {
+                memory.push(json!({"frame_id": m.entry.episode_id, "text": m.entry.text}));
+            }
+        }
         let mut visible: Vec<String> = vec![core.session().session_id.clone()];
         for l in store.session_links(&s.project.project_id).await? {
             if let Some(o) = l.other(&core.session().session_id) {
@@ -309,6 +320,9 @@ mod tests {
     #[test]
     fn replies_are_read_from_the_last_object() {
         assert_eq!(reply("Thinking…\n{\"answer\": \"a\", \"confidence\": 0.9}")["answer"], "a");
+        let code = "Use `if x {}` here.\n{\"answer\": \"b\", \"confidence\": 0.9, \"cites\": []}\nDone.";
+        assert_eq!(reply(code)["answer"], "b");
+        assert_eq!(reply("{\"answer\": \"first\"} then {\"answer\": \"last\"}")["answer"], "last");
         assert_eq!(reply("just text"), json!("just text"));
         assert_eq!(reply("{\"not\": 1}"), json!("{\"not\": 1}"));
     }

@@ -150,8 +150,8 @@ fn code_units(
     let scope: Vec<PathBuf> = match path {
         Some(p) => {
             let abs = if p.is_absolute() { p.to_owned() } else { cwd.join(p) };
-            if !abs.exists() {
-                anyhow::bail!("{}: no such folder", p.display());
+            if !abs.is_dir() {
+                anyhow::bail!("{}: not a folder (docs are kept per folder of source)", p.display());
             }
             vec![abs]
         }
@@ -597,6 +597,9 @@ pub(crate) fn testgen(search: &SearchPath, a: TestgenArgs) -> anyhow::Result<Exi
         }
         for w in &report.written {
             text.push_str(&format!("wrote  {w}\n"));
+        }
+        for w in &report.removed {
+            text.push_str(&format!("removed {w}  (no function left to test)\n"));
         }
         text.push_str(&format!(
             "{} spec(s) written, {} kept, {} failed, {} test file(s) written\n",

@@ -393,7 +393,8 @@ async fn import(a: ImportArgs) -> anyhow::Result<ExitCode> {
     let root = project.root.clone();
     let hash_now = |name: &str| noesis_frames::scan::hash_file(&noesis_frames::project::resolve(&root, name)).ok();
     let imported =
-        crate::import::build(&t, &project, &session_id, &path.to_string_lossy(), Timestamp::now(), &hash_now);
+        crate::import::build(&t, &project, &session_id, &path.to_string_lossy(), Timestamp::now(), &hash_now)
+            .with_context(|| format!("{}: nothing was imported", path.display()))?;
     store
         .record_session(&noesis_store::NewSession {
             kind: noesis_store::SessionKind::Transcript,

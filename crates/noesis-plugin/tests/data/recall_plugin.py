@@ -2,7 +2,8 @@
 """The recall plugin as a program speaking noesis's plugin protocol (JSON
 lines over stdio). Used by the contract tests; also a template for writing a
 plugin in Python. Misbehaviour on demand: the first argument is one of
-normal, crash, hang, garbage, wrong-id, refuse, crash-in-store."""
+normal, crash, hang, garbage, wrong-id, refuse, crash-in-store, deaf (answers
+hello, then stops reading its input)."""
 import json
 import sys
 
@@ -42,6 +43,11 @@ def main():
         rid, method, params = req["id"], req["method"], req.get("params", {})
         if method == "hello":
             reply = {"id": rid, "result": {"protocol": 1, "name": "recall.py"}}
+            if MODE == "deaf":
+                sys.stdout.write(json.dumps(reply) + "\n")
+                sys.stdout.flush()
+                import time
+                time.sleep(3600)
         elif MODE == "crash" and method == "transform_input":
             sys.stderr.write("recall.py: something broke\n")
             sys.stderr.flush()
