@@ -367,6 +367,15 @@ fn review_reuses_what_holds_promotes_at_the_third_sighting_and_writes_valid_sari
     assert_eq!(llm.received().len(), 2);
     assert!(again["files"].as_array().unwrap().iter().all(|f| f["reused"] == true), "{again}");
 
+    // a.py changes: it is reviewed again, told what was flagged there last
+    // time and that the file changed since.
+    work.write("a.py", "def f(x):\n    return 1 / (x or 1)\n");
+    let calls = llm.received().len();
+    ok(&run(&work, Some(&llm), &["review", "--diff", d.to_str().unwrap(), "--format", "json"]));
+    assert_eq!(llm.received().len(), calls + 1, "only a.py is asked again");
+    let asked = said(&llm.received().last().unwrap().json());
+    assert!(asked.contains("Unchecked division") && asked.contains("the file changed since"), "{asked}");
+
     // The same mistake in a third file: promoted to a principle.
     work.write("c.py", "def h(z):\n    return 3 / z\n");
     let d3 = work.write("c.diff", &diff_of(&[("c.py", "def h(z):\n    return 3 / z\n")]));
