@@ -84,6 +84,17 @@ fn real_transcripts_import_with_their_files_roles_and_tree() {
     // Kept as-is by hash under NOESIS_HOME.
     let kept = std::fs::read_dir(work.path().join(".noesis/transcripts")).unwrap().count();
     assert_eq!(kept, 1);
+    // The dashboard lists it, and its page says what it did.
+    let (_ui, base) = crate::dashboard::ui(&work);
+    let index = crate::dashboard::get(&base, "/");
+    let id = v["session"]["session_id"].as_str().unwrap();
+    assert!(
+        index.body.contains(&format!("href=\"/sessions/{id}\"")) && index.body.contains("<td>transcript</td>"),
+        "{}",
+        index.body
+    );
+    let page = crate::dashboard::get(&base, &format!("/sessions/{id}"));
+    assert!(page.body.contains("What the session did") && page.body.contains(">CLAUDE.md<"), "{}", page.body);
 }
 
 #[test]

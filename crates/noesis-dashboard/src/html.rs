@@ -75,8 +75,27 @@ fn short(id: &str) -> &str {
 }
 
 /// The sessions of a project, newest first.
-pub fn sessions_page(project: &str, sessions: &[SessionArtifacts]) -> String {
+pub fn sessions_page(project: &str, sessions: &[SessionArtifacts], others: &[(&str, SessionArtifacts)]) -> String {
     let mut body = format!("<h1>Sessions</h1><p class=\"muted\">project {}</p>", esc(project));
+    if !others.is_empty() {
+        body.push_str("<h2>Imported transcripts and solve episodes</h2><table><thead><tr><th>Session</th><th>Kind</th><th>Started</th><th>Prompt</th><th>Files</th><th>Modified</th><th>Created</th></tr></thead><tbody>");
+        for (kind, s) in others {
+            let count = |role: FileRole| s.files.values().filter(|f| f.role == role).count();
+            let _ = write!(
+                body,
+                "<tr><td><a href=\"/sessions/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                enc(&s.session_id),
+                esc(short(&s.session_id)),
+                esc(kind),
+                esc(&s.created_at.to_string()),
+                esc(s.initial_prompt.as_deref().unwrap_or("")),
+                s.files.len(),
+                count(FileRole::Modified),
+                count(FileRole::Created),
+            );
+        }
+        body.push_str("</tbody></table><h2>Working sessions</h2>");
+    }
     if sessions.is_empty() {
         body.push_str("<p>No sessions yet: <code>noesis session start</code> begins one.</p>");
         return page("Sessions", &body);
@@ -1285,7 +1304,11 @@ mod tests {
             conversation_log: None,
             created_at: Timestamp::from_millis(0),
         };
-        let html = sessions_page("p", &[s]);
+        let html = sessions_page("p", std::slice::from_ref(&s), &[]);
         assert!(html.contains("href=\"/sessions/s%2F1\"") && html.contains("&lt;b&gt;"), "{html}");
+        assert!(!html.contains("Imported transcripts"), "{html}");
+        let html = sessions_page("p", &[], &[("transcript", SessionArtifacts { session_id: "t<1>".into(), ..s })]);
+        assert!(html.contains("href=\"/sessions/t%3C1%3E\"") && html.contains("<td>transcript</td>"), "{html}");
+        assert!(html.contains("No sessions yet"), "{html}");
     }
 }

@@ -126,8 +126,23 @@ fn failed(e: &dyn std::fmt::Display) -> Response {
 }
 
 async fn index(State(d): St) -> Response {
-    match d.store.sessions(&d.project_id, 200).await {
-        Ok(sessions) => html_response(StatusCode::OK, html::sessions_page(&d.project_id, &sessions)),
+    let rendered = async {
+        let sessions = d.store.sessions(&d.project_id, 200).await?;
+        // Imported transcripts and solve episodes: sessions too, listed
+        // apart (they are no scan, so no "changed since").
+        let mut others = Vec::new();
+        for (id, kind) in d.store.session_kinds(&d.project_id).await? {
+            if kind == noesis_store::SessionKind::Working || others.len() == 200 {
+                continue;
+            }
+            if let Some(s) = d.store.session(&id).await? {
+                others.push((kind.as_str(), s));
+            }
+        }
+        Ok::<_, noesis_store::StoreError>(html::sessions_page(&d.project_id, &sessions, &others))
+    };
+    match rendered.await {
+        Ok(page) => html_response(StatusCode::OK, page),
         Err(e) => failed(&e),
     }
 }

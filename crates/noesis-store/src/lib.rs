@@ -145,8 +145,8 @@ pub trait Store: Send + Sync {
     /// Removes the link between two sessions; `false` when there was none.
     async fn unlink_sessions(&self, a: &str, b: &str) -> Result<bool, StoreError>;
 
-    /// The ids of every session of a project, of any kind, newest first.
-    async fn session_ids(&self, project_id: &str) -> Result<Vec<String>, StoreError>;
+    /// Every session of a project with its kind, newest first.
+    async fn session_kinds(&self, project_id: &str) -> Result<Vec<(String, SessionKind)>, StoreError>;
 
     /// The links that touch a project's sessions, oldest first.
     async fn session_links(&self, project_id: &str) -> Result<Vec<SessionLink>, StoreError>;

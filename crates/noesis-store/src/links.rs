@@ -20,6 +20,12 @@ pub enum SessionKind {
 }
 
 impl SessionKind {
+    /// The kind stored under `name`.
+    #[must_use]
+    pub fn from_name(name: &str) -> Option<SessionKind> {
+        [SessionKind::Working, SessionKind::Episode, SessionKind::Transcript].into_iter().find(|k| k.as_str() == name)
+    }
+
     /// The name stored in `sessions.kind`.
     #[must_use]
     pub fn as_str(self) -> &'static str {

@@ -472,7 +472,11 @@ async fn recorded_sessions_keep_their_frames_and_links(t_: &TestStore) {
         .await
         .unwrap();
 
-    assert_eq!(s.session_ids(P).await.unwrap(), vec!["tr-2".to_owned(), "tr-1".to_owned()], "every kind, newest first");
+    assert_eq!(
+        s.session_kinds(P).await.unwrap(),
+        vec![("tr-2".to_owned(), SessionKind::Transcript), ("tr-1".to_owned(), SessionKind::Transcript)],
+        "every kind, newest first"
+    );
     // Links: undirected, both ends must exist, removable.
     let l = SessionLink::new("tr-2", "tr-1", Some("same bug".into()), t(9)).unwrap();
     assert!(s.link_sessions(&l).await.unwrap());

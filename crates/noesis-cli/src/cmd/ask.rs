@@ -222,7 +222,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         // linked: the plugin never saw them; the person may link one.
         let mut similar: Vec<(f64, String, String)> = Vec::new();
         let visible = &think.visible;
-        for id in store.session_ids(&s.project.project_id).await? {
+        for (id, _) in store.session_kinds(&s.project.project_id).await? {
             if visible.contains(&id) {
                 continue;
             }

@@ -220,7 +220,7 @@ async fn diff(a: DiffArgs) -> anyhow::Result<ExitCode> {
 
 /// The one session of the project whose id starts with `prefix`.
 async fn session_id(store: &dyn noesis_store::Store, project_id: &str, prefix: &str) -> anyhow::Result<String> {
-    let all = store.session_ids(project_id).await?;
+    let all: Vec<String> = store.session_kinds(project_id).await?.into_iter().map(|(id, _)| id).collect();
     let hits: Vec<&String> = all.iter().filter(|s| s.starts_with(prefix)).collect();
     match hits.as_slice() {
         [one] => Ok((*one).clone()),

@@ -421,14 +421,24 @@ impl Store for SqlStore {
         Ok(gone)
     }
 
-    async fn session_ids(&self, project_id: &str) -> Result<Vec<String>, StoreError> {
-        sqlx::query_scalar(
-            "SELECT session_id FROM sessions WHERE project_id = $1 ORDER BY created_at DESC, session_id DESC",
+    async fn session_kinds(&self, project_id: &str) -> Result<Vec<(String, crate::SessionKind)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT session_id, kind FROM sessions WHERE project_id = $1 ORDER BY created_at DESC, session_id DESC",
         )
         .bind(project_id.to_owned())
         .fetch_all(&self.pool)
         .await
-        .ctx(|| "read session ids".into())
+        .ctx(|| "read session ids".into())?;
+        let corrupt = |e: sqlx::Error| StoreError::Corrupt(format!("sessions row: {e}"));
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get(0).map_err(corrupt)?;
+                let kind: String = r.try_get(1).map_err(corrupt)?;
+                let kind = crate::SessionKind::from_name(&kind)
+                    .ok_or_else(|| StoreError::Corrupt(format!("session {id}: kind `{kind}`")))?;
+                Ok((id, kind))
+            })
+            .collect()
     }
 
     async fn session_links(&self, project_id: &str) -> Result<Vec<SessionLink>, StoreError> {
