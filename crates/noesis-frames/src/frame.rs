@@ -141,19 +141,23 @@ pub struct FileRef {
     pub hash: String,
 }
 
+/// The kinds of part a condition may name: `sig`, a function's signature.
+/// Only these are parts, so a file that happens to be named `a#b:c` is
+/// still a file.
+pub const PART_KINDS: &[&str] = &["sig"];
+
 /// Splits a condition's path into the file and the part of it the hash
 /// covers: `src/calc.py#sig:Calc.add` is the signature of `Calc.add` in
 /// `src/calc.py`, so a change elsewhere in the file leaves it standing. A
-/// part is `#` then a lowercase kind, `:` and a name; any other path is a
-/// whole file.
+/// part is `#`, a kind of [`PART_KINDS`], `:` and a name; any other path is
+/// a whole file.
 #[must_use]
 pub fn split_part(path: &str) -> (&str, Option<(&str, &str)>) {
     if let Some(at) = path.rfind('#') {
         let (file, rest) = (&path[..at], &path[at + 1..]);
         if let Some((kind, name)) = rest.split_once(':')
             && !file.is_empty()
-            && !kind.is_empty()
-            && kind.bytes().all(|b| b.is_ascii_lowercase())
+            && PART_KINDS.contains(&kind)
             && !name.is_empty()
         {
             return (file, Some((kind, name)));
@@ -410,7 +414,7 @@ mod tests {
         use super::split_part;
         assert_eq!(split_part("src/calc.py#sig:Calc.add"), ("src/calc.py", Some(("sig", "Calc.add"))));
         assert_eq!(split_part("a#b#sig:f"), ("a#b", Some(("sig", "f"))));
-        for whole in ["src/calc.py", "notes#1.md", "x#Sig:f", "#sig:f", "x#sig:", "x#:f"] {
+        for whole in ["src/calc.py", "notes#1.md", "x#Sig:f", "#sig:f", "x#sig:", "x#:f", "notes#fix:login.md"] {
             assert_eq!(split_part(whole), (whole, None), "{whole}");
         }
     }

@@ -55,8 +55,8 @@ mod verify;
 
 pub use error::FramesError;
 pub use frame::{
-    CausalFrame, Draft, Evidence, FileRef, FrameId, InvalidationCondition, Status, StatusChange, Timestamps,
-    is_fabricated, split_part,
+    CausalFrame, Draft, Evidence, FileRef, FrameId, InvalidationCondition, PART_KINDS, Status, StatusChange,
+    Timestamps, is_fabricated, split_part,
 };
 pub use session::{FileEntry, FileRole, SessionArtifacts, SessionDiff, SessionLink};
 pub use time::Timestamp;

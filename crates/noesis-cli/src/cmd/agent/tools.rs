@@ -176,14 +176,31 @@ async fn search_frames(h: Host, args: Value) -> ToolOutput {
         status,
         file: args["file"].as_str().map(str::to_owned),
         text: args["text"].as_str().map(str::to_owned),
-        limit: if h.visible.is_some() { None } else { Some(20) },
+        limit: Some(20),
         ..FrameFilter::default()
     };
-    let found = h.store.frames(&filter).await.map(|mut all| {
-        all.retain(|f| h.sees(f));
-        all.truncate(20);
-        all
-    });
+    let found = match &h.visible {
+        None => h.store.frames(&filter).await,
+        // One query per visible session, and one for promoted frames,
+        // each limited; merged oldest first like the plain search.
+        Some(sessions) => {
+            async {
+                let mut all = Vec::new();
+                for s in sessions.iter() {
+                    all.extend(h.store.frames(&FrameFilter { session_id: Some(s.clone()), ..filter.clone() }).await?);
+                }
+                if status.is_none_or(|s| s == noesis_frames::Status::Promoted) {
+                    let promoted = FrameFilter { status: Some(noesis_frames::Status::Promoted), ..filter.clone() };
+                    all.extend(h.store.frames(&promoted).await?);
+                }
+                all.sort_by(|a, b| a.frame_id.cmp(&b.frame_id));
+                all.dedup_by(|a, b| a.frame_id == b.frame_id);
+                all.truncate(20);
+                Ok(all)
+            }
+            .await
+        }
+    };
     match found {
         Ok(frames) if frames.is_empty() => ToolOutput::ok("no frames match"),
         Ok(frames) => {
