@@ -146,15 +146,21 @@ impl Plugin for Review {
         if let Some(e) = errors.first() {
             return Err(Self::fail("parse_output", format!("{e} ({} problem(s) in the reply)", errors.len())));
         }
-        if let Some(f) = reply.findings.iter().find(|f| f.file() != path) {
-            return Err(Self::fail("parse_output", format!("a finding names {} in the review of {path}", f.file())));
+        // A finding on another file is not this review's: it is left out
+        // (and named), the rest stand.
+        let (own, other): (Vec<&Finding>, Vec<&Finding>) = reply.findings.iter().partition(|f| f.file() == path);
+        let mut conclusion =
+            if reply.summary.is_empty() { format!("{} finding(s)", own.len()) } else { reply.summary.clone() };
+        if !other.is_empty() {
+            let names: Vec<&str> = other.iter().map(|f| f.file()).collect();
+            conclusion.push_str(&format!(
+                " ({} finding(s) on other files left out: {})",
+                other.len(),
+                names.join(", ")
+            ));
         }
-        let conclusion = if reply.summary.is_empty() {
-            format!("{} finding(s)", reply.findings.len())
-        } else {
-            reply.summary.clone()
-        };
-        let data = json!({"file": path, "summary": reply.summary, "findings": reply.findings.iter().map(finding_record).collect::<Vec<_>>()});
+        let data = json!({"file": path, "summary": reply.summary, "findings": own.iter().map(|f| finding_record(f)).collect::<Vec<_>>(),
+                          "left_out": other.iter().map(|f| finding_record(f)).collect::<Vec<_>>()});
         Ok(Parsed::new(conclusion, 0.7, data))
     }
 
@@ -178,7 +184,10 @@ impl Think for FindingsThink<'_> {
         let mut t = self.inner.think(slice, frame).await?;
         let out = &t.raw["output"];
         let (reply, _) = noesis_review::parse_reply(&json!({"findings": out["findings"], "summary": out["summary"]}));
-        for f in &reply.findings {
+        // Findings on another file than the one reviewed make no frames
+        // (parse_output leaves them out and names them).
+        let reviewed = slice.input["files"][0]["path"].as_str().unwrap_or_default();
+        for f in reply.findings.iter().filter(|f| f.file() == reviewed) {
             let file = crate::inside(&self.root, f.file())
                 .ok_or_else(|| format!("{}: not a file inside the project", f.file()))?;
             let hash = noesis_frames::scan::hash_file(&file).map_err(|e| e.to_string())?;
@@ -400,4 +409,26 @@ pub async fn review(
     report.principles =
         principles(core).await?.into_iter().map(|(f, p)| Principle { text: rule_of(&f), ..p }).collect();
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn findings_on_other_files_are_left_out_and_named() {
+        let frame = Draft::new("review: a.py").into_frame("p", None, None, Timestamp::now()).unwrap();
+        let finding = |file: &str| {
+            json!({"severity": "warning", "category": "correctness", "file": file, "start_line": 1, "end_line": 1,
+                   "title": "T", "message": "M", "resolves_when": "R"})
+        };
+        let raw = json!({"input": {"files": [{"path": "a.py", "text": ""}]},
+                         "output": {"findings": [finding("a.py"), finding("b.py")], "summary": "two"}});
+        let p = Review::new(Path::new("/nonexistent")).parse_output(&raw, &frame).unwrap();
+        assert_eq!(p.data()["findings"].as_array().unwrap().len(), 1);
+        assert_eq!(p.data()["left_out"][0]["file"], "b.py");
+        assert!(p.conclusion().contains("left out: b.py"), "{}", p.conclusion());
+        let bad = json!({"input": raw["input"], "output": {"findings": [{"file": "a.py"}], "summary": "x"}});
+        assert!(Review::new(Path::new("/x")).parse_output(&bad, &frame).is_err(), "an invalid finding is refused");
+    }
 }
