@@ -25,19 +25,7 @@ fn envelope(data: serde_json::Value) -> Reply {
 }
 
 fn noesis(home: &std::path::Path, server: &FakeServer) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_noesis"));
-    c.current_dir(home).env("HOME", home).env("NO_COLOR", "1");
-    for (k, _) in std::env::vars_os() {
-        let name = k.to_string_lossy();
-        if ["LLM_", "NOESIS_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "OLLAMA_", "OTEL_"]
-            .iter()
-            .any(|p| name.starts_with(p))
-        {
-            c.env_remove(&k);
-        }
-    }
-    c.env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-bench");
-    c
+    noesis_testkit::command_against(std::path::Path::new(env!("CARGO_BIN_EXE_noesis")), home, home, server)
 }
 
 fn median(mut v: Vec<Duration>) -> f64 {

@@ -214,17 +214,6 @@ impl Docs {
     }
 }
 
-fn clip(text: &str, budget: usize) -> String {
-    if text.len() <= budget {
-        return text.to_owned();
-    }
-    let mut end = budget;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
-}
-
 impl Plugin for Docs {
     fn name(&self) -> &str {
         "docs"
@@ -258,7 +247,7 @@ impl Plugin for Docs {
                 }
                 deps.extend(noesis_code::imports(lang, &text).unwrap_or_default());
             }
-            shown.push(json!({"path": f, "text": clip(&text, FILE_BUDGET)}));
+            shown.push(json!({"path": f, "text": crate::clip_file(&text, FILE_BUDGET)}));
         }
         let text = format!("unit {unit}: {} files, {} public functions", files.len(), api.len());
         let input = json!({"unit": unit, "files": shown, "public_api": api, "dependencies": deps.into_iter().collect::<Vec<_>>()});

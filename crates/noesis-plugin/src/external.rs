@@ -235,11 +235,8 @@ impl ExternalPlugin {
 }
 
 fn clip(s: &str) -> String {
-    let mut end = s.len().min(200);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    if end < s.len() { format!("{}…", &s[..end]) } else { s.to_owned() }
+    let shown = crate::head(s, 200);
+    if shown.len() < s.len() { format!("{shown}…") } else { s.to_owned() }
 }
 
 /// Reads newline-terminated lines (bounded) and hands them over.

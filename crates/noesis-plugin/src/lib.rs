@@ -48,6 +48,26 @@ pub fn inside(root: &std::path::Path, rel: &str) -> Option<std::path::PathBuf> {
     real.starts_with(&root).then_some(real)
 }
 
+/// At most the first `n` bytes of `text`, cut at a character boundary.
+pub(crate) fn head(text: &str, n: usize) -> &str {
+    let mut end = n.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// A file's text for a model, at most `budget` bytes, saying how much was
+/// left out.
+pub(crate) fn clip_file(text: &str, budget: usize) -> String {
+    let shown = head(text, budget);
+    if shown.len() == text.len() {
+        text.to_owned()
+    } else {
+        format!("{shown}\n… ({} more bytes)", text.len() - shown.len())
+    }
+}
+
 /// Writes `bytes` to `path` through a temporary file of this process in the
 /// same folder and a rename, so a reader (or a second writer) never sees
 /// half a file.

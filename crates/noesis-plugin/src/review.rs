@@ -80,17 +80,6 @@ impl Review {
     }
 }
 
-fn clip(text: &str) -> String {
-    if text.len() <= FILE_BUDGET {
-        return text.to_owned();
-    }
-    let mut end = FILE_BUDGET;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}\n… ({} more bytes)", &text[..end], text.len() - end)
-}
-
 impl Plugin for Review {
     fn name(&self) -> &str {
         "review"
@@ -133,7 +122,7 @@ impl Plugin for Review {
             principles.len(),
             set_aside.len()
         );
-        let input = json!({"diff": diff, "files": [{"path": path, "text": clip(&text)}], "past_findings": past,
+        let input = json!({"diff": diff, "files": [{"path": path, "text": crate::clip_file(&text, FILE_BUDGET)}], "past_findings": past,
                            "principles": principles, "set_aside": set_aside});
         Ok(ContextSlice { text: slice, input, files: vec![path.to_owned()] })
     }

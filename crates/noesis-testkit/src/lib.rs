@@ -119,6 +119,30 @@ pub fn said(request: &Value) -> String {
         .join("\n")
 }
 
+/// `program` in `dir` with `HOME` set to `home`, no colour, none of the
+/// caller's provider, noesis or OpenTelemetry variables, and an OpenAI
+/// provider pointing at `server` (for benchmarks that run the binary).
+pub fn command_against(
+    program: &std::path::Path,
+    dir: &std::path::Path,
+    home: &std::path::Path,
+    server: &FakeServer,
+) -> std::process::Command {
+    let mut c = std::process::Command::new(program);
+    c.current_dir(dir).env("HOME", home).env("NO_COLOR", "1");
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if ["LLM_", "NOESIS_", "OPENAI_", "ANTHROPIC_", "GEMINI_", "OLLAMA_", "OTEL_"]
+            .iter()
+            .any(|p| name.starts_with(p))
+        {
+            c.env_remove(&k);
+        }
+    }
+    c.env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-bench");
+    c
+}
+
 /// A request the server received.
 #[derive(Debug, Clone)]
 pub struct Received {

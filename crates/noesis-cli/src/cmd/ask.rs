@@ -110,14 +110,7 @@ impl Think for AgentThink {
         let mut run = AgentRun::new(host.run_id.clone(), task(slice), config, super::agent::now_ms());
         run.host = json!({"task": slice.input["query"], "workspace": self.root.to_string_lossy(), "provider": self.provider.name(),
                           "model": self.provider.model(), "project_id": self.project_id, "ask": true});
-        let quiet = self.quiet;
-        let id = run.id.clone();
-        let observe = move |p: &noesis_agent::Progress| {
-            if !quiet {
-                let e = noesis_agent::events::progress_event("agents.runs", &id, p);
-                out::note(&format!("  {} {}", e.kind, e.data));
-            }
-        };
+        let observe = super::agent::progress_notes(self.quiet, &run.id, "  ");
         let driver = Driver {
             now: &super::agent::now_ms,
             observe: Some(&observe),

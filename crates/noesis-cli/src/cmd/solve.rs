@@ -388,14 +388,7 @@ impl Solver<'_> {
         if run.outcome.is_none() {
             let prices = Arc::clone(&self.prices);
             let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
-            let quiet = self.quiet;
-            let id = run.id.clone();
-            let observe = move |p: &noesis_agent::Progress| {
-                if !quiet {
-                    let e = noesis_agent::events::progress_event("agents.runs", &id, p);
-                    out::note(&format!("    {} {}", e.kind, e.data));
-                }
-            };
+            let observe = super::agent::progress_notes(self.quiet, &run.id, "    ");
             let driver = Driver {
                 now: &super::agent::now_ms,
                 price: &price,

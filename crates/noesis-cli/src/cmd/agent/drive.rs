@@ -144,6 +144,22 @@ fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
 
 /// `provider`, speaking the JSON tool protocol in text when it has no tool
 /// calling of its own or the config says so (`[providers.NAME] tools = false`).
+/// What a run started by another command (solve's CODER, ask) reports on
+/// stderr as it goes, indented under that command's own lines.
+pub(crate) fn progress_notes(
+    quiet: bool,
+    run_id: &str,
+    indent: &'static str,
+) -> impl Fn(&noesis_agent::Progress) + use<> {
+    let id = run_id.to_owned();
+    move |p: &noesis_agent::Progress| {
+        if !quiet {
+            let e = noesis_agent::events::progress_event("agents.runs", &id, p);
+            out::note(&format!("{indent}{} {}", e.kind, e.data));
+        }
+    }
+}
+
 pub(crate) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
     let off = config.providers.get(provider.name()).and_then(|e| e.tools) == Some(false);
     if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }

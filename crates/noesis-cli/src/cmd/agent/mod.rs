@@ -9,7 +9,7 @@ mod route;
 mod served;
 pub(crate) mod tools;
 
-pub(crate) use drive::{Keep, connect_mcp, now_ms, with_text_tools};
+pub(crate) use drive::{Keep, connect_mcp, now_ms, progress_notes, with_text_tools};
 pub(crate) use served::ServedAgents;
 
 use std::process::ExitCode;
