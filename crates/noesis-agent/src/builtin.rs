@@ -399,9 +399,21 @@ pub fn command_tool() -> ToolDecl {
     .with_effects(Effects { runs_commands: true, ..Effects::default() })
 }
 
+/// How a command runs: in the run's sandbox (or why there is none), until
+/// cancelled, within the time the driver gives the call.
+pub struct CommandRun<'a> {
+    /// The run's sandbox, or why commands cannot run here.
+    pub sandbox: &'a Result<std::sync::Arc<noesis_sandbox::Sandbox>, noesis_sandbox::SandboxError>,
+    /// Cancels the command (its whole tree is killed).
+    pub cancel: Option<&'a tokio_util::sync::CancellationToken>,
+    /// The most time the call has; the command's own timeout is cut to it.
+    pub limit: std::time::Duration,
+}
+
 /// Runs a command if its words begin with the words of an `allowed` entry
-/// (`cargo test` allows `cargo test -p x`, not `cargo publish`).
-pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value) -> ToolOutput {
+/// (`cargo test` allows `cargo test -p x`, not `cargo publish`), confined
+/// by the run's sandbox; what it started is dead when this returns.
+pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value, how: &CommandRun<'_>) -> ToolOutput {
     let line = args.get("command").and_then(Value::as_str).unwrap_or_default();
     let Some(argv) = shlex::split(line).filter(|a| !a.is_empty()) else {
         return ToolOutput::error(format!("`{line}` is not a command line (unbalanced quotes, or empty)"));
@@ -419,89 +431,58 @@ pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value) -> ToolOutp
         Ok(c) => c,
         Err(e) => return ToolOutput::error(e.to_string()),
     };
-    let timeout = std::time::Duration::from_secs(args.get("timeout_s").and_then(Value::as_u64).unwrap_or(120));
-    let mut command = std::process::Command::new(&argv[0]);
-    // Its own process group, so a timeout kills what it started too (a
-    // grandchild would otherwise hold the output pipes open).
-    #[cfg(unix)]
-    std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let child = command
-        .args(&argv[1..])
-        .current_dir(&cwd)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return ToolOutput::error(format!("`{}` could not start: {e}", argv[0])),
+    let sandbox = match how.sandbox {
+        Ok(s) => s,
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
-    let read = |pipe: Option<Box<dyn std::io::Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut p) = pipe {
-                let _ = std::io::Read::read_to_end(&mut p, &mut buf);
-            }
-            buf
-        })
+    let asked = std::time::Duration::from_secs(args.get("timeout_s").and_then(Value::as_u64).unwrap_or(120));
+    let timeout = asked.min(how.limit);
+    let cancelled = || how.cancel.is_some_and(tokio_util::sync::CancellationToken::is_cancelled);
+    let opts = noesis_sandbox::RunOptions { cwd: &cwd, timeout, max_output: MAX_OUTPUT_BYTES, cancelled: &cancelled };
+    let done = match sandbox.run(&argv, &opts) {
+        Ok(d) => d,
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
-    let out = read(child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
-    let err = read(child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>));
-    let started = std::time::Instant::now();
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if started.elapsed() >= timeout => {
-                kill_group(&mut child);
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => std::thread::sleep(std::time::Duration::from_millis(20)),
-            Err(e) => return ToolOutput::error(format!("waiting for `{}`: {e}", argv[0])),
-        }
+    let shown = |text: &str, dropped: u64| {
+        if dropped == 0 { text.to_owned() } else { format!("{text}\n[… {dropped} more bytes]") }
     };
-    let text = |h: std::thread::JoinHandle<Vec<u8>>| {
-        cut(String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned(), MAX_OUTPUT_BYTES)
-    };
-    let (stdout, stderr) = (text(out), text(err));
+    let (stdout, stderr) = (shown(&done.stdout, done.dropped.0), shown(&done.stderr, done.dropped.1));
     let ran = |exit_code: Option<i32>| ToolEvidence::Command {
         command: line.to_owned(),
         exit_code,
         output_blake3: noesis_frames::scan::hash_bytes(format!("{stdout}\0{stderr}").as_bytes()),
     };
-    match status {
-        Some(s) => {
-            let code = s.code().map_or_else(|| "killed by a signal".to_owned(), |c| c.to_string());
-            let body = format!("exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
-            let evidence = ran(s.code());
-            if s.success() { ToolOutput::ok(body) } else { ToolOutput::error(body) }.with_evidence(evidence)
-        }
-        None => ToolOutput::error(format!(
-            "timed out after {} s and was killed\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-            timeout.as_secs()
-        ))
-        .with_evidence(ran(None)),
+    let unconfined = if sandbox.is_confined() { "" } else { "[ran unconfined: the sandbox is off]\n" };
+    if done.timed_out || done.cancelled {
+        let why = if done.cancelled {
+            "was cancelled and killed".to_owned()
+        } else if timeout < asked {
+            format!("timed out after {} s (the call's time limit) and was killed", timeout.as_secs())
+        } else {
+            format!("timed out after {} s and was killed", timeout.as_secs())
+        };
+        return ToolOutput::error(format!("{unconfined}{why}\n--- stdout\n{stdout}\n--- stderr\n{stderr}"))
+            .with_evidence(ran(None));
     }
-}
-
-/// Kills the child and its process group.
-fn kill_group(child: &mut std::process::Child) {
-    #[cfg(unix)]
-    {
-        // No libc binding here: kill(1) takes a negative pid as a group.
-        let group = format!("-{}", child.id());
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &group])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-    let _ = child.kill();
+    let code = match (done.code, done.signal) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(s)) => format!("killed by signal {s}"),
+        (None, None) => "unknown".to_owned(),
+    };
+    let body = format!("{unconfined}exit code {code}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    let evidence = ran(done.code);
+    if done.success() { ToolOutput::ok(body) } else { ToolOutput::error(body) }.with_evidence(evidence)
 }
 
 #[cfg(test)]
 mod search_and_command_tests {
     use super::*;
+
+    fn cmd(w: &Workspace, allowed: &[String], args: &Value) -> ToolOutput {
+        let sandbox =
+            noesis_sandbox::Sandbox::new(&noesis_sandbox::Settings::default(), w.root(), &[]).map(std::sync::Arc::new);
+        run_command(w, allowed, args, &CommandRun { sandbox: &sandbox, cancel: None, limit: crate::TOOL_TIMEOUT })
+    }
 
     fn ws() -> (tempfile::TempDir, Workspace) {
         let dir = tempfile::tempdir().unwrap();
@@ -538,7 +519,7 @@ mod search_and_command_tests {
     fn commands_run_only_when_allowed_without_a_shell() {
         let (d, w) = ws();
         let allowed = vec!["echo".to_owned(), "sh -c".to_owned(), "false".to_owned()];
-        let ok = run_command(&w, &allowed, &json!({"command": "echo 'a b' ; rm -rf x"}));
+        let ok = cmd(&w, &allowed, &json!({"command": "echo 'a b' ; rm -rf x"}));
         assert!(!ok.is_error && ok.content.starts_with("exit code 0\n--- stdout\na b ; rm -rf x"), "{}", ok.content);
         let printed = noesis_frames::scan::hash_bytes("a b ; rm -rf x\n\0".as_bytes());
         assert_eq!(
@@ -549,15 +530,15 @@ mod search_and_command_tests {
                 output_blake3: printed
             }]
         );
-        let failed = run_command(&w, &allowed, &json!({"command": "false"}));
+        let failed = cmd(&w, &allowed, &json!({"command": "false"}));
         assert!(failed.is_error && failed.content.starts_with("exit code 1"), "{}", failed.content);
         assert!(matches!(failed.evidence[..], [ToolEvidence::Command { exit_code: Some(1), .. }]));
-        let refused = run_command(&w, &allowed, &json!({"command": "rm -rf src"}));
+        let refused = cmd(&w, &allowed, &json!({"command": "rm -rf src"}));
         assert!(refused.is_error && refused.content.contains("not allowed") && refused.content.contains("echo"));
         assert!(d.path().join("src").exists());
         // What the command started goes with it: a grandchild that outlived
         // its shell would leave a mark a second later.
-        let slow = run_command(
+        let slow = cmd(
             &w,
             &allowed,
             &json!({"command": "sh -c '(sleep 2; touch grandchild-lived) & sleep 30'", "timeout_s": 1}),
@@ -567,11 +548,11 @@ mod search_and_command_tests {
         assert!(slow.is_error && slow.content.starts_with("timed out after 1 s"), "{}", slow.content);
         assert!(matches!(slow.evidence[..], [ToolEvidence::Command { exit_code: None, .. }]));
         assert!(refused.evidence.is_empty(), "nothing ran");
-        let outside = run_command(&w, &allowed, &json!({"command": "echo x", "cwd": "/"}));
+        let outside = cmd(&w, &allowed, &json!({"command": "echo x", "cwd": "/"}));
         assert!(outside.is_error && outside.content.contains("outside the workspace"));
-        let quotes = run_command(&w, &allowed, &json!({"command": "echo 'open"}));
+        let quotes = cmd(&w, &allowed, &json!({"command": "echo 'open"}));
         assert!(quotes.is_error && quotes.content.contains("not a command line"));
-        let big = run_command(&w, &allowed, &json!({"command": "sh -c 'head -c 100000 /dev/zero | tr \"\\\\0\" x'"}));
+        let big = cmd(&w, &allowed, &json!({"command": "sh -c 'head -c 100000 /dev/zero | tr \"\\\\0\" x'"}));
         assert!(big.content.contains("more bytes"), "{}", &big.content[..200.min(big.content.len())]);
     }
 }

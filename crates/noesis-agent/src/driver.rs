@@ -52,6 +52,34 @@ pub struct Toolbox {
     allowed_commands: Vec<String>,
     extra: BTreeMap<String, (ToolDecl, ToolFn)>,
     sources: Vec<Arc<dyn ToolSource>>,
+    exec: Arc<Exec>,
+}
+
+/// How the toolbox's commands run and what leaves them: the run's sandbox
+/// (made on first use, so a run that runs no command never probes the
+/// machine) and the redaction of secret values from every result.
+struct Exec {
+    settings: noesis_sandbox::Settings,
+    protected: Vec<std::path::PathBuf>,
+    sandbox: std::sync::OnceLock<Result<Arc<noesis_sandbox::Sandbox>, noesis_sandbox::SandboxError>>,
+    redactor: Arc<noesis_sandbox::Redactor>,
+}
+
+impl Exec {
+    fn new(
+        settings: noesis_sandbox::Settings,
+        protected: Vec<std::path::PathBuf>,
+        redactor: Arc<noesis_sandbox::Redactor>,
+    ) -> Exec {
+        Exec { settings, protected, sandbox: std::sync::OnceLock::new(), redactor }
+    }
+}
+
+/// The redactor every toolbox starts with: this process's secret-like
+/// variables.
+fn process_redactor() -> Arc<noesis_sandbox::Redactor> {
+    static R: std::sync::OnceLock<Arc<noesis_sandbox::Redactor>> = std::sync::OnceLock::new();
+    Arc::clone(R.get_or_init(|| Arc::new(noesis_sandbox::Redactor::from_env(&[], &[]))))
 }
 
 impl std::fmt::Debug for Toolbox {
@@ -69,7 +97,51 @@ impl Toolbox {
     /// The tools over `workspace`; `run_command` runs only what
     /// `allowed_commands` allows (leading words).
     pub fn new(workspace: Workspace, allowed_commands: Vec<String>) -> Toolbox {
-        Toolbox { workspace, allowed_commands, extra: BTreeMap::new(), sources: Vec::new() }
+        Toolbox {
+            workspace,
+            allowed_commands,
+            extra: BTreeMap::new(),
+            sources: Vec::new(),
+            exec: Arc::new(Exec::new(noesis_sandbox::Settings::default(), Vec::new(), process_redactor())),
+        }
+    }
+
+    /// The same tools with commands confined by these sandbox settings;
+    /// `protected` are workspace paths no command may change.
+    #[must_use]
+    pub fn with_sandbox(mut self, settings: noesis_sandbox::Settings, protected: Vec<std::path::PathBuf>) -> Toolbox {
+        self.exec = Arc::new(Exec::new(settings, protected, Arc::clone(&self.exec.redactor)));
+        self
+    }
+
+    /// The same tools with results redacted by `redactor` (the configured
+    /// provider keys and `[redact] values` besides the process's secrets).
+    #[must_use]
+    pub fn with_redactor(mut self, redactor: Arc<noesis_sandbox::Redactor>) -> Toolbox {
+        self.exec = Arc::new(Exec::new(self.exec.settings.clone(), self.exec.protected.clone(), redactor));
+        self
+    }
+
+    /// The sandbox settings commands run under.
+    pub fn sandbox_settings(&self) -> &noesis_sandbox::Settings {
+        &self.exec.settings
+    }
+
+    /// What redacts the results.
+    pub fn redactor(&self) -> &Arc<noesis_sandbox::Redactor> {
+        &self.exec.redactor
+    }
+
+    /// The run's sandbox, made on first use; an error says why commands
+    /// cannot run here.
+    pub fn sandbox(&self) -> Result<Arc<noesis_sandbox::Sandbox>, noesis_sandbox::SandboxError> {
+        self.exec
+            .sandbox
+            .get_or_init(|| {
+                noesis_sandbox::Sandbox::new(&self.exec.settings, self.workspace.root(), &self.exec.protected)
+                    .map(Arc::new)
+            })
+            .clone()
     }
 
     /// Adds a source of tools; its tools come after the built-ins and the
@@ -127,8 +199,24 @@ impl Toolbox {
     }
 
     /// Runs one call: a host tool on the async runtime, a built-in on the
-    /// blocking pool.
+    /// blocking pool. The result's secret values are redacted.
     pub async fn run_async(self: Arc<Self>, call: Invocation) -> ToolOutput {
+        self.run_within(call, &CallContext::default()).await
+    }
+
+    /// [`Toolbox::run_async`] for a driver that may cancel the call and
+    /// gives it a time limit: a command is killed, whole tree, before the
+    /// limit or on cancel, so nothing of it outlives the call.
+    pub async fn run_within(self: Arc<Self>, call: Invocation, ctx: &CallContext) -> ToolOutput {
+        let redactor = Arc::clone(&self.exec.redactor);
+        let mut out = self.run_unredacted(call, ctx).await;
+        if let std::borrow::Cow::Owned(clean) = redactor.redact(&out.content) {
+            out.content = clean;
+        }
+        out
+    }
+
+    async fn run_unredacted(self: Arc<Self>, call: Invocation, ctx: &CallContext) -> ToolOutput {
         if let Some((_, run)) = self.extra.get(&call.tool) {
             return run(call.arguments).await;
         }
@@ -139,23 +227,45 @@ impl Toolbox {
                 }
             }
         }
-        tokio::task::spawn_blocking(move || self.run(&call))
+        let ctx = ctx.clone();
+        tokio::task::spawn_blocking(move || self.run_with(&call, &ctx))
             .await
             .unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")))
     }
 
     /// Runs one built-in call (blocking); a host tool is refused here (it
-    /// runs through [`Toolbox::run_async`]).
+    /// runs through [`Toolbox::run_async`]). The result is not redacted.
     pub fn run(&self, call: &Invocation) -> ToolOutput {
+        self.run_with(call, &CallContext::default())
+    }
+
+    fn run_with(&self, call: &Invocation, ctx: &CallContext) -> ToolOutput {
         if self.extra.contains_key(&call.tool) {
             return ToolOutput::error(format!("`{}` runs on the async runtime (Toolbox::run_async)", call.tool));
         }
         if call.tool == "run_command" {
-            return builtin::run_command(&self.workspace, &self.allowed_commands, &call.arguments);
+            let sandbox = self.sandbox();
+            let how = builtin::CommandRun { sandbox: &sandbox, cancel: ctx.cancel.as_ref(), limit: ctx.limit };
+            return builtin::run_command(&self.workspace, &self.allowed_commands, &call.arguments, &how);
         }
         builtin::run_file_tool(&self.workspace, &call.tool, &call.arguments)
             .or_else(|| builtin::run_search_tool(&self.workspace, &call.tool, &call.arguments))
             .unwrap_or_else(|| ToolOutput::error(format!("no tool `{}` in this toolbox", call.tool)))
+    }
+}
+
+/// What a driver tells a call besides its arguments.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    /// Cancels the call (a command is killed).
+    pub cancel: Option<CancellationToken>,
+    /// The most time the call has: a command's own timeout is cut to fit.
+    pub limit: std::time::Duration,
+}
+
+impl Default for CallContext {
+    fn default() -> CallContext {
+        CallContext { cancel: None, limit: TOOL_TIMEOUT }
     }
 }
 
@@ -527,6 +637,14 @@ impl<'a> Driver<'a> {
                             let began = Instant::now();
                             let meta = (call.call_id.clone(), call.tool.clone());
                             let (permits, limit) = (Arc::clone(&permits), self.tool_timeout);
+                            // A command is cut to end (whole tree) a little
+                            // before the driver would stop waiting for it.
+                            let ctx = CallContext {
+                                cancel: self.cancel.clone(),
+                                limit: limit
+                                    .saturating_sub(std::time::Duration::from_secs(2))
+                                    .max(std::time::Duration::from_secs(1)),
+                            };
                             // The MCP fields are filled by the MCP client
                             // when the tool is a server's.
                             let span = tracing::info_span!(
@@ -556,8 +674,9 @@ impl<'a> Driver<'a> {
                                 async move {
                                     let _permit = permits.acquire_owned().await;
                                     let name = call.tool.clone();
-                                    let out =
-                                        tokio::time::timeout(limit, tools.run_async(call)).await.unwrap_or_else(|_| {
+                                    let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
+                                        .await
+                                        .unwrap_or_else(|_| {
                                             ToolOutput::error(format!("`{name}` timed out after {} s", limit.as_secs()))
                                         });
                                     let span = tracing::Span::current();

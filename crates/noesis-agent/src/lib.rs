@@ -66,8 +66,8 @@ pub use cognitive::{
 };
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy, ToolFilter};
 pub use driver::{
-    AsRole, Checkpoint, DriveError, Driver, ModelRouter, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture, ToolSource,
-    Toolbox, drive,
+    AsRole, CallContext, Checkpoint, DriveError, Driver, ModelRouter, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture,
+    ToolSource, Toolbox, drive,
 };
 
 /// The tool registry by the seed's name: see [`Toolbox`].

@@ -65,6 +65,87 @@ pub(crate) struct Config {
     /// The frame plugins' settings (`[frames]`).
     #[serde(default)]
     pub frames: FramesEntry,
+    /// How commands chosen by a model are confined (`[sandbox]`).
+    #[serde(default)]
+    pub sandbox: SandboxEntry,
+    /// Secrets to redact besides the environment's (`[redact]`).
+    #[serde(default)]
+    pub redact: RedactEntry,
+}
+
+/// `[sandbox]`: how processes chosen by a model run (see noesis-sandbox).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SandboxEntry {
+    /// `on` (default) or `off` (commands run unconfined; the user config
+    /// only — a project's file cannot turn the sandbox off).
+    pub mode: Option<noesis_sandbox::Mode>,
+    /// TCP/UDP for commands (the user config only).
+    pub network: Option<bool>,
+    /// More paths commands may read (`~/` is the home folder).
+    #[serde(default)]
+    pub read_extra: Vec<PathBuf>,
+    /// More paths commands may write.
+    #[serde(default)]
+    pub write_extra: Vec<PathBuf>,
+    /// More environment variables commands get, by name.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// CPU seconds per process.
+    pub cpu_seconds: Option<u64>,
+    /// Memory per process, MiB.
+    pub memory_mb: Option<u64>,
+    /// Largest file a process may write, MiB.
+    pub file_mb: Option<u64>,
+}
+
+/// `[redact]`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RedactEntry {
+    /// Values replaced by `[redacted:value]` wherever tool output goes.
+    #[serde(default)]
+    pub values: Vec<String>,
+    /// Variables whose values are secrets though their names do not say
+    /// so (the `api_key_env` of each provider is one already).
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+impl Config {
+    /// The sandbox settings: `[sandbox]`, then the flags (`--sandbox`,
+    /// `--allow-network`), with `~/` expanded against `home`.
+    pub(crate) fn sandbox_settings(
+        &self,
+        mode: Option<noesis_sandbox::Mode>,
+        allow_network: bool,
+        home: Option<&Path>,
+    ) -> noesis_sandbox::Settings {
+        let e = &self.sandbox;
+        let defaults = noesis_sandbox::Settings::default();
+        let expand = |p: &PathBuf| match (p.strip_prefix("~"), home) {
+            (Ok(rest), Some(h)) => h.join(rest),
+            _ => std::path::absolute(p).unwrap_or_else(|_| p.clone()),
+        };
+        noesis_sandbox::Settings {
+            mode: mode.or(e.mode).unwrap_or_default(),
+            network: allow_network || e.network.unwrap_or(false),
+            read_extra: e.read_extra.iter().map(expand).collect(),
+            write_extra: e.write_extra.iter().map(expand).collect(),
+            env: e.env.clone(),
+            cpu_seconds: e.cpu_seconds.or(defaults.cpu_seconds),
+            memory_mb: e.memory_mb.or(defaults.memory_mb),
+            file_mb: e.file_mb.or(defaults.file_mb),
+        }
+    }
+
+    /// What redacts tool output: the environment's secret-like variables,
+    /// each provider's `api_key_env`, and `[redact]`.
+    pub(crate) fn redactor(&self) -> std::sync::Arc<noesis_sandbox::Redactor> {
+        let mut names: Vec<String> = self.providers.values().filter_map(|p| p.api_key_env.clone()).collect();
+        names.extend(self.redact.names.iter().cloned());
+        std::sync::Arc::new(noesis_sandbox::Redactor::from_env(&names, &self.redact.values))
+    }
 }
 
 /// `[plugins.NAME]`: a plugin that is a program speaking JSON lines.
@@ -326,6 +407,17 @@ impl Config {
         self.workflow.imlazy_state = over.workflow.imlazy_state.or(self.workflow.imlazy_state);
         self.registry.url = over.registry.url.or(self.registry.url);
         self.registry.ttl_seconds = over.registry.ttl_seconds.or(self.registry.ttl_seconds);
+        let (sb, o) = (&mut self.sandbox, over.sandbox);
+        sb.mode = o.mode.or(sb.mode);
+        sb.network = o.network.or(sb.network);
+        sb.read_extra.extend(o.read_extra);
+        sb.write_extra.extend(o.write_extra);
+        sb.env.extend(o.env);
+        sb.cpu_seconds = o.cpu_seconds.or(sb.cpu_seconds);
+        sb.memory_mb = o.memory_mb.or(sb.memory_mb);
+        sb.file_mb = o.file_mb.or(sb.file_mb);
+        self.redact.values.extend(over.redact.values);
+        self.redact.names.extend(over.redact.names);
         self
     }
 
@@ -396,6 +488,17 @@ impl Config {
         {
             return Err(bad("frames.promote_at: must be a number from 0 to 1".into()));
         }
+        if self.sandbox.memory_mb == Some(0) || self.sandbox.file_mb == Some(0) || self.sandbox.cpu_seconds == Some(0) {
+            return Err(bad("sandbox: cpu_seconds, memory_mb and file_mb must be at least 1".into()));
+        }
+        for (i, v) in self.redact.values.iter().enumerate() {
+            if v.len() < noesis_sandbox::MIN_NAMED_LEN {
+                return Err(bad(format!(
+                    "redact.values[{i}]: a value shorter than {} characters would blank ordinary text",
+                    noesis_sandbox::MIN_NAMED_LEN
+                )));
+            }
+        }
         if let Some(a) = &self.agent.approve
             && !matches!(a.as_str(), "ask" | "auto" | "never")
         {
@@ -450,11 +553,55 @@ pub(crate) fn project_path(dir: &Path) -> Option<PathBuf> {
     dir.ancestors().map(|d| d.join("noesis.toml")).find(|p| p.is_file())
 }
 
+/// What a project's own `noesis.toml` may not say about the sandbox: a
+/// file that came with a repository (perhaps a hostile one) cannot turn
+/// the sandbox off, grant the network, or open paths outside the project;
+/// the user config and the flags can.
+fn check_project_sandbox(c: &Config, path: &Path) -> anyhow::Result<()> {
+    let at = |key: &str| format!("{}: sandbox.{key}", path.display());
+    if c.sandbox.mode == Some(noesis_sandbox::Mode::Off) {
+        anyhow::bail!(
+            "{}: a project's noesis.toml cannot turn the sandbox off; use `--sandbox off` or the user config",
+            at("mode")
+        );
+    }
+    if c.sandbox.network == Some(true) {
+        anyhow::bail!(
+            "{}: a project's noesis.toml cannot grant commands the network; use `--allow-network` or the user config",
+            at("network")
+        );
+    }
+    for (key, list) in [("read_extra", &c.sandbox.read_extra), ("write_extra", &c.sandbox.write_extra)] {
+        for p in list {
+            if p.is_absolute()
+                || p.starts_with("~")
+                || p.components().any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                anyhow::bail!(
+                    "{}: `{}` is outside the project; a project's noesis.toml may only name paths inside it (the user config may name any)",
+                    at(key),
+                    p.display()
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Reads and merges both files.
 pub(crate) fn load(env: &dyn Fn(&str) -> Option<String>, cwd: &Path) -> anyhow::Result<Loaded> {
     let mut loaded = Loaded::default();
-    for path in [user_path(env), project_path(cwd)].into_iter().flatten() {
-        if let Some(c) = read(&path)? {
+    let user = user_path(env);
+    for path in [user.clone(), project_path(cwd)].into_iter().flatten() {
+        if let Some(mut c) = read(&path)? {
+            if Some(&path) != user.as_ref() {
+                check_project_sandbox(&c, &path)?;
+                // Relative paths of a project's file are the project's.
+                let base = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+                for p in c.sandbox.read_extra.iter_mut().chain(c.sandbox.write_extra.iter_mut()) {
+                    *p = base.join(&*p);
+                }
+            }
             loaded.config = std::mem::take(&mut loaded.config).overlay(c);
             loaded.files.push(path);
         }
@@ -468,6 +615,41 @@ mod tests {
 
     fn p(text: &str) -> anyhow::Result<Config> {
         parse(Path::new("noesis.toml"), text)
+    }
+
+    #[test]
+    fn a_project_file_cannot_widen_the_sandbox_and_the_user_config_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let (user, project) = (dir.path().join("user.toml"), dir.path().join("proj"));
+        std::fs::create_dir(&project).unwrap();
+        let env_user = user.to_string_lossy().into_owned();
+        let env = move |k: &str| (k == "NOESIS_CONFIG").then(|| env_user.clone());
+        for (text, says) in [
+            ("[sandbox]\nmode = \"off\"\n", "cannot turn the sandbox off"),
+            ("[sandbox]\nnetwork = true\n", "cannot grant commands the network"),
+            ("[sandbox]\nread_extra = [\"/home\"]\n", "outside the project"),
+            ("[sandbox]\nwrite_extra = [\"../x\"]\n", "outside the project"),
+            ("[sandbox]\nread_extra = [\"~/.aws\"]\n", "outside the project"),
+        ] {
+            std::fs::write(project.join("noesis.toml"), text).unwrap();
+            let e = format!("{:#}", load(&env, &project).unwrap_err());
+            assert!(e.contains(says) && e.contains("noesis.toml"), "{text}: {e}");
+        }
+        // The same from the user config is the user's choice.
+        std::fs::write(&user, "[sandbox]\nmode = \"off\"\nnetwork = true\nread_extra = [\"~/.aws\"]\n").unwrap();
+        std::fs::write(project.join("noesis.toml"), "[sandbox]\nwrite_extra = [\"build\"]\nenv = [\"CI\"]\n").unwrap();
+        let c = load(&env, &project).unwrap().config;
+        let s = c.sandbox_settings(None, false, Some(Path::new("/home/u")));
+        assert_eq!(s.mode, noesis_sandbox::Mode::Off);
+        assert!(s.network);
+        assert_eq!(s.read_extra, [PathBuf::from("/home/u/.aws")]);
+        assert_eq!(s.write_extra, [project.join("build")], "a project's relative path is the project's");
+        assert_eq!(s.env, ["CI"]);
+        // Flags win.
+        let s = c.sandbox_settings(Some(noesis_sandbox::Mode::On), false, None);
+        assert_eq!(s.mode, noesis_sandbox::Mode::On);
+        let bad = format!("{:#}", p("[redact]\nvalues = [\"ab\"]\n").unwrap_err());
+        assert!(bad.contains("redact.values[0]"), "{bad}");
     }
 
     #[test]

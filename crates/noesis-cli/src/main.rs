@@ -93,6 +93,8 @@ enum Command {
     Mcp(cmd::mcp::Args),
     /// Show configured providers, which one a run would use and whether each answers (never a key).
     Doctor(cmd::doctor::Args),
+    /// The sandbox of the model's commands: `check` shows what this machine supports and what a run may do, and tries it.
+    Sandbox(cmd::sandbox::Args),
     /// Serve the modules over HTTP (run, stream, list, info) and the dashboard at /; runs are not recorded as frames.
     Serve(cmd::serve::Args),
     /// Open the dashboard: sessions, frame trees and evidence in a browser, on a loopback port (URL on stdout).
@@ -174,6 +176,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Registry(a) => cmd::install::registry_status(a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Sandbox(a) => cmd::sandbox::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),
         Command::Ui(a) => cmd::serve::ui(&search, a),
         Command::Completions { shell } => {

@@ -49,5 +49,5 @@ pub use policy::{
     DEFAULT_FILE_MB, DEFAULT_MEMORY_MB, Facts, HIDDEN_IN_WORKSPACE, Limits, Mode, POLICY_VERSION,
     PROTECTED_IN_WORKSPACE, Places, Policy, Settings,
 };
-pub use secrets::{MIN_NAMED_LEN, MIN_SECRET_LEN, Redactor, child_env, is_secret_name};
+pub use secrets::{MIN_NAMED_LEN, MIN_SECRET_LEN, Redactor, child_env, is_secret_name, toolchain_homes};
 pub use spawn::{Finished, HELPER, RunOptions, Sandbox, SandboxError, Support, locate_helper, probe};

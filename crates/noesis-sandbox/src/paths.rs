@@ -158,6 +158,23 @@ pub fn path_roots(path_var: &str, home: Option<&Path>) -> Vec<PathBuf> {
     out
 }
 
+/// What must be readable for a program named by an absolute path to run:
+/// its installation (the folder above `bin`, where a virtualenv keeps
+/// `pyvenv.cfg` and `lib`), or its own folder. `None` for a bare name
+/// (found on `PATH`, whose roots are readable already).
+pub fn program_root(program: &str) -> Option<PathBuf> {
+    let p = Path::new(program);
+    if !p.is_absolute() {
+        return None;
+    }
+    let dir = p.parent()?;
+    let root = match dir.file_name().and_then(|n| n.to_str()) {
+        Some("bin" | "sbin") => dir.parent().filter(|p| *p != Path::new("/")).unwrap_or(dir),
+        _ => dir,
+    };
+    (root != Path::new("/")).then(|| root.to_path_buf())
+}
+
 /// `PATH` as a confined process sees it: absolute entries only.
 pub fn confined_path(path_var: &str) -> String {
     path_var.split(':').filter(|e| e.starts_with('/')).collect::<Vec<_>>().join(":")
@@ -237,5 +254,9 @@ mod tests {
                 .collect();
         assert_eq!(got, want);
         assert_eq!(confined_path("/a/bin:.:rel:/b"), "/a/bin:/b");
+        assert_eq!(program_root("/venv/bin/python"), Some(PathBuf::from("/venv")));
+        assert_eq!(program_root("/opt/tool/run"), Some(PathBuf::from("/opt/tool")));
+        assert_eq!(program_root("/bin/sh"), Some(PathBuf::from("/bin")));
+        assert_eq!(program_root("python3"), None);
     }
 }

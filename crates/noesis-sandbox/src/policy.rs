@@ -119,6 +119,9 @@ pub struct Facts {
     /// Other files that must stay unreadable (the store file when it lies
     /// elsewhere).
     pub secret_files: Vec<PathBuf>,
+    /// Toolchain homes named to the process by variable (and readable):
+    /// see [`crate::secrets::toolchain_homes`].
+    pub toolchains: Vec<(String, PathBuf)>,
 }
 
 impl Facts {
@@ -129,7 +132,16 @@ impl Facts {
             .filter(|h| !h.is_empty())
             .map(PathBuf::from)
             .or_else(|| home.as_ref().map(|h| h.join(".noesis")));
-        Facts { home, path_var: std::env::var("PATH").unwrap_or_default(), noesis_home, secret_files: Vec::new() }
+        let host: Vec<(String, String)> =
+            std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+        let toolchains = crate::secrets::toolchain_homes(&host, home.as_deref(), &|p| p.is_dir());
+        Facts {
+            home,
+            path_var: std::env::var("PATH").unwrap_or_default(),
+            noesis_home,
+            secret_files: Vec::new(),
+            toolchains,
+        }
     }
 }
 
@@ -186,6 +198,7 @@ impl Policy {
             read_roots.extend(paths::HOME_TOOLCHAINS.iter().map(|t| home.join(t)));
         }
         read_roots.extend(paths::path_roots(&facts.path_var, facts.home.as_deref()));
+        read_roots.extend(facts.toolchains.iter().map(|(_, p)| p.clone()));
         read_roots.extend(settings.read_extra.iter().cloned());
         let mut read: Vec<PathBuf> = Vec::new();
         for root in read_roots.iter().filter(|r| exists(r)) {
@@ -208,9 +221,6 @@ impl Policy {
                     mask.push(d.clone());
                 }
             }
-        }
-        for h in paths::HOME_SECRETS.iter().take(0) {
-            let _ = h;
         }
         for name in HIDDEN_IN_WORKSPACE {
             let p = places.workspace.join(name);
@@ -299,6 +309,7 @@ mod tests {
             path_var: "/home/u/venv/bin:/usr/bin:.".into(),
             noesis_home: Some("/home/u/.noesis".into()),
             secret_files: Vec::new(),
+            toolchains: Vec::new(),
         };
         let places = Places { workspace: Path::new("/home/u/proj"), run_dir: Path::new("/tmp/run-1"), protected: &[] };
         let p = Policy::build(&Settings::default(), &facts, &places, &list, &exists);

@@ -62,17 +62,51 @@ fn url_password(value: &str) -> Option<&str> {
     (!password.is_empty()).then_some(password)
 }
 
+/// Where the toolchains that find themselves through the home folder
+/// live (`CARGO_HOME`, `RUSTUP_HOME`, `PYENV_ROOT`): from their variables,
+/// else from `PATH` (`…/.cargo/bin`, `…/.pyenv/shims`), else under
+/// `home`; only those `exists` confirms. A confined process gets a home
+/// folder of its own, so these are named to it by their variables, and
+/// are readable.
+pub fn toolchain_homes(
+    host: &[(String, String)],
+    home: Option<&Path>,
+    exists: &dyn Fn(&Path) -> bool,
+) -> Vec<(String, std::path::PathBuf)> {
+    use std::path::PathBuf;
+    let get = |k: &str| host.iter().find(|(n, _)| n == k).map(|(_, v)| PathBuf::from(v)).filter(|p| p.is_absolute());
+    let path = host.iter().find(|(n, _)| n == "PATH").map(|(_, v)| v.as_str()).unwrap_or_default();
+    let on_path = |tail: &str| {
+        path.split(':').find_map(|e| e.strip_suffix(tail).filter(|p| p.starts_with('/')).map(PathBuf::from))
+    };
+    let under_home = |dir: &str| home.map(|h| h.join(dir));
+    let cargo = get("CARGO_HOME")
+        .or_else(|| on_path("/bin").filter(|p| p.ends_with(".cargo")))
+        .or_else(|| under_home(".cargo"));
+    let rustup = get("RUSTUP_HOME")
+        .or_else(|| under_home(".rustup").filter(|p| exists(p)))
+        .or_else(|| cargo.as_ref().and_then(|c| c.parent()).map(|p| p.join(".rustup")));
+    let pyenv = get("PYENV_ROOT")
+        .or_else(|| on_path("/shims").filter(|p| p.ends_with(".pyenv")))
+        .or_else(|| under_home(".pyenv"));
+    [("CARGO_HOME", cargo), ("RUSTUP_HOME", rustup), ("PYENV_ROOT", pyenv)]
+        .into_iter()
+        .filter_map(|(n, p)| p.filter(|p| exists(p)).map(|p| (n.to_owned(), p)))
+        .collect()
+}
+
 /// The environment of a confined process, from noesis's own: `PATH`
 /// (absolute entries only), the locale and terminal variables, toolchain
-/// locations, `HOME` and `TMPDIR` pointing into the run's own folder, and
-/// the variables the operator names in `extra` (`[sandbox] env`). Nothing
-/// else passes: provider keys and tokens stay in noesis.
+/// locations (`toolchains`, from [`toolchain_homes`]), `HOME` and `TMPDIR`
+/// pointing into the run's own folder, and the variables the operator
+/// names in `extra` (`[sandbox] env`). Nothing else passes: provider keys
+/// and tokens stay in noesis.
 pub fn child_env(
     host: &[(String, String)],
     extra: &[String],
     home: &Path,
     tmp: &Path,
-    real_home: Option<&Path>,
+    toolchains: &[(String, std::path::PathBuf)],
 ) -> Vec<(String, String)> {
     let get = |k: &str| host.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let mut out: Vec<(String, String)> = Vec::new();
@@ -87,13 +121,9 @@ pub fn child_env(
             out.push((name.clone(), value.clone()));
         }
     }
-    // A toolchain found under the real home folder is named by its
-    // variable, since the process gets a home folder of its own.
-    if let Some(real) = real_home {
-        for (var, dir) in [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup"), ("PYENV_ROOT", ".pyenv")] {
-            if !out.iter().any(|(n, _)| n == var) && real.join(dir).is_dir() {
-                out.push((var.into(), real.join(dir).to_string_lossy().into_owned()));
-            }
+    for (var, dir) in toolchains {
+        if !out.iter().any(|(n, _)| n == var) {
+            out.push((var.clone(), dir.to_string_lossy().into_owned()));
         }
     }
     out.push(("HOME".into(), home.to_string_lossy().into_owned()));
@@ -273,11 +303,32 @@ mod tests {
             ("MY_FLAG", "1"),
             ("HOME", "/root"),
         ]);
-        let env = child_env(&host, &["MY_FLAG".into()], Path::new("/run/x/home"), Path::new("/run/x/tmp"), None);
+        let env = child_env(&host, &["MY_FLAG".into()], Path::new("/run/x/home"), Path::new("/run/x/tmp"), &[]);
         let names: Vec<&str> = env.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["PATH", "LANG", "LC_ALL", "CARGO_HOME", "MY_FLAG", "HOME", "TMPDIR"]);
         assert_eq!(env[0].1, "/usr/bin:/bin");
         assert_eq!(env.iter().find(|(n, _)| n == "HOME").map(|(_, v)| PathBuf::from(v)), Some("/run/x/home".into()));
+    }
+
+    #[test]
+    fn toolchains_are_found_by_variable_then_path_then_home() {
+        let all = |_: &Path| true;
+        let host = vars(&[("PATH", "/opt/rust/.cargo/bin:/usr/bin:/h/.pyenv/shims")]);
+        let t = toolchain_homes(&host, Some(Path::new("/fake-home")), &|p| !p.starts_with("/fake-home"));
+        assert_eq!(
+            t,
+            [
+                ("CARGO_HOME".to_owned(), PathBuf::from("/opt/rust/.cargo")),
+                ("RUSTUP_HOME".to_owned(), PathBuf::from("/opt/rust/.rustup")),
+                ("PYENV_ROOT".to_owned(), PathBuf::from("/h/.pyenv")),
+            ]
+        );
+        let host = vars(&[("CARGO_HOME", "/c"), ("RUSTUP_HOME", "/r"), ("PATH", "/usr/bin")]);
+        let t = toolchain_homes(&host, Some(Path::new("/home/u")), &all);
+        assert_eq!(t[0].1, PathBuf::from("/c"));
+        assert_eq!(t[1].1, PathBuf::from("/r"));
+        assert_eq!(t[2].1, PathBuf::from("/home/u/.pyenv"));
+        assert!(toolchain_homes(&host, None, &|_| false).is_empty());
     }
 
     proptest::proptest! {

@@ -234,7 +234,7 @@ impl Sandbox {
             &settings.env,
             &run_dir.join("home"),
             &run_dir.join("tmp"),
-            facts.home.as_deref(),
+            &facts.toolchains,
         );
         let (confinement, policy) = match settings.mode {
             Mode::Off => (Confinement::Off, None),
@@ -257,6 +257,12 @@ impl Sandbox {
     /// The policy in force (`None` when off).
     pub fn policy(&self) -> Option<&Policy> {
         self.policy.as_ref()
+    }
+
+    /// A folder of the run's own that confined processes may write and
+    /// noesis may read (reports a command is asked to write).
+    pub fn scratch(&self) -> PathBuf {
+        self._dir.path().join("tmp")
     }
 
     /// The settings it was made with.
@@ -420,5 +426,6 @@ fn canonical_facts(mut f: Facts) -> Facts {
     f.home = f.home.map(canon);
     f.noesis_home = f.noesis_home.map(canon);
     f.secret_files = f.secret_files.into_iter().map(canon).collect();
+    f.toolchains = f.toolchains.into_iter().map(|(n, p)| (n, canon(p))).collect();
     f
 }

@@ -39,6 +39,7 @@ impl World {
             path_var: std::env::var("PATH").unwrap_or_default(),
             noesis_home: Some(self.home.join(".noesis")),
             secret_files: Vec::new(),
+            toolchains: Vec::new(),
         }
     }
 

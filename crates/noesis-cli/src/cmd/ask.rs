@@ -94,6 +94,7 @@ impl Think for AgentThink {
             depth: super::agent::tools::MAX_DEPTH,
             router: None,
             visible: Some(Arc::clone(&self.visible)),
+            redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
         };
         let tools = Arc::new(super::agent::tools::with_frame_tools(Toolbox::new(workspace, Vec::new()), &host));
         let offered = tools.decls().into_iter().filter(|d| TOOLS.contains(&d.name.as_str())).collect();

@@ -15,6 +15,7 @@ pub(crate) mod migrate;
 pub(crate) mod model;
 pub(crate) mod plugins;
 pub(crate) mod run;
+pub(crate) mod sandbox;
 pub(crate) mod serve;
 pub(crate) mod session;
 pub(crate) mod solve;

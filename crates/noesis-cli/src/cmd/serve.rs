@@ -282,7 +282,10 @@ pub(crate) fn agent_runs(
     let workspace = noesis_agent::Workspace::new(&std::env::current_dir()?)
         .map_err(|e| anyhow::anyhow!("the current folder cannot be the agents' workspace: {e}"))?;
     let mcp = crate::cmd::agent::connect_mcp(rt, &config, &[], false)?;
+    let sandbox = crate::cmd::sandbox::SandboxArgs::default().settings(&config);
+    crate::cmd::sandbox::warn_if_off(&sandbox, false);
     let host = crate::cmd::agent::ServedAgents {
+        sandbox,
         providers: Arc::clone(providers),
         store: Arc::from(store),
         project,

@@ -63,6 +63,8 @@ pub(crate) struct Args {
     #[arg(long, short)]
     quiet: bool,
     #[command(flatten)]
+    sandbox: crate::cmd::sandbox::SandboxArgs,
+    #[command(flatten)]
     provider: crate::provider::ProviderArgs,
 }
 
@@ -117,42 +119,52 @@ fn pytest_program(command: &str) -> String {
     }
 }
 
-/// Runs each command with `sh -c` in `root` and reports per case when the
-/// runner says so: pytest is asked for a JUnit report, and `junit` (a
-/// report the commands write themselves) is read when a command updated it.
+/// Runs each command with `sh -c` in `root`, confined by `sandbox` (the
+/// whole tree killed at `limit`), and reports per case when the runner
+/// says so: pytest is asked for a JUnit report (written in the sandbox's
+/// own folder), and `junit` (a report the commands write themselves) is
+/// read when a command updated it. Output is redacted before it is kept.
 async fn run_tests(
+    sandbox: &Arc<noesis_sandbox::Sandbox>,
+    redactor: &noesis_sandbox::Redactor,
     root: &Path,
     commands: &[String],
     limit: Duration,
     junit: Option<&Path>,
 ) -> anyhow::Result<Vec<TestRun>> {
     let mut runs = Vec::new();
-    for command in commands {
+    for (n, command) in commands.iter().enumerate() {
         let started = std::time::Instant::now();
-        let report_dir = tempfile::tempdir()?;
-        let asked = (junit.is_none() && is_plain_pytest(command)).then(|| report_dir.path().join("junit.xml"));
+        let asked = (junit.is_none() && is_plain_pytest(command))
+            .then(|| sandbox.scratch().join(format!("junit-{}-{n}.xml", std::process::id())));
+        if let Some(p) = &asked {
+            let _ = std::fs::remove_file(p);
+        }
         let line = match &asked {
             Some(path) => format!("{command} --junitxml='{}'", path.display()),
             None => command.clone(),
         };
         let given = junit.map(|p| root.join(p));
         let before = given.as_ref().and_then(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-        let child = tokio::process::Command::new("sh")
-            .arg("-c")
-            .arg(&line)
-            .current_dir(root)
-            .stdin(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .output();
-        let (ok, exit, text) = match tokio::time::timeout(limit, child).await {
-            Err(_) => (false, None, format!("timed out after {} s", limit.as_secs())),
-            Ok(Err(e)) => bail!("test command `{command}` could not start: {e}"),
-            Ok(Ok(o)) => {
-                let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
-                text.push_str(&String::from_utf8_lossy(&o.stderr));
-                (o.status.success(), o.status.code(), text)
+        let (sb, dir) = (Arc::clone(sandbox), root.to_path_buf());
+        let done = tokio::task::spawn_blocking(move || {
+            let opts =
+                noesis_sandbox::RunOptions { cwd: &dir, timeout: limit, max_output: 1 << 20, cancelled: &|| false };
+            sb.run(&["sh".to_owned(), "-c".to_owned(), line], &opts)
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!("test command `{command}`: {e}"))?;
+        let (ok, exit, text) = match done {
+            Err(e) => bail!("test command `{command}` could not run: {e}"),
+            Ok(f) if f.timed_out => (false, None, format!("timed out after {} s and was killed", limit.as_secs())),
+            Ok(f) => {
+                let ok = f.success();
+                let mut text = f.stdout;
+                text.push_str(&f.stderr);
+                (ok, f.code, text)
             }
         };
+        let text = redactor.redact(&text).into_owned();
         let ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let tail = tail(&text, 2000);
         let report = match (&asked, &given) {
@@ -173,7 +185,7 @@ async fn run_tests(
             passed: status == "passed",
             status,
             exit,
-            message,
+            message: message.map(|m| redactor.redact(&m).into_owned()),
             tail: tail.clone(),
             ms,
         };
@@ -195,6 +207,27 @@ async fn run_tests(
     Ok(runs)
 }
 
+/// The files that judge CODER's work: files named in the test commands
+/// and the files of anchor cases (`file::case`), those that exist in the
+/// workspace. No command CODER runs may change them (read-only in its
+/// sandbox), and VERIFIER runs them as they were.
+fn judging_files(workspace: &Path, tests: &[String], anchors: &[String]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    let words = tests.iter().flat_map(|t| shlex::split(t).unwrap_or_default());
+    let cases = anchors.iter().filter_map(|a| a.split_once("::").map(|(f, _)| f.to_owned()));
+    for w in words.chain(cases) {
+        let w = w.trim_start_matches("--junitxml=").to_owned();
+        let rel = PathBuf::from(&w);
+        if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+            continue;
+        }
+        if workspace.join(&rel).is_file() && !out.contains(&rel) {
+            out.push(rel);
+        }
+    }
+    out
+}
+
 fn strings(v: &Value) -> Vec<String> {
     v.as_array().map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect()).unwrap_or_default()
 }
@@ -214,9 +247,38 @@ struct Solver<'a> {
     /// Commands CODER's `run_command` may run besides the tests
     /// (`[agent] allow_commands`).
     allow_commands: Vec<String>,
+    /// How the tests and CODER's commands are confined.
+    sandbox: noesis_sandbox::Settings,
+    /// What redacts what they print.
+    redactor: Arc<noesis_sandbox::Redactor>,
 }
 
 impl Solver<'_> {
+    /// The sandbox tests run in: the episode's settings, the installations
+    /// of test programs named by full path readable, the judging files
+    /// read-only.
+    fn test_sandbox(&self, tests: &[String], anchors: &[String]) -> anyhow::Result<Arc<noesis_sandbox::Sandbox>> {
+        let mut settings = self.sandbox.clone();
+        for t in tests.iter().chain(&self.allow_commands) {
+            let program = shlex::split(t).and_then(|w| w.into_iter().next()).unwrap_or_default();
+            settings.read_extra.extend(noesis_sandbox::paths::program_root(&program));
+        }
+        let protected = judging_files(&self.workspace, tests, anchors);
+        Ok(Arc::new(noesis_sandbox::Sandbox::new(&settings, &self.workspace, &protected)?))
+    }
+
+    async fn run_tests(
+        &self,
+        head: &WorkflowVersion,
+        commands: &[String],
+        junit: Option<&Path>,
+    ) -> anyhow::Result<Vec<TestRun>> {
+        let tests = strings(&head.episode["tests"]);
+        let anchors = strings(&head.state["test_results"]["anchor_tests"]);
+        let sandbox = self.test_sandbox(&tests, &anchors)?;
+        run_tests(&sandbox, &self.redactor, &self.workspace, commands, self.test_timeout, junit).await
+    }
+
     fn note(&self, text: &str) {
         if !self.quiet {
             out::note(text);
@@ -368,7 +430,14 @@ impl Solver<'_> {
         let workspace = Workspace::new(&self.workspace).map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut allowed = tests.clone();
         allowed.extend(self.allow_commands.iter().cloned());
-        let tools = Arc::new(Toolbox::new(workspace, allowed));
+        let anchors = strings(&head.state["test_results"]["anchor_tests"]);
+        // CODER's commands may not change the files that judge it.
+        let protected = judging_files(&self.workspace, &tests, &anchors);
+        let tools = Arc::new(
+            Toolbox::new(workspace, allowed)
+                .with_sandbox(self.sandbox.clone(), protected)
+                .with_redactor(Arc::clone(&self.redactor)),
+        );
         let mut run = match self.store.agent_state(&run_id, None).await? {
             Some(stored) => {
                 let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {run_id}"))?;
@@ -445,7 +514,7 @@ impl Solver<'_> {
     /// Runs the tests; `Some(exit)` when the episode ends here.
     async fn verifier(&self, head: &WorkflowVersion) -> anyhow::Result<Option<ExitCode>> {
         let tests = strings(&head.episode["tests"]);
-        let mut results = run_tests(&self.workspace, &tests, self.test_timeout, self.junit(head).as_deref()).await?;
+        let mut results = self.run_tests(head, &tests, self.junit(head).as_deref()).await?;
         // CODER's own tests run with the project's pytest, when it has one.
         let ai_files: Vec<String> = head.state["test_results"]["ai_tests"]
             .as_array()
@@ -458,7 +527,7 @@ impl Solver<'_> {
         if let Some(runner) = &runner {
             for file in &ai_files {
                 let command = format!("{runner} -q '{}'", file.replace('\'', ""));
-                for r in run_tests(&self.workspace, &[command], self.test_timeout, None).await? {
+                for r in self.run_tests(head, &[command], None).await? {
                     ai.push((file.clone(), r));
                 }
             }
@@ -655,6 +724,14 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         // An episode of solve's that is not archived yet (one stopped at
         // CONSOLIDATOR before its memory was written still needs that).
         let in_progress = head.as_ref().filter(|h| h.episode.get("tests").is_some() && h.episode["archived"] != json!(true));
+        // A resumed episode keeps the confinement it was started with.
+        let sandbox: noesis_sandbox::Settings =
+            match in_progress.filter(|_| a.resume).and_then(|h| h.episode.get("sandbox").cloned()) {
+                Some(v) => serde_json::from_value(v).context("the episode's recorded sandbox settings")?,
+                None => a.sandbox.settings(&config),
+            };
+        crate::cmd::sandbox::warn_if_off(&sandbox, a.quiet);
+        let recorded_sandbox = serde_json::to_value(&sandbox)?;
         let workspace = if a.resume {
             let Some(h) = in_progress else { bail!("no unfinished episode to resume in this project") };
             PathBuf::from(h.episode["workspace"].as_str().unwrap_or_default())
@@ -690,7 +767,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
                         noesis_workflow::set(s, "max_retries", json!(m))?;
                     }
                     *e = json!({"task": task, "tests": tests, "workspace": ws, "attempt": 0, "junit": junit,
-                                "coder_run": null, "snapshot": null, "baseline": null});
+                                "coder_run": null, "snapshot": null, "baseline": null,
+                                "sandbox": recorded_sandbox});
                     Ok(Value::Null)
                 })
                 .await?
@@ -716,6 +794,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             test_timeout: Duration::from_secs(a.test_timeout),
             quiet: a.quiet,
             allow_commands: config.agent.allow_commands.clone(),
+            sandbox,
+            redactor: config.redactor(),
         };
         if a.resume {
             let hint = a.hint.clone();
@@ -885,7 +965,7 @@ impl Solver<'_> {
     async fn baseline(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
         self.note("==> VERIFIER (baseline, before any change)");
         let tests = strings(&head.episode["tests"]);
-        let results = run_tests(&self.workspace, &tests, self.test_timeout, self.junit(head).as_deref()).await?;
+        let results = self.run_tests(head, &tests, self.junit(head).as_deref()).await?;
         let passing: Vec<String> = results.iter().filter(|r| r.passed).map(|r| r.name.clone()).collect();
         self.note(&format!("    {} of {} test(s) pass; they are the anchors", passing.len(), results.len()));
         let public: Vec<Value> = results.iter().map(TestRun::json).collect();

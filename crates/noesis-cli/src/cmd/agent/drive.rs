@@ -165,9 +165,19 @@ pub(crate) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> A
     if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
 }
 
-/// The tools over `workspace`, with the host's own.
-fn toolbox(workspace: &Workspace, allow_commands: Vec<String>, host: &super::tools::Host) -> Toolbox {
-    super::tools::with_host_tools(Toolbox::new(workspace.clone(), allow_commands), host)
+/// The tools over `workspace`, with the host's own, commands confined by
+/// `sandbox` and results redacted by the config's rules.
+fn toolbox(
+    workspace: &Workspace,
+    allow_commands: Vec<String>,
+    host: &super::tools::Host,
+    sandbox: noesis_sandbox::Settings,
+    config: &Config,
+) -> Toolbox {
+    let tools = Toolbox::new(workspace.clone(), allow_commands)
+        .with_sandbox(sandbox, Vec::new())
+        .with_redactor(config.redactor());
+    super::tools::with_host_tools(tools, host)
 }
 
 pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
@@ -184,6 +194,8 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
     let mut allow_commands = config.agent.allow_commands.clone();
     allow_commands.extend(a.allow_commands.iter().cloned());
+    let sandbox = a.sandbox.settings(&config);
+    crate::cmd::sandbox::warn_if_off(&sandbox, a.drive.quiet);
     let rt = crate::memory::runtime()?;
     let mcp = connect_mcp(&rt, &config, &a.mcp, a.drive.quiet)?;
     let mut all = with_mcp(Toolbox::new(workspace.clone(), Vec::new()), mcp.as_ref()).decls();
@@ -247,6 +259,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         "session": a.session,
         "project_id": project.project_id,
         "mcp": a.mcp,
+        "sandbox": sandbox,
     });
     let run_router = router(&provider, &a.drive.provider, &config, None);
     let host = super::tools::Host {
@@ -258,13 +271,14 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         depth: 0,
         router: Some(Arc::clone(&run_router)),
         visible: None,
+        redactor: config.redactor(),
     };
     let ctx = Ctx {
         store,
         project_id: project.project_id.clone(),
         project,
         provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, allow_commands, &host), mcp.as_ref())),
+        tools: Arc::new(with_mcp(toolbox(&workspace, allow_commands, &host, sandbox, &config), mcp.as_ref())),
         prices: prices(&config),
         json: a.drive.json,
         quiet: a.drive.quiet,
@@ -330,18 +344,23 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         depth: run.host["depth"].as_u64().unwrap_or(0),
         router: Some(Arc::clone(&run_router)),
         visible: None,
+        redactor: config.redactor(),
     };
     let flags: Vec<String> = run.host["mcp"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
     let mcp = connect_mcp(rt, &config, &flags, d.quiet)?;
+    // The run goes on under the confinement it was started with, wherever
+    // it is resumed.
+    let sandbox = crate::cmd::sandbox::recorded(&run.host)?;
+    crate::cmd::sandbox::warn_if_off(&sandbox, d.quiet);
     Ok(Ctx {
         store,
         project,
         project_id,
         provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, allow, &host), mcp.as_ref())),
+        tools: Arc::new(with_mcp(toolbox(&workspace, allow, &host, sandbox, &config), mcp.as_ref())),
         prices: prices(&config),
         json: d.json,
         quiet: d.quiet,

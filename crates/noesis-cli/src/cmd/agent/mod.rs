@@ -199,6 +199,8 @@ pub(crate) struct StartArgs {
     #[arg(long, value_name = "ID")]
     run_id: Option<String>,
     #[command(flatten)]
+    sandbox: crate::cmd::sandbox::SandboxArgs,
+    #[command(flatten)]
     drive: DriveArgs,
 }
 

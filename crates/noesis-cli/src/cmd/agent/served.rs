@@ -27,6 +27,8 @@ pub(crate) struct ServedAgents {
     pub(crate) prices: Arc<PriceTable>,
     /// The configured MCP servers, started once for every run.
     pub(crate) mcp: Option<Arc<noesis_mcp::McpServers>>,
+    /// How the runs' commands are confined (the operator's settings).
+    pub(crate) sandbox: noesis_sandbox::Settings,
     /// Who starts the runs: `http` (a server resumes its unfinished ones)
     /// or `mcp` (a client's session; not resumed by a server).
     pub(crate) origin: &'static str,
@@ -47,7 +49,13 @@ impl ServedAgents {
         )
     }
 
-    fn tools(&self, run_id: &str, depth: u64, provider: Arc<dyn Provider>) -> Toolbox {
+    fn tools(
+        &self,
+        run_id: &str,
+        depth: u64,
+        provider: Arc<dyn Provider>,
+        sandbox: noesis_sandbox::Settings,
+    ) -> Toolbox {
         let host = super::tools::Host {
             search: self.search.clone(),
             provider: Arc::clone(&provider),
@@ -57,9 +65,12 @@ impl ServedAgents {
             depth,
             router: Some(ServedAgents::router(self, &provider)),
             visible: None,
+            redactor: self.config.redactor(),
         };
         let tools = super::tools::with_host_tools(
-            Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone()),
+            Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone())
+                .with_sandbox(sandbox, Vec::new())
+                .with_redactor(self.config.redactor()),
             &host,
         );
         super::drive::with_mcp(tools, self.mcp.as_ref())
@@ -84,7 +95,7 @@ impl AgentHost for ServedAgents {
             Some(other) => return Err(format!("`approve`: `{other}` is not ask, auto or never")),
         };
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
-        let all = self.tools(id, 0, Arc::clone(&provider)).decls();
+        let all = self.tools(id, 0, Arc::clone(&provider), self.sandbox.clone()).decls();
         for name in &request.tools {
             if !all.iter().any(|d| &d.name == name) {
                 let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
@@ -125,6 +136,7 @@ impl AgentHost for ServedAgents {
             "model": provider.model(),
             "project_id": self.project.project_id,
             "origin": self.origin,
+            "sandbox": self.sandbox,
         });
         Ok(run)
     }
@@ -141,7 +153,8 @@ impl AgentHost for ServedAgents {
             None => self.provider(None, None)?,
         };
         let depth = run.host["depth"].as_u64().unwrap_or(0);
-        let tools = self.tools(&run.id, depth, Arc::clone(&provider));
+        let sandbox = crate::cmd::sandbox::recorded(&run.host).map_err(|e| format!("{e:#}"))?;
+        let tools = self.tools(&run.id, depth, Arc::clone(&provider), sandbox);
         Ok((provider, Arc::new(tools)))
     }
 

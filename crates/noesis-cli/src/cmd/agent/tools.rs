@@ -38,6 +38,8 @@ pub(crate) struct Host {
     /// When set, the only sessions whose frames `search_frames` and
     /// `open_frame` show (plus promoted frames): a plugin's view.
     pub(crate) visible: Option<Arc<Vec<String>>>,
+    /// What redacts the results of the run's tools (a sub-agent's too).
+    pub(crate) redactor: Arc<noesis_sandbox::Redactor>,
 }
 
 impl Host {
@@ -275,7 +277,15 @@ async fn sub_agent(h: Host, args: Value) -> ToolOutput {
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
-    let tools = Arc::new(with_host_tools(Toolbox::new(workspace, allow), &child));
+    let sandbox = match crate::cmd::sandbox::recorded(&run.host) {
+        Ok(s) => s,
+        Err(e) => return ToolOutput::error(format!("{e:#}")),
+    };
+    // The child inherits the parent's confinement and redaction.
+    let tools = Arc::new(with_host_tools(
+        Toolbox::new(workspace, allow).with_sandbox(sandbox, Vec::new()).with_redactor(Arc::clone(&h.redactor)),
+        &child,
+    ));
     let router = h
         .router
         .clone()
