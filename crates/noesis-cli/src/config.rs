@@ -217,6 +217,13 @@ pub(crate) struct McpServerEntry {
     pub url: Option<String>,
     /// Seconds one call may take.
     pub timeout: Option<u64>,
+    /// The operator vouches for the server: its process runs unconfined
+    /// and its tools' `readOnlyHint` is believed.
+    #[serde(default)]
+    pub trusted: bool,
+    /// Its process may use the network (it still runs confined).
+    #[serde(default)]
+    pub network: bool,
 }
 
 impl McpServerEntry {
@@ -251,6 +258,8 @@ impl McpServerEntry {
             Some(secs) => spec.call_timeout = std::time::Duration::from_secs(secs),
             None => {}
         }
+        spec.trusted = self.trusted;
+        spec.network = self.network;
         Ok(spec)
     }
 }
@@ -570,6 +579,14 @@ fn check_project_sandbox(c: &Config, path: &Path) -> anyhow::Result<()> {
             "{}: a project's noesis.toml cannot grant commands the network; use `--allow-network` or the user config",
             at("network")
         );
+    }
+    for (name, server) in &c.mcp.servers {
+        if server.trusted || server.network {
+            anyhow::bail!(
+                "{}: mcp.servers.{name}: a project's noesis.toml cannot mark an MCP server trusted or give it the network (its process would run unconfined, or reach out); say it in the user config",
+                path.display()
+            );
+        }
     }
     for (key, list) in [("read_extra", &c.sandbox.read_extra), ("write_extra", &c.sandbox.write_extra)] {
         for p in list {

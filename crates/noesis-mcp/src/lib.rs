@@ -49,6 +49,12 @@ pub struct ServerSpec {
     pub transport: Transport,
     /// How long one call may take.
     pub call_timeout: Duration,
+    /// The operator vouches for it (`trusted = true`): its process runs
+    /// unconfined and its tool annotations are believed. Otherwise a
+    /// program server runs in the sandbox.
+    pub trusted: bool,
+    /// Its process may use the network (`network = true`).
+    pub network: bool,
 }
 
 /// How a server is reached.
@@ -84,12 +90,20 @@ impl ServerSpec {
                 cwd: None,
             },
             call_timeout: CALL_TIMEOUT,
+            trusted: false,
+            network: false,
         }
     }
 
     /// A server at a streamable-HTTP URL.
     pub fn http(name: &str, url: &str) -> ServerSpec {
-        ServerSpec { name: name.into(), transport: Transport::Http { url: url.into() }, call_timeout: CALL_TIMEOUT }
+        ServerSpec {
+            name: name.into(),
+            transport: Transport::Http { url: url.into() },
+            call_timeout: CALL_TIMEOUT,
+            trusted: false,
+            network: false,
+        }
     }
 
     /// Parses `--mcp NAME='CMD ARGS'` (the command split like a shell
@@ -226,6 +240,67 @@ struct Server {
     pid: Mutex<Option<u32>>,
     /// Held by whoever lists the tools again after a change notice.
     listing: tokio::sync::Mutex<()>,
+    /// How a program server is confined: the settings and the workspace.
+    confine: Confine,
+    /// The sandbox of the running process (its folder lives as long).
+    sandbox: Mutex<Option<Arc<noesis_sandbox::Sandbox>>>,
+}
+
+/// Where and how program servers are confined.
+#[derive(Debug, Clone)]
+pub struct Confine {
+    /// The sandbox settings (the run's).
+    pub settings: noesis_sandbox::Settings,
+    /// The workspace the servers may write.
+    pub workspace: PathBuf,
+}
+
+impl Confine {
+    /// The sandbox for `spec`'s process: the run's settings, plus what its
+    /// command line names (the program's installation and files readable,
+    /// folders it is given writable: a file-system server serves them) and
+    /// the network when the server is configured with it.
+    fn sandbox_for(
+        &self,
+        spec: &ServerSpec,
+        command: &str,
+        args: &[String],
+    ) -> Result<noesis_sandbox::Sandbox, String> {
+        let mut settings = self.settings.clone();
+        settings.network |= spec.network;
+        settings.read_extra.extend(program_roots(command));
+        for a in args {
+            let p = std::path::Path::new(a);
+            if p.is_absolute() && p.is_dir() {
+                settings.write_extra.push(p.to_path_buf());
+            } else if p.is_absolute() && p.exists() {
+                settings.read_extra.extend(program_roots(a));
+            }
+        }
+        noesis_sandbox::Sandbox::new(&settings, &self.workspace, &[]).map_err(|e| e.to_string())
+    }
+}
+
+/// What must be readable for `program` to run: its installation, and
+/// when it is a link into a `node_modules` tree (npm's `.bin`), that tree.
+fn program_roots(program: &str) -> Vec<PathBuf> {
+    let resolved = if program.contains('/') {
+        Some(PathBuf::from(program))
+    } else {
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(program)).find(|c| c.is_file()))
+    };
+    let Some(path) = resolved else { return Vec::new() };
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in [Some(path.clone()), path.canonicalize().ok()].into_iter().flatten() {
+        let text = p.to_string_lossy().into_owned();
+        if let Some(i) = text.find("/node_modules/") {
+            out.push(PathBuf::from(&text[..i + "/node_modules".len()]));
+        } else {
+            out.extend(noesis_sandbox::paths::program_root(&text));
+        }
+    }
+    out.dedup();
+    out
 }
 
 impl Server {
@@ -240,8 +315,21 @@ impl Server {
         let connect_err = |message: String| McpError::Connect { server: self.spec.name.clone(), message };
         let started = match &self.spec.transport {
             Transport::Command { command, args, env, cwd } => {
-                let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).envs(env).kill_on_drop(true);
+                let mut cmd = if self.spec.trusted {
+                    let mut c = tokio::process::Command::new(command);
+                    c.args(args);
+                    c
+                } else {
+                    // Confined like any process a model steers: the server
+                    // acts on the model's requests.
+                    let sandbox = Arc::new(self.confine.sandbox_for(&self.spec, command, args).map_err(&connect_err)?);
+                    let dir = cwd.clone().unwrap_or_else(|| self.confine.workspace.clone());
+                    let os_args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
+                    let c = tokio::process::Command::from(sandbox.command(command.as_ref(), &os_args, &dir));
+                    *self.sandbox.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sandbox);
+                    c
+                };
+                cmd.envs(env).kill_on_drop(true);
                 if let Some(dir) = cwd {
                     cmd.current_dir(dir);
                 }
@@ -544,6 +632,16 @@ impl McpServers {
     /// Starts (or reaches) every server at once and lists its tools; the
     /// first that fails is the error (the others are stopped).
     pub async fn connect(specs: Vec<ServerSpec>) -> Result<McpServers, McpError> {
+        let workspace = std::env::current_dir().map_err(|e| McpError::Config {
+            server: specs.first().map(|s| s.name.clone()).unwrap_or_default(),
+            message: format!("no current folder: {e}"),
+        })?;
+        McpServers::connect_confined(specs, Confine { settings: noesis_sandbox::Settings::default(), workspace }).await
+    }
+
+    /// [`McpServers::connect`], program servers confined by `confine`
+    /// (those not `trusted`).
+    pub async fn connect_confined(specs: Vec<ServerSpec>, confine: Confine) -> Result<McpServers, McpError> {
         let mut seen = std::collections::BTreeSet::new();
         for spec in &specs {
             names::check_server_name(&spec.name)
@@ -552,26 +650,31 @@ impl McpServers {
                 return Err(McpError::Config { server: spec.name.clone(), message: "configured twice".into() });
             }
         }
-        let connecting = specs.into_iter().map(|spec| async move {
-            let wake = Arc::new(tokio::sync::Notify::new());
-            let server = Arc::new(Server {
-                spec,
-                conn: tokio::sync::Mutex::new(Conn { client: None, gone: None }),
-                tools: Mutex::new(Vec::new()),
-                revision: Arc::new(AtomicU64::new(0)),
-                stale: Arc::new(AtomicBool::new(false)),
-                wake: Arc::clone(&wake),
-                restarted: AtomicBool::new(false),
-                stderr: Arc::new(Mutex::new(Vec::new())),
-                pid: Mutex::new(None),
-                listing: tokio::sync::Mutex::new(()),
-            });
-            let client = server.start().await?;
-            let peer = client.peer().clone();
-            server.conn.lock().await.client = Some(client);
-            server.list(&peer).await?;
-            tokio::spawn(Server::watch(Arc::downgrade(&server), wake));
-            Ok::<_, McpError>(server)
+        let connecting = specs.into_iter().map(|spec| {
+            let confine = confine.clone();
+            async move {
+                let wake = Arc::new(tokio::sync::Notify::new());
+                let server = Arc::new(Server {
+                    spec,
+                    conn: tokio::sync::Mutex::new(Conn { client: None, gone: None }),
+                    tools: Mutex::new(Vec::new()),
+                    revision: Arc::new(AtomicU64::new(0)),
+                    stale: Arc::new(AtomicBool::new(false)),
+                    wake: Arc::clone(&wake),
+                    restarted: AtomicBool::new(false),
+                    stderr: Arc::new(Mutex::new(Vec::new())),
+                    pid: Mutex::new(None),
+                    listing: tokio::sync::Mutex::new(()),
+                    confine,
+                    sandbox: Mutex::new(None),
+                });
+                let client = server.start().await?;
+                let peer = client.peer().clone();
+                server.conn.lock().await.client = Some(client);
+                server.list(&peer).await?;
+                tokio::spawn(Server::watch(Arc::downgrade(&server), wake));
+                Ok::<_, McpError>(server)
+            }
         });
         let results = futures_util::future::join_all(connecting).await;
         let mut servers = Vec::new();

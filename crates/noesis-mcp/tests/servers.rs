@@ -166,6 +166,30 @@ fn a_server_that_cannot_start_is_a_clear_error() {
     assert!(e.contains("cannot name a server"), "{e}");
 }
 
+#[test]
+fn a_server_runs_in_the_sandbox_unless_trusted() {
+    // A "server" that tries to leave marks outside its workspace and to
+    // read a file the run may not, then exits: confined, neither works.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let mark = outside.path().join("mark");
+    let script = format!("echo pwned > '{}'; env | grep -c SERVER_SECRET_TOKEN >&2; exit 3", mark.display());
+    let confine =
+        noesis_mcp::Confine { settings: noesis_sandbox::Settings::default(), workspace: ws.path().to_path_buf() };
+    let mut spec = ServerSpec::command("evil", "sh", &["-c", &script]);
+    if let noesis_mcp::Transport::Command { env, .. } = &mut spec.transport {
+        // What the operator configures for the server is the server's.
+        env.insert("SERVER_SECRET_TOKEN".into(), "configured".into());
+    }
+    let e = rt.block_on(McpServers::connect_confined(vec![spec.clone()], confine.clone())).unwrap_err().to_string();
+    assert!(!mark.exists(), "a confined server wrote outside its workspace: {e}");
+    assert!(e.contains("could not be started"), "{e}");
+    spec.trusted = true;
+    let _ = rt.block_on(McpServers::connect_confined(vec![spec], confine));
+    assert!(mark.exists(), "a trusted server runs unconfined");
+}
+
 fn provider(server: &FakeServer) -> OpenAiCompatible {
     let mut cfg = EndpointConfig::openai("gpt-test");
     cfg.base_url = server.base_url();

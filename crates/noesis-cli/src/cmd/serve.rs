@@ -281,9 +281,10 @@ pub(crate) fn agent_runs(
     };
     let workspace = noesis_agent::Workspace::new(&std::env::current_dir()?)
         .map_err(|e| anyhow::anyhow!("the current folder cannot be the agents' workspace: {e}"))?;
-    let mcp = crate::cmd::agent::connect_mcp(rt, &config, &[], false)?;
     let sandbox = crate::cmd::sandbox::SandboxArgs::default().settings(&config);
     crate::cmd::sandbox::warn_if_off(&sandbox, false);
+    let confine = noesis_mcp::Confine { settings: sandbox.clone(), workspace: workspace.root().to_path_buf() };
+    let mcp = crate::cmd::agent::connect_mcp(rt, &config, &[], false, confine)?;
     let host = crate::cmd::agent::ServedAgents {
         sandbox,
         providers: Arc::clone(providers),

@@ -100,6 +100,7 @@ pub(crate) fn connect_mcp(
     config: &Config,
     flags: &[String],
     quiet: bool,
+    confine: noesis_mcp::Confine,
 ) -> anyhow::Result<Option<Arc<noesis_mcp::McpServers>>> {
     let mut specs = Vec::new();
     for (name, entry) in &config.mcp.servers {
@@ -118,7 +119,7 @@ pub(crate) fn connect_mcp(
     if !quiet {
         out::note(&format!("starting MCP server{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", ")));
     }
-    let servers = rt.block_on(noesis_mcp::McpServers::connect(specs))?;
+    let servers = rt.block_on(noesis_mcp::McpServers::connect_confined(specs, confine))?;
     Ok(Some(Arc::new(servers)))
 }
 
@@ -197,7 +198,8 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     let sandbox = a.sandbox.settings(&config);
     crate::cmd::sandbox::warn_if_off(&sandbox, a.drive.quiet);
     let rt = crate::memory::runtime()?;
-    let mcp = connect_mcp(&rt, &config, &a.mcp, a.drive.quiet)?;
+    let confine = noesis_mcp::Confine { settings: sandbox.clone(), workspace: workspace.root().to_path_buf() };
+    let mcp = connect_mcp(&rt, &config, &a.mcp, a.drive.quiet, confine)?;
     let mut all = with_mcp(Toolbox::new(workspace.clone(), Vec::new()), mcp.as_ref()).decls();
     all.extend(super::tools::decls(0));
     for name in a.tools.iter().chain(&a.no_tools) {
@@ -350,11 +352,12 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
         .unwrap_or_default();
-    let mcp = connect_mcp(rt, &config, &flags, d.quiet)?;
     // The run goes on under the confinement it was started with, wherever
     // it is resumed.
     let sandbox = crate::cmd::sandbox::recorded(&run.host)?;
     crate::cmd::sandbox::warn_if_off(&sandbox, d.quiet);
+    let confine = noesis_mcp::Confine { settings: sandbox.clone(), workspace: workspace.root().to_path_buf() };
+    let mcp = connect_mcp(rt, &config, &flags, d.quiet, confine)?;
     Ok(Ctx {
         store,
         project,
