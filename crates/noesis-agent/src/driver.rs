@@ -138,8 +138,14 @@ impl Toolbox {
         self.exec
             .sandbox
             .get_or_init(|| {
-                noesis_sandbox::Sandbox::new(&self.exec.settings, self.workspace.root(), &self.exec.protected)
-                    .map(Arc::new)
+                // A program the operator allowed by its full path runs from
+                // its installation, which must then be readable.
+                let mut settings = self.exec.settings.clone();
+                for allowed in &self.allowed_commands {
+                    let program = shlex::split(allowed).and_then(|w| w.into_iter().next()).unwrap_or_default();
+                    settings.read_extra.extend(noesis_sandbox::paths::program_root(&program));
+                }
+                noesis_sandbox::Sandbox::new(&settings, self.workspace.root(), &self.exec.protected).map(Arc::new)
             })
             .clone()
     }

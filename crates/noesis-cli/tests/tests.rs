@@ -1,6 +1,7 @@
 //! End-to-end tests of the `noesis` binary. One test binary, topical modules.
 
 mod agent;
+mod attacks;
 mod bad_input;
 mod browser;
 mod cli;

@@ -15,11 +15,11 @@ use serde_json::json;
 use crate::support::{Work, output};
 
 /// What the receiver got: each request's path and decoded body.
-type Received = Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>>;
+pub(crate) type Received = Arc<Mutex<Vec<(String, ExportTraceServiceRequest)>>>;
 
 /// Accepts OTLP/HTTP export requests (keep-alive honoured), answers 200,
 /// and keeps (path, decoded request).
-fn receiver() -> (String, Received) {
+pub(crate) fn receiver() -> (String, Received) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
     let got = Arc::new(Mutex::new(Vec::new()));
