@@ -221,6 +221,35 @@ mod tests {
         check("/etc", &["/etc/gone"], &files, &["/etc/hosts", "/etc/passwd", "/etc/shadow", "/etc/ssl"]);
     }
 
+    proptest::proptest! {
+        /// Whatever the tree and the denied paths, a granted path is never
+        /// a denied one nor inside it nor above it, and every path of the
+        /// tree that is neither denied nor a folder on the way to one stays
+        /// covered by some grant.
+        #[test]
+        fn prop_expansion_grants_everything_but_the_denied(
+            files in proptest::collection::vec("[ab]{1,2}(/[ab]{1,2}){0,3}", 1..12),
+            denied in proptest::collection::vec("[ab]{1,2}(/[ab]{1,2}){0,2}", 0..4),
+        ) {
+            let files: Vec<String> = files.iter().map(|f| format!("/r/{f}")).collect();
+            let denied: Vec<PathBuf> = denied.iter().map(|d| PathBuf::from(format!("/r/{d}"))).collect();
+            let refs: Vec<&str> = files.iter().map(String::as_str).collect();
+            let got = expand(Path::new("/r"), &denied, &tree(&refs));
+            for g in &got {
+                proptest::prop_assert!(!denied.iter().any(|d| g.starts_with(d) || d.starts_with(g)), "{} grants {:?}", g.display(), denied);
+            }
+            for f in &files {
+                let f = Path::new(f);
+                let is_denied = denied.iter().any(|d| f.starts_with(d));
+                // A folder on the way to a denied path is granted by its
+                // entries, not whole.
+                let on_the_way = denied.iter().any(|d| d.starts_with(f));
+                let covered = got.iter().any(|g| f.starts_with(g));
+                proptest::prop_assert!(is_denied || on_the_way || covered, "{} is neither denied nor granted", f.display());
+            }
+        }
+    }
+
     #[test]
     fn a_home_toolchain_keeps_its_credentials_out() {
         let files = ["/h/.cargo/bin/cargo", "/h/.cargo/credentials.toml", "/h/.cargo/registry/x"];
