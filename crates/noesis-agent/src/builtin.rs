@@ -555,8 +555,8 @@ mod search_and_command_tests {
             refused.content
         );
         // Options that run other code are refused unless the rule names them.
-        let sneaky = run_command(&w, &allowed, &json!({"command": "false --version"}));
-        assert!(sneaky.is_error && sneaky.content.starts_with("exit code"), "an honest extra argument runs");
+        let extra = run_command(&w, &allowed, &json!({"command": "false --version"}));
+        assert!(extra.content.starts_with("exit code"), "an honest extra argument runs: {}", extra.content);
         let shell = Permissions::from_commands(&["sh".to_owned()]);
         let refused_c = run_command(&w, &shell, &json!({"command": "sh -c 'touch made'"}));
         assert!(refused_c.is_error && refused_c.content.contains("`-c`"), "{}", refused_c.content);

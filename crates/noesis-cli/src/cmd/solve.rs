@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, RunConfig, Toolbox, Workspace};
+use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, Permissions, RunConfig, Toolbox, Workspace};
 use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_store::{Store, WorkflowVersion};
@@ -62,6 +62,8 @@ pub(crate) struct Args {
     /// No progress on stderr.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    rules: super::agent::rules::RuleFlags,
     #[command(flatten)]
     provider: crate::provider::ProviderArgs,
 }
@@ -211,9 +213,10 @@ struct Solver<'a> {
     blobs: PathBuf,
     test_timeout: Duration,
     quiet: bool,
-    /// Commands CODER's `run_command` may run besides the tests
-    /// (`[agent] allow_commands`).
-    allow_commands: Vec<String>,
+    /// The operator's rules for CODER (`[permissions]`, the rule flags,
+    /// `[agent] allow_commands`); each run adds the tests as commands and
+    /// protects the files that judge it.
+    permissions: Permissions,
 }
 
 impl Solver<'_> {
@@ -366,17 +369,21 @@ impl Solver<'_> {
         let run_id = head.episode["coder_run"].as_str().unwrap_or_default().to_owned();
         let tests = strings(&head.episode["tests"]);
         let workspace = Workspace::new(&self.workspace).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut allowed = tests.clone();
-        allowed.extend(self.allow_commands.iter().cloned());
-        let tools = Arc::new(Toolbox::new(workspace, allowed));
+        let snap = load_manifest(head.episode["snapshot"].as_str())?;
+        let permissions = self.coder_permissions(&head, &tests, &snap)?;
         let mut run = match self.store.agent_state(&run_id, None).await? {
             Some(stored) => {
                 let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {run_id}"))?;
+                if !run.config.permissions.has_rules() {
+                    run.config.permissions = permissions;
+                }
                 run.resume();
                 run
             }
             None => {
-                let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+                let decls = Toolbox::with_permissions(workspace.clone(), permissions.clone()).decls();
+                let config =
+                    RunConfig { tools: decls, approval: ApprovalPolicy::Auto, permissions, ..RunConfig::default() };
                 let mut run =
                     AgentRun::new(run_id.clone(), coder_task(&head.state, &tests), config, super::agent::now_ms());
                 run.host = json!({"task": format!("CODER of episode {}", head.state["episode_id"].as_str().unwrap_or_default()),
@@ -385,6 +392,7 @@ impl Solver<'_> {
                 run
             }
         };
+        let tools = Arc::new(Toolbox::with_permissions(workspace, run.config.permissions.clone()));
         if run.outcome.is_none() {
             let prices = Arc::clone(&self.prices);
             let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
@@ -402,9 +410,12 @@ impl Solver<'_> {
             }
         }
         let outcome = run.outcome.as_ref().map_or_else(|| "unfinished".to_owned(), noesis_agent::outcome_name);
-        let snap = load_manifest(head.episode["snapshot"].as_str())?;
         let changes = snapshot::diff(&self.workspace, &snap)?;
         self.note(&format!("    {outcome}; {} path(s) changed", changes.count()));
+        let refused = protected_refusals(&run);
+        if !refused.is_empty() {
+            self.note(&format!("    refused: CODER may not change {} (they judge it)", refused.join(", ")));
+        }
         let mut files = serde_json::Map::new();
         for (paths, role) in
             [(&changes.modified, "modified"), (&changes.created, "created"), (&changes.deleted, "deleted")]
@@ -436,6 +447,13 @@ impl Solver<'_> {
                 "thought_trace",
                 json!({"type": "coder", "run": run_id, "outcome": outcome, "changed": changes.count()}),
             )?;
+            if !refused.is_empty() {
+                noesis_workflow::append(
+                    s,
+                    "error_log",
+                    json!({"type": "protected_write", "run": run_id, "paths": refused}),
+                )?;
+            }
             noesis_workflow::transition(s, "VERIFIER", &now()).map(|_| ())
         })
         .await??;
@@ -591,6 +609,95 @@ fn load_manifest(path: Option<&str>) -> anyhow::Result<Snapshot> {
     serde_json::from_slice(&bytes).with_context(|| format!("the snapshot manifest {path}"))
 }
 
+impl Solver<'_> {
+    /// CODER's rules: the operator's, the test commands admitted as
+    /// `--allow-command` does, and what judges CODER protected.
+    fn coder_permissions(
+        &self,
+        head: &WorkflowVersion,
+        tests: &[String],
+        snap: &Snapshot,
+    ) -> anyhow::Result<Permissions> {
+        let mut permissions = self.permissions.clone();
+        let mut layer = noesis_agent::Layer::granting("tests");
+        for t in tests {
+            // A test line the tool could not split is no command it runs.
+            let _ = layer.add_command(t, "--test");
+        }
+        permissions.push(layer);
+        let own: Vec<String> = head.state["test_results"]["ai_tests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["file"].as_str().map(str::to_owned))
+            .collect();
+        for path in judged_files(snap, tests, &strings(&head.state["test_results"]["anchor_tests"]), &own) {
+            permissions.protect(&path)?;
+        }
+        Ok(permissions)
+    }
+}
+
+/// What judges CODER, which it may not change: the files and folders the
+/// test commands name, the anchors' files, and the tree's test files by
+/// name (`tests/`, `test_*`, `*_test.*`, `*.test.*`, `*.spec.*`,
+/// `conftest.py`) — not CODER's own earlier tests unless they became
+/// anchors. Only what exists: CODER may add tests of its own.
+fn judged_files(snap: &Snapshot, tests: &[String], anchors: &[String], own: &[String]) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for word in tests.iter().flat_map(|t| t.split_whitespace()) {
+        let word = word.trim_matches(['\'', '"', ';']);
+        let word = word.rsplit_once('=').map_or(word, |(_, v)| v);
+        let path = word.split("::").next().unwrap_or(word).trim_start_matches("./").trim_end_matches('/');
+        let exists = snap.entries.contains_key(path) || snap.dirs.contains(path);
+        if exists && !path.is_empty() && path != "." && !path.starts_with('-') {
+            out.insert(path.to_owned());
+        }
+    }
+    for anchor in anchors {
+        // `tests/test_x.py::name`, or JUnit's dotted `tests.test_x.Case::name`.
+        let Some((module, _)) = anchor.split_once("::") else { continue };
+        if snap.entries.contains_key(module) {
+            out.insert(module.to_owned());
+            continue;
+        }
+        let mut parts: Vec<&str> = module.split('.').collect();
+        while !parts.is_empty() {
+            let file = format!("{}.py", parts.join("/"));
+            if snap.entries.contains_key(&file) {
+                out.insert(file);
+                break;
+            }
+            parts.pop();
+        }
+    }
+    for path in snap.entries.keys() {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let by_name =
+            is_test_file(path) || name == "conftest.py" || name.contains(".spec.") || path.contains("/tests/");
+        if by_name && !own.contains(path) {
+            out.insert(path.clone());
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The paths CODER's calls were refused for as protected (at proposal, or
+/// by the toolbox through a symlink).
+fn protected_refusals(run: &AgentRun) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in &run.calls {
+        let Some(text) = c.result.as_deref().filter(|_| c.is_error) else { continue };
+        let Some(start) = text.find("refused: `").map(|i| i + "refused: `".len()) else { continue };
+        let Some(len) = text[start..].find("` is a protected path") else { continue };
+        let path = text[start..start + len].to_owned();
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
 fn is_test_file(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.starts_with("test_") || name.contains("_test.") || name.contains(".test.") || path.starts_with("tests/")
@@ -700,6 +807,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             }
             root
         };
+        let commands: Vec<(&str, &str)> =
+            config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
+        let ws = Workspace::new(&workspace).with_context(|| format!("the workspace {}", workspace.display()))?;
+        let permissions = super::agent::rules::operator(&config, &a.rules, &commands, &ws)?;
         let noesis_home = crate::memory::home()?;
         let blobs = noesis_home.join("snapshots").join(super::state::project_hash(&project.root)).join("blobs");
         let provider = crate::cmd::agent::with_text_tools(crate::provider::select(&a.provider, &config, None)?, &config);
@@ -715,7 +826,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             blobs,
             test_timeout: Duration::from_secs(a.test_timeout),
             quiet: a.quiet,
-            allow_commands: config.agent.allow_commands.clone(),
+            permissions,
         };
         if a.resume {
             let hint = a.hint.clone();

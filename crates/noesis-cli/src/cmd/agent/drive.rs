@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use noesis_agent::{
     Action, AgentRun, ApprovalPolicy, Checkpoint, Decision, Driver, Limits, MemoryBuffer, MemoryKind, Outcome, Pending,
-    Progress, RunConfig, Strategy, Toolbox, Verdict, Workspace,
+    Permissions, Progress, RunConfig, Strategy, Toolbox, Verdict, Workspace,
 };
 use noesis_llm::{ChatResponse, PriceTable, Provider};
 use noesis_modules::search::SearchPath;
@@ -165,9 +165,10 @@ pub(crate) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> A
     if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
 }
 
-/// The tools over `workspace`, with the host's own.
-fn toolbox(workspace: &Workspace, allow_commands: Vec<String>, host: &super::tools::Host) -> Toolbox {
-    super::tools::with_host_tools(Toolbox::new(workspace.clone(), allow_commands), host)
+/// The tools over `workspace`, checking `permissions` (the run's), with
+/// the host's own.
+fn toolbox(workspace: &Workspace, permissions: Permissions, host: &super::tools::Host) -> Toolbox {
+    super::tools::with_host_tools(Toolbox::with_permissions(workspace.clone(), permissions), host)
 }
 
 pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
@@ -184,6 +185,14 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
     let mut allow_commands = config.agent.allow_commands.clone();
     allow_commands.extend(a.allow_commands.iter().cloned());
+    let commands: Vec<(&str, &str)> = config
+        .agent
+        .allow_commands
+        .iter()
+        .map(|c| (c.as_str(), "[agent] allow_commands"))
+        .chain(a.allow_commands.iter().map(|c| (c.as_str(), "--allow-command")))
+        .collect();
+    let permissions = super::rules::operator(&config, &a.rules, &commands, &workspace)?;
     let rt = crate::memory::runtime()?;
     let mcp = connect_mcp(&rt, &config, &a.mcp, a.drive.quiet)?;
     let mut all = with_mcp(Toolbox::new(workspace.clone(), Vec::new()), mcp.as_ref()).decls();
@@ -222,6 +231,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         limits,
         reflect: a.reflect,
         tool_filter: noesis_agent::ToolFilter { only: a.tools.clone(), except: a.no_tools.clone() },
+        permissions: permissions.clone(),
         ..RunConfig::default()
     };
     let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
@@ -264,7 +274,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         project_id: project.project_id.clone(),
         project,
         provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, allow_commands, &host), mcp.as_ref())),
+        tools: Arc::new(with_mcp(toolbox(&workspace, permissions, &host), mcp.as_ref())),
         prices: prices(&config),
         json: a.drive.json,
         quiet: a.drive.quiet,
@@ -312,10 +322,6 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
     let config = load_config()?;
     let root = run.host["workspace"].as_str().map(PathBuf::from).context("the run does not name its workspace")?;
     let workspace = Workspace::new(&root).with_context(|| format!("the run's workspace {}", root.display()))?;
-    let allow: Vec<String> = run.host["allow_commands"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
     let provider = with_text_tools(provider_for(run, &d.provider, &config)?, &config);
     let (project, store) = rt.block_on(crate::memory::context())?;
     let store: Arc<dyn Store> = Arc::from(store);
@@ -341,7 +347,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         project,
         project_id,
         provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, allow, &host), mcp.as_ref())),
+        tools: Arc::new(with_mcp(toolbox(&workspace, run.config.permissions.clone(), &host), mcp.as_ref())),
         prices: prices(&config),
         json: d.json,
         quiet: d.quiet,

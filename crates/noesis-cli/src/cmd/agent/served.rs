@@ -47,7 +47,22 @@ impl ServedAgents {
         )
     }
 
-    fn tools(&self, run_id: &str, depth: u64, provider: Arc<dyn Provider>) -> Toolbox {
+    /// The operator's rules for a run: `[permissions]` and the config's
+    /// `allow_commands` (a request may add rules that only narrow them).
+    fn permissions(&self) -> Result<noesis_agent::Permissions, String> {
+        let commands: Vec<(&str, &str)> =
+            self.config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
+        super::rules::operator(&self.config, &super::rules::RuleFlags::default(), &commands, &self.workspace)
+            .map_err(|e| format!("{e:#}"))
+    }
+
+    fn tools(
+        &self,
+        run_id: &str,
+        depth: u64,
+        provider: Arc<dyn Provider>,
+        permissions: noesis_agent::Permissions,
+    ) -> Toolbox {
         let host = super::tools::Host {
             search: self.search.clone(),
             provider: Arc::clone(&provider),
@@ -58,10 +73,8 @@ impl ServedAgents {
             router: Some(ServedAgents::router(self, &provider)),
             visible: None,
         };
-        let tools = super::tools::with_host_tools(
-            Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone()),
-            &host,
-        );
+        let tools =
+            super::tools::with_host_tools(Toolbox::with_permissions(self.workspace.clone(), permissions), &host);
         super::drive::with_mcp(tools, self.mcp.as_ref())
     }
 }
@@ -84,7 +97,8 @@ impl AgentHost for ServedAgents {
             Some(other) => return Err(format!("`approve`: `{other}` is not ask, auto or never")),
         };
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
-        let all = self.tools(id, 0, Arc::clone(&provider)).decls();
+        let permissions = self.permissions()?;
+        let all = self.tools(id, 0, Arc::clone(&provider), permissions.clone()).decls();
         for name in &request.tools {
             if !all.iter().any(|d| &d.name == name) {
                 let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
@@ -114,6 +128,7 @@ impl AgentHost for ServedAgents {
             limits,
             reflect: request.reflect,
             tool_filter: ToolFilter { only: request.tools.clone(), except: Vec::new() },
+            permissions,
             ..RunConfig::default()
         };
         let mut run = AgentRun::new(id, request.task.clone(), config, now_ms());
@@ -141,7 +156,7 @@ impl AgentHost for ServedAgents {
             None => self.provider(None, None)?,
         };
         let depth = run.host["depth"].as_u64().unwrap_or(0);
-        let tools = self.tools(&run.id, depth, Arc::clone(&provider));
+        let tools = self.tools(&run.id, depth, Arc::clone(&provider), run.config.permissions.clone());
         Ok((provider, Arc::new(tools)))
     }
 
@@ -151,7 +166,9 @@ impl AgentHost for ServedAgents {
 
     async fn load(&self, id: &str) -> Result<Option<AgentRun>, String> {
         let Some(state) = self.store.agent_state(id, None).await.map_err(|e| e.to_string())? else { return Ok(None) };
-        AgentRun::from_json(&state.state).map(Some).map_err(|e| format!("run `{id}` cannot be read: {e}"))
+        let mut run = AgentRun::from_json(&state.state).map_err(|e| format!("run `{id}` cannot be read: {e}"))?;
+        super::rules::restore(&mut run);
+        Ok(Some(run))
     }
 
     async fn list(&self, limit: u32) -> Result<Vec<Value>, String> {

@@ -271,11 +271,8 @@ async fn sub_agent(h: Host, args: Value) -> ToolOutput {
         },
         None => return ToolOutput::error("the parent run names no workspace".to_owned()),
     };
-    let allow: Vec<String> = run.host["allow_commands"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
-    let tools = Arc::new(with_host_tools(Toolbox::new(workspace, allow), &child));
+    // The parent's rules, as its config carries them.
+    let tools = Arc::new(with_host_tools(Toolbox::with_permissions(workspace, run.config.permissions.clone()), &child));
     let router = h
         .router
         .clone()
