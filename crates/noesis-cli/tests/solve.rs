@@ -526,18 +526,38 @@ fn coder_cannot_change_the_tests_that_judge_it() {
         reasoner(),
         call("cheat", "edit_file", json!({"path": "test_add.py", "old": "== 5", "new": "== -1"})),
         call("plug", "write_file", json!({"path": "conftest.py", "content": "import os\n"})),
+        call("asks", "write_file", json!({"path": "notes.txt", "content": "gone\n"})),
         fix(),
         call("own", "write_file", json!({"path": "test_more.py", "content": "def test_one():\n    assert 1\n"})),
         Reply::Chat("Fixed add.".into()),
     ])
     .unwrap();
-    let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
+    // An `ask` rule in solve, where no person is asked: the call is denied
+    // and the model told; the episode goes on.
+    let o = solve(
+        &work,
+        &llm,
+        &[
+            "Make test_add pass",
+            "--workspace",
+            "proj",
+            "--test",
+            &t.add,
+            "--test",
+            &t.mul,
+            "--ask-tool",
+            "write_file(notes.txt)",
+        ],
+    );
     assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
     assert!(
         o.stderr.contains("refused: CODER may not change test_add.py, conftest.py (they judge it)"),
         "{}",
         o.stderr
     );
+    assert_eq!(std::fs::read_to_string(work.path().join("proj/notes.txt")).unwrap(), "keep me\n");
+    let denied = llm.received()[5].json().to_string();
+    assert!(denied.contains("solve asks no one"), "{denied}");
     let test_add = std::fs::read_to_string(work.path().join("proj/test_add.py")).unwrap();
     assert!(test_add.contains("== 5"), "{test_add}");
     assert_eq!(std::fs::read_to_string(work.path().join("proj/conftest.py")).unwrap(), "# the project's fixtures\n");

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, Permissions, RunConfig, Toolbox, Workspace};
+use noesis_agent::{
+    Action, AgentRun, ApprovalPolicy, Decision, Driver, Permissions, RunConfig, Toolbox, Verdict, Workspace,
+};
 use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_store::{Store, WorkflowVersion};
@@ -404,9 +406,21 @@ impl Solver<'_> {
                 ..Driver::new(self.provider.as_ref(), Arc::clone(&tools))
             };
             let mut keep = super::agent::Keep { store: self.store.as_ref(), project_id: self.project_id.clone() };
-            let action = driver.drive(&mut run, &mut keep).await?;
-            if let Action::AwaitApproval(_) = action {
-                bail!("CODER's run {run_id} waits for an approval, which solve never asks for");
+            // Only an `ask` rule makes CODER wait: no person is there, so
+            // the call is denied and the model told, and the run goes on.
+            while let Action::AwaitApproval(pending) = driver.drive(&mut run, &mut keep).await? {
+                let message =
+                    Some("solve asks no one: a rule asks a person about this call, so it does not run".into());
+                let denied: Vec<Decision> = pending
+                    .into_iter()
+                    .map(|p| Decision {
+                        call_id: p.call_id,
+                        tool: p.tool,
+                        arguments_hash: p.arguments_hash,
+                        verdict: Verdict::Deny { message: message.clone() },
+                    })
+                    .collect();
+                run.decide(&denied).with_context(|| format!("CODER's run {run_id}"))?;
             }
         }
         let outcome = run.outcome.as_ref().map_or_else(|| "unfinished".to_owned(), noesis_agent::outcome_name);

@@ -398,8 +398,10 @@ pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: Driv
 }
 
 fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> anyhow::Result<ExitCode> {
-    let interactive =
-        run.config.approval == ApprovalPolicy::Ask && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    // Under `auto` an `ask` rule may still make a call wait: a terminal asks.
+    let interactive = run.config.approval != ApprovalPolicy::Never
+        && std::io::stdin().is_terminal()
+        && std::io::stderr().is_terminal();
     let cancel = CancellationToken::new();
     let prices = Arc::clone(&ctx.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
