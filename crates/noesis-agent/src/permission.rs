@@ -619,10 +619,19 @@ impl Protected {
             return Err(format!("`{name}`: a protected path is relative to the workspace"));
         }
         let anywhere = PROTECTED.contains(&name);
+        // `*` and `?` are wildcards; brackets and braces are the file's own
+        // (`[id].test.ts`).
+        let mut pattern = String::with_capacity(name.len());
+        for c in name.chars() {
+            if matches!(c, '[' | ']' | '{' | '}') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
         let globs = if anywhere {
-            vec![path_glob(&format!("**/{name}"))?, path_glob(&format!("**/{name}/**"))?]
+            vec![path_glob(&format!("**/{pattern}"))?, path_glob(&format!("**/{pattern}/**"))?]
         } else {
-            vec![path_glob(name)?, path_glob(&format!("{name}/**"))?]
+            vec![path_glob(&pattern)?, path_glob(&format!("{pattern}/**"))?]
         };
         Ok(Protected { name: name.to_owned(), globs })
     }
@@ -687,7 +696,8 @@ impl Permissions {
     }
 
     /// Protects `path` (relative to the workspace; a folder protects what
-    /// is in it; a glob may be given) besides the built-in ones.
+    /// is in it; `*` and `?` are wildcards, brackets and braces literal)
+    /// besides the built-in ones.
     pub fn protect(&mut self, path: &str) -> Result<(), RuleError> {
         let p = Protected::new(path).map_err(|reason| RuleError {
             rule: path.to_owned(),

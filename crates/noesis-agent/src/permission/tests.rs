@@ -446,16 +446,19 @@ fn protected_paths_need_a_rule_that_names_them() {
     p.protect("tests/test_calc.py").unwrap();
     p.protect("spec/").unwrap();
     p.protect("**/conftest.py").unwrap();
+    p.protect("web/[id].test.ts").unwrap();
     for (path, refused) in [
         ("tests/test_calc.py", true),
         ("tests/test_new.py", false),
         ("spec/a/b.py", true),
         ("x/conftest.py", true),
+        ("web/[id].test.ts", true),
+        ("web/i.test.ts", false),
         ("calc.py", false),
     ] {
         assert_eq!(matches!(p.decide(&w, &at(path), ApprovalPolicy::Auto), Ruling::Refuse { .. }), refused, "{path}");
     }
-    assert_eq!(p.extra_protected(), ["tests/test_calc.py", "spec", "**/conftest.py"]);
+    assert_eq!(p.extra_protected(), ["tests/test_calc.py", "spec", "**/conftest.py", "web/[id].test.ts"]);
     // The toolbox's check of a real path (a symlink resolved) refuses the same.
     assert!(p.check_path("write_file", "tests/test_calc.py").is_err());
     assert!(p.check_path("edit_file", ".git/config").is_err());
