@@ -8,6 +8,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::permission::Permissions;
 use crate::run::{ToolEvidence, ToolOutput};
 use crate::tool::{Effects, ToolDecl};
 use crate::workspace::Workspace;
@@ -410,22 +411,17 @@ pub struct CommandRun<'a> {
     pub limit: std::time::Duration,
 }
 
-/// Runs a command if its words begin with the words of an `allowed` entry
-/// (`cargo test` allows `cargo test -p x`, not `cargo publish`), confined
-/// by the run's sandbox; what it started is dead when this returns.
-pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value, how: &CommandRun<'_>) -> ToolOutput {
+/// Runs a command if the permissions admit it (an operator's rule matches
+/// its argv, dangerous options spelled out) and no rule denies it (see
+/// [`crate::permission`]), confined by the run's sandbox; what it started
+/// is dead when this returns.
+pub fn run_command(ws: &Workspace, permissions: &Permissions, args: &Value, how: &CommandRun<'_>) -> ToolOutput {
     let line = args.get("command").and_then(Value::as_str).unwrap_or_default();
     let Some(argv) = shlex::split(line).filter(|a| !a.is_empty()) else {
         return ToolOutput::error(format!("`{line}` is not a command line (unbalanced quotes, or empty)"));
     };
-    let permitted =
-        allowed.iter().filter_map(|a| shlex::split(a)).any(|prefix| !prefix.is_empty() && argv.starts_with(&prefix));
-    if !permitted {
-        return ToolOutput::error(format!(
-            "`{}` is not allowed here; the operator allows: {}",
-            argv[0],
-            if allowed.is_empty() { "no commands".to_owned() } else { allowed.join(", ") }
-        ));
+    if let Err(why) = permissions.check_command(&argv) {
+        return ToolOutput::error(why);
     }
     let cwd = match ws.confine(args.get("cwd").and_then(Value::as_str).unwrap_or(".")) {
         Ok(c) => c,
@@ -478,7 +474,7 @@ pub fn run_command(ws: &Workspace, allowed: &[String], args: &Value, how: &Comma
 mod search_and_command_tests {
     use super::*;
 
-    fn cmd(w: &Workspace, allowed: &[String], args: &Value) -> ToolOutput {
+    fn cmd(w: &Workspace, allowed: &Permissions, args: &Value) -> ToolOutput {
         let sandbox =
             noesis_sandbox::Sandbox::new(&noesis_sandbox::Settings::default(), w.root(), &[]).map(std::sync::Arc::new);
         run_command(w, allowed, args, &CommandRun { sandbox: &sandbox, cancel: None, limit: crate::TOOL_TIMEOUT })
@@ -518,7 +514,7 @@ mod search_and_command_tests {
     #[test]
     fn commands_run_only_when_allowed_without_a_shell() {
         let (d, w) = ws();
-        let allowed = vec!["echo".to_owned(), "sh -c".to_owned(), "false".to_owned()];
+        let allowed = Permissions::from_commands(&["echo".to_owned(), "sh -c".to_owned(), "false".to_owned()]);
         let ok = cmd(&w, &allowed, &json!({"command": "echo 'a b' ; rm -rf x"}));
         assert!(!ok.is_error && ok.content.starts_with("exit code 0\n--- stdout\na b ; rm -rf x"), "{}", ok.content);
         let printed = noesis_frames::scan::hash_bytes("a b ; rm -rf x\n\0".as_bytes());
@@ -534,7 +530,18 @@ mod search_and_command_tests {
         assert!(failed.is_error && failed.content.starts_with("exit code 1"), "{}", failed.content);
         assert!(matches!(failed.evidence[..], [ToolEvidence::Command { exit_code: Some(1), .. }]));
         let refused = cmd(&w, &allowed, &json!({"command": "rm -rf src"}));
-        assert!(refused.is_error && refused.content.contains("not allowed") && refused.content.contains("echo"));
+        assert!(
+            refused.is_error && refused.content.contains("no rule admits") && refused.content.contains("echo"),
+            "{}",
+            refused.content
+        );
+        // Options that run other code are refused unless the rule names them.
+        let extra = cmd(&w, &allowed, &json!({"command": "false --version"}));
+        assert!(extra.content.starts_with("exit code"), "an honest extra argument runs: {}", extra.content);
+        let shell = Permissions::from_commands(&["sh".to_owned()]);
+        let refused_c = cmd(&w, &shell, &json!({"command": "sh -c 'touch made'"}));
+        assert!(refused_c.is_error && refused_c.content.contains("`-c`"), "{}", refused_c.content);
+        assert!(!d.path().join("made").exists());
         assert!(d.path().join("src").exists());
         // What the command started goes with it: a grandchild that outlived
         // its shell would leave a mark a second later.

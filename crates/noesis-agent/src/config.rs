@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::permission::Permissions;
 use crate::tool::ToolDecl;
 
 /// How the model works towards the answer.
@@ -20,6 +21,9 @@ pub enum Strategy {
 
 /// Whether calls of tools that write, run commands or use the network may
 /// run without a person's decision. Read-only tools never need one.
+/// Permission rules come first (see [`crate::permission`]): an `ask` rule
+/// asks under any policy, an `allow` rule runs without asking, and under
+/// `Never` nothing that changes the world runs, allow rules or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalPolicy {
@@ -92,6 +96,10 @@ pub struct RunConfig {
     /// Which tools a source adds while the run goes on are offered.
     #[serde(default, skip_serializing_if = "ToolFilter::is_empty")]
     pub tool_filter: ToolFilter,
+    /// The permission rules in force (a run stored before they existed
+    /// has none: its host may carry `allow_commands` to restore them).
+    #[serde(default, skip_serializing_if = "Permissions::is_empty")]
+    pub permissions: Permissions,
 }
 
 /// The tools a person chose to offer (`--tool`, `--no-tool`): kept with
@@ -129,6 +137,7 @@ impl Default for RunConfig {
             max_reflections: 2,
             max_output_tokens: None,
             tool_filter: ToolFilter::default(),
+            permissions: Permissions::default(),
         }
     }
 }

@@ -14,6 +14,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::builtin;
+use crate::permission::Permissions;
 use crate::run::{Action, AgentRun, Invocation, ToolOutput};
 use crate::tool::ToolDecl;
 use crate::workspace::Workspace;
@@ -49,7 +50,7 @@ pub trait ToolSource: Send + Sync {
 #[derive(Clone)]
 pub struct Toolbox {
     workspace: Workspace,
-    allowed_commands: Vec<String>,
+    permissions: Permissions,
     extra: BTreeMap<String, (ToolDecl, ToolFn)>,
     sources: Vec<Arc<dyn ToolSource>>,
     exec: Arc<Exec>,
@@ -86,7 +87,7 @@ impl std::fmt::Debug for Toolbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Toolbox")
             .field("workspace", &self.workspace)
-            .field("allowed_commands", &self.allowed_commands)
+            .field("permissions", &self.permissions)
             .field("extra", &self.extra.keys().collect::<Vec<_>>())
             .field("sources", &self.sources.len())
             .finish()
@@ -94,16 +95,30 @@ impl std::fmt::Debug for Toolbox {
 }
 
 impl Toolbox {
-    /// The tools over `workspace`; `run_command` runs only what
-    /// `allowed_commands` allows (leading words).
+    /// The tools over `workspace`; `run_command` runs only the commands
+    /// `allowed_commands` admit, each as `--allow-command` does (its words,
+    /// then any arguments: see [`Permissions::from_commands`]).
     pub fn new(workspace: Workspace, allowed_commands: Vec<String>) -> Toolbox {
+        Toolbox::with_permissions(workspace, Permissions::from_commands(&allowed_commands))
+    }
+
+    /// The tools over `workspace`, checking before a built-in runs what
+    /// `permissions` refuse whatever was decided (a command no operator
+    /// rule admits or a rule denies; a denied or protected path, by its
+    /// real path): the same permissions as the run's.
+    pub fn with_permissions(workspace: Workspace, permissions: Permissions) -> Toolbox {
         Toolbox {
             workspace,
-            allowed_commands,
+            permissions,
             extra: BTreeMap::new(),
             sources: Vec::new(),
             exec: Arc::new(Exec::new(noesis_sandbox::Settings::default(), Vec::new(), process_redactor())),
         }
+    }
+
+    /// The permissions the built-ins check.
+    pub fn permissions(&self) -> &Permissions {
+        &self.permissions
     }
 
     /// The same tools with commands confined by these sandbox settings;
@@ -141,8 +156,7 @@ impl Toolbox {
                 // A program the operator allowed by its full path runs from
                 // its installation, which must then be readable.
                 let mut settings = self.exec.settings.clone();
-                for allowed in &self.allowed_commands {
-                    let program = shlex::split(allowed).and_then(|w| w.into_iter().next()).unwrap_or_default();
+                for program in self.permissions.command_programs() {
                     settings.read_extra.extend(noesis_sandbox::paths::program_root(&program));
                 }
                 noesis_sandbox::Sandbox::new(&settings, self.workspace.root(), &self.exec.protected).map(Arc::new)
@@ -252,11 +266,32 @@ impl Toolbox {
         if call.tool == "run_command" {
             let sandbox = self.sandbox();
             let how = builtin::CommandRun { sandbox: &sandbox, cancel: ctx.cancel.as_ref(), limit: ctx.limit };
-            return builtin::run_command(&self.workspace, &self.allowed_commands, &call.arguments, &how);
+            return builtin::run_command(&self.workspace, &self.permissions, &call.arguments, &how);
+        }
+        if let Err(why) = self.check_path(call) {
+            return ToolOutput::error(why);
         }
         builtin::run_file_tool(&self.workspace, &call.tool, &call.arguments)
             .or_else(|| builtin::run_search_tool(&self.workspace, &call.tool, &call.arguments))
             .unwrap_or_else(|| ToolOutput::error(format!("no tool `{}` in this toolbox", call.tool)))
+    }
+}
+
+impl Toolbox {
+    /// The path a file tool touches, as it really is (symlinks followed),
+    /// checked against the rules: a symlink must not lead a write around a
+    /// protected path or a deny rule. A path that cannot be confined is
+    /// left to the tool, which refuses it.
+    fn check_path(&self, call: &Invocation) -> Result<(), String> {
+        const PATH_TOOLS: [&str; 5] = ["read_file", "list_dir", "write_file", "edit_file", "grep"];
+        if !PATH_TOOLS.contains(&call.tool.as_str()) {
+            return Ok(());
+        }
+        let given = call.arguments.get("path").and_then(Value::as_str).filter(|p| !p.is_empty()).unwrap_or(".");
+        match self.workspace.confine(given) {
+            Ok(real) => self.permissions.check_path(&call.tool, &self.workspace.shown(&real)),
+            Err(_) => Ok(()),
+        }
     }
 }
 

@@ -55,6 +55,7 @@ mod config;
 mod driver;
 pub mod events;
 mod memory;
+pub mod permission;
 mod record;
 mod replay;
 mod run;
@@ -73,6 +74,7 @@ pub use driver::{
 /// The tool registry by the seed's name: see [`Toolbox`].
 pub type ToolRegistry = Toolbox;
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
+pub use permission::{Effect, Layer, Permissions, RuleError, Ruling};
 pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};
 pub use run::{

@@ -10,7 +10,8 @@ use noesis_llm::{ChatRequest, ChatResponse, Message, ResponseFormat, ToolCall, T
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::config::{ApprovalPolicy, RunConfig, Strategy};
+use crate::config::{RunConfig, Strategy};
+use crate::permission::Ruling;
 use crate::record::{CallRecord, CallStatus};
 use crate::tool::{ToolDecl, argument_errors, clip};
 
@@ -374,6 +375,14 @@ pub enum StepError {
         call_id: String,
         /// The problems.
         errors: String,
+    },
+    /// Edited arguments are refused by the run's permission rules.
+    #[error("the edited arguments of call `{call_id}` are refused: {reason}")]
+    RefusedEdit {
+        /// The call.
+        call_id: String,
+        /// The rule's refusal.
+        reason: String,
     },
     /// The call was not handed out to execute now.
     #[error("call `{0}` was not handed out to execute now (ask `next` first)")]
@@ -988,7 +997,7 @@ When you have the answer, reply with it as plain text and call no tool.",
 
     /// A record for a proposed call, already decided when no person needs
     /// to decide: unknown tools and invalid arguments fail, the budget
-    /// denies, the policy approves or asks.
+    /// denies, the permission rules and the policy approve, ask or refuse.
     fn propose(&mut self, id: String, turn: u32, call: &ToolCall) -> CallRecord {
         self.usage.tool_calls += 1;
         let mut record = CallRecord {
@@ -1048,17 +1057,12 @@ When you have the answer, reply with it as plain text and call no tool.",
             refuse(&mut record, CallStatus::Failed, text);
             return record;
         }
-        record.status = if decl.effects.read_only() {
-            CallStatus::Approved
-        } else {
-            match self.config.approval {
-                ApprovalPolicy::Auto => CallStatus::Approved,
-                ApprovalPolicy::Ask => CallStatus::AwaitingApproval,
-                ApprovalPolicy::Never => {
-                    let text = format!("denied: `{}` changes the world and this run allows no such tool", decl.name);
-                    refuse(&mut record, CallStatus::Denied, text);
-                    return record;
-                }
+        record.status = match self.config.permissions.decide(&decl, &call.arguments, self.config.approval) {
+            Ruling::Run => CallStatus::Approved,
+            Ruling::Ask { .. } => CallStatus::AwaitingApproval,
+            Ruling::Refuse { reason } => {
+                refuse(&mut record, CallStatus::Denied, reason);
+                return record;
             }
         };
         record
@@ -1186,10 +1190,18 @@ When you have the answer, reply with it as plain text and call no tool.",
             if c.arguments_hash != d.arguments_hash {
                 return Err(StepError::StaleDecision { call_id: c.id.clone(), what: "arguments" });
             }
-            if let Verdict::ApproveEdited { arguments } = &d.verdict {
-                let errors = self.tool(&c.tool).map(|t| argument_errors(t, arguments)).unwrap_or_default();
+            if let Verdict::ApproveEdited { arguments } = &d.verdict
+                && let Some(decl) = self.tool(&c.tool)
+            {
+                let errors = argument_errors(decl, arguments);
                 if !errors.is_empty() {
                     return Err(StepError::InvalidEdit { call_id: c.id.clone(), errors: errors.join("; ") });
+                }
+                // An edit is a new call: the rules decide on it again, so
+                // no edit can smuggle in what they refuse.
+                if let Ruling::Refuse { reason } = self.config.permissions.decide(decl, arguments, self.config.approval)
+                {
+                    return Err(StepError::RefusedEdit { call_id: c.id.clone(), reason });
                 }
             }
         }

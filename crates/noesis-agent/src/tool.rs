@@ -53,6 +53,11 @@ pub struct ToolDecl {
     /// tool is withdrawn from it.
     #[serde(default = "default_retries")]
     pub max_failures: u32,
+    /// Where the tool comes from when it is neither built in nor the
+    /// host's: `mcp` for an MCP server's tool. Permission rules written
+    /// `mcp:NAME` match only tools from `mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 fn default_retries() -> u32 {
@@ -69,6 +74,7 @@ impl ToolDecl {
             effects: Effects::READ_ONLY,
             idempotent: true,
             max_failures: default_retries(),
+            source: None,
         }
     }
 

@@ -39,7 +39,13 @@ async fn read_edit_run_and_answer_over_openai_http() {
     ])
     .unwrap();
     let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec!["cat".into()]));
-    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    // The run decides on the same rules the toolbox checks.
+    let config = RunConfig {
+        tools: tools.decls(),
+        approval: ApprovalPolicy::Auto,
+        permissions: tools.permissions().clone(),
+        ..RunConfig::default()
+    };
     let mut run = AgentRun::new("r1", "Fix the typo in a.txt and show it.", config, 0);
     let mut stored: Vec<Value> = Vec::new();
     let end =

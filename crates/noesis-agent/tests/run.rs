@@ -3,8 +3,8 @@
 //! stopping and continuing through JSON at any step.
 
 use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, CallStatus, Decision, Effects, Entry, INTERRUPTED, NO_RESULT, Outcome, RunConfig,
-    SCHEMA_VERSION, StepError, StopReason, Strategy, ToolDecl, ToolOutput, Verdict,
+    Action, AgentRun, ApprovalPolicy, CallStatus, Decision, Effect, Effects, Entry, INTERRUPTED, Layer, NO_RESULT,
+    Outcome, Permissions, RunConfig, SCHEMA_VERSION, StepError, StopReason, Strategy, ToolDecl, ToolOutput, Verdict,
 };
 use noesis_llm::{ChatRequest, ChatResponse, ResponseFormat, Role, StructuredMode, ToolCall, Usage};
 use serde_json::{Value, json};
@@ -42,8 +42,21 @@ fn tools() -> Vec<ToolDecl> {
     ]
 }
 
+/// The commands the scripts run are admitted as `--allow-command` does.
 fn config(approval: ApprovalPolicy) -> RunConfig {
-    RunConfig { tools: tools(), approval, ..RunConfig::default() }
+    let commands = ["cargo test", "rm", "ls"].map(str::to_owned);
+    RunConfig { tools: tools(), approval, permissions: Permissions::from_commands(&commands), ..RunConfig::default() }
+}
+
+/// `config(approval)` with an operator's layer of rules.
+fn with_rules(approval: ApprovalPolicy, allow: &[&str], ask: &[&str], deny: &[&str]) -> RunConfig {
+    let mut layer = Layer::granting("operator");
+    for (effect, rules) in [(Effect::Allow, allow), (Effect::Ask, ask), (Effect::Deny, deny)] {
+        for r in rules {
+            layer.add(effect, r, "noesis.toml").unwrap();
+        }
+    }
+    RunConfig { permissions: Permissions::default().with_layer(layer), ..config(approval) }
 }
 
 /// What the scripted world did: requests seen, tools executed.
@@ -424,6 +437,130 @@ fn a_stored_run_of_another_schema_version_is_refused() {
     stored.as_object_mut().unwrap().remove("schema_version");
     assert!(matches!(AgentRun::from_json(&stored), Err(StepError::Corrupt(_))));
     assert!(matches!(AgentRun::from_json(&json!({"schema_version": SCHEMA_VERSION})), Err(StepError::Corrupt(_))));
+}
+
+#[test]
+fn a_run_stored_before_permissions_existed_loads_and_keeps_its_policy() {
+    // A run as an earlier build stored it: no `permissions` in its config.
+    let mut stored = AgentRun::new("r", "t", config(ApprovalPolicy::Ask), 0).to_json();
+    stored["config"].as_object_mut().unwrap().remove("permissions");
+    let mut run = AgentRun::from_json(&stored).unwrap();
+    assert!(!run.config.permissions.has_rules());
+    let mut replies = vec![
+        calls(&[
+            ("r1", "read_file", json!({"path": "a"})),
+            ("w1", "edit_file", json!({"path": "a", "old": "x", "new": "y"})),
+            ("x1", "run_command", json!({"command": "ls"})),
+        ]),
+        text("done"),
+    ]
+    .into_iter();
+    let mut log = Log::default();
+    let p = pending(&drive(&mut run, &mut replies, &mut echo_tool, &mut log, true));
+    // The policy asks as before; a command no rule names is refused, as the
+    // toolbox refused it before (now without asking anyone first).
+    assert_eq!(p.iter().map(|p| p.call_id.as_str()).collect::<Vec<_>>(), ["w1"]);
+    assert_eq!(run.call("r1").unwrap().status, CallStatus::Approved);
+    let x1 = run.call("x1").unwrap();
+    assert_eq!(x1.status, CallStatus::Denied);
+    assert!(x1.result.as_deref().unwrap().contains("no rule admits the command `ls`"), "{x1:?}");
+}
+
+#[test]
+fn deny_wins_and_names_the_rule_ask_asks_under_auto_allow_runs_under_ask() {
+    // Under auto: the deny refuses, the ask waits for a person.
+    let cfg = with_rules(
+        ApprovalPolicy::Auto,
+        &["edit_file", "run_command(cargo *)"],
+        &["edit_file(src/**)"],
+        &["edit_file(src/secret.rs)", "run_command(cargo publish *)"],
+    );
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = vec![
+        calls(&[
+            ("d1", "edit_file", json!({"path": "src/secret.rs", "old": "x", "new": "y"})),
+            ("d2", "run_command", json!({"command": "cargo --locked publish"})),
+            ("a1", "edit_file", json!({"path": "src/lib.rs", "old": "x", "new": "y"})),
+            ("ok", "edit_file", json!({"path": "docs/a.md", "old": "x", "new": "y"})),
+        ]),
+        text("done"),
+    ]
+    .into_iter();
+    let mut log = Log::default();
+    let p = pending(&drive(&mut run, &mut replies, &mut echo_tool, &mut log, true));
+    assert_eq!(p.iter().map(|p| p.call_id.as_str()).collect::<Vec<_>>(), ["a1"]);
+    let d1 = run.call("d1").unwrap();
+    assert_eq!(d1.status, CallStatus::Denied);
+    assert_eq!(d1.result.as_deref(), Some("denied by the rule `edit_file(src/secret.rs)` (deny, noesis.toml)"));
+    let d2 = run.call("d2").unwrap().result.clone().unwrap();
+    assert!(d2.contains("`run_command(cargo publish *)`"), "a global option in between does not slip past: {d2}");
+    assert_eq!(run.call("ok").unwrap().status, CallStatus::Approved);
+    run.decide(&[decision(&p[0], Verdict::Approve)]).unwrap();
+    assert_eq!(answer(drive(&mut run, &mut replies, &mut echo_tool, &mut log, true)), "done");
+    let ran: Vec<&str> = log.executed.iter().map(|(_, a)| a["path"].as_str().unwrap()).collect();
+    assert_eq!(ran, ["src/lib.rs", "docs/a.md"], "the denied calls never ran");
+
+    // Under ask: an explicit allow runs without asking.
+    let cfg = with_rules(ApprovalPolicy::Ask, &["run_command(cargo test *)"], &[], &[]);
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = vec![calls(&[("c", "run_command", json!({"command": "cargo test -q"}))]), text("ok")].into_iter();
+    let mut log = Log::default();
+    assert_eq!(answer(drive(&mut run, &mut replies, &mut echo_tool, &mut log, false)), "ok");
+    assert_eq!(log.executed.len(), 1);
+}
+
+#[test]
+fn an_edited_approval_is_decided_again_so_no_edit_smuggles_in_a_refused_call() {
+    let cfg = with_rules(ApprovalPolicy::Ask, &[], &["run_command(cargo test *)"], &["run_command(rm *)"]);
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = vec![calls(&[("c", "run_command", json!({"command": "cargo test"}))]), text("ok")].into_iter();
+    let mut log = Log::default();
+    let p = pending(&drive(&mut run, &mut replies, &mut echo_tool, &mut log, true));
+    let before = run.to_json();
+    for (edit, says) in [
+        ("rm -rf /", "denied by the rule `run_command(rm *)`"),
+        ("cargo test --config target.x.runner=evil", "`--config`"),
+        ("sh -c evil", "no rule admits"),
+    ] {
+        let e =
+            run.decide(&[decision(&p[0], Verdict::ApproveEdited { arguments: json!({"command": edit}) })]).unwrap_err();
+        assert!(
+            matches!(&e, StepError::RefusedEdit { call_id, reason } if call_id == "c" && reason.contains(says)),
+            "{edit}: {e}"
+        );
+        assert_eq!(run.to_json(), before, "a refused edit changes nothing");
+    }
+    run.decide(&[decision(&p[0], Verdict::ApproveEdited { arguments: json!({"command": "cargo test -p x"}) })])
+        .unwrap();
+    assert_eq!(answer(drive(&mut run, &mut replies, &mut echo_tool, &mut log, true)), "ok");
+    assert_eq!(log.executed, [("run_command".to_owned(), json!({"command": "cargo test -p x"}))]);
+}
+
+#[test]
+fn a_write_to_a_protected_path_is_refused_and_said_so() {
+    let mut cfg = with_rules(ApprovalPolicy::Auto, &["edit_file"], &[], &[]);
+    cfg.permissions.protect("tests/test_calc.py").unwrap();
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let edit = |path: &str| json!({"path": path, "old": "x", "new": "y"});
+    let mut replies = vec![
+        calls(&[
+            ("g", "edit_file", edit(".git/config")),
+            ("t", "edit_file", edit("tests/../tests/test_calc.py")),
+            ("n", "edit_file", edit("noesis.toml")),
+            ("ok", "edit_file", edit("calc.py")),
+        ]),
+        text("done"),
+    ]
+    .into_iter();
+    let mut log = Log::default();
+    assert_eq!(answer(drive(&mut run, &mut replies, &mut echo_tool, &mut log, true)), "done");
+    assert_eq!(log.executed.len(), 1, "only calc.py was edited");
+    for (id, path) in [("g", ".git/config"), ("t", "tests/test_calc.py"), ("n", "noesis.toml")] {
+        let c = run.call(id).unwrap();
+        assert_eq!(c.status, CallStatus::Denied);
+        assert!(c.result.as_deref().unwrap().contains(&format!("`{path}` is a protected path")), "{c:?}");
+        assert_eq!(run.config.permissions.protected_write(&c.tool, &c.arguments).as_deref(), Some(path));
+    }
 }
 
 #[test]

@@ -143,7 +143,13 @@ impl Case {
     }
 
     fn run(&self, approval: ApprovalPolicy, limits: Limits) -> AgentRun {
-        let config = RunConfig { tools: self.tools.decls(), approval, limits, ..RunConfig::default() };
+        let config = RunConfig {
+            tools: self.tools.decls(),
+            approval,
+            limits,
+            permissions: self.tools.permissions().clone(),
+            ..RunConfig::default()
+        };
         AgentRun::new("r", "Fix the typo in a.txt.", config, 0)
     }
 

@@ -65,6 +65,9 @@ pub(crate) struct Config {
     /// The frame plugins' settings (`[frames]`).
     #[serde(default)]
     pub frames: FramesEntry,
+    /// Rules for agent tools (`[permissions]`).
+    #[serde(default)]
+    pub permissions: PermissionsEntry,
     /// How commands chosen by a model are confined (`[sandbox]`).
     #[serde(default)]
     pub sandbox: SandboxEntry,
@@ -133,6 +136,7 @@ impl Config {
             read_extra: e.read_extra.iter().map(expand).collect(),
             write_extra: e.write_extra.iter().map(expand).collect(),
             env: e.env.clone(),
+            set_env: std::collections::BTreeMap::new(),
             cpu_seconds: e.cpu_seconds.or(defaults.cpu_seconds),
             memory_mb: e.memory_mb.or(defaults.memory_mb),
             file_mb: e.file_mb.or(defaults.file_mb),
@@ -146,6 +150,24 @@ impl Config {
         names.extend(self.redact.names.iter().cloned());
         std::sync::Arc::new(noesis_sandbox::Redactor::from_env(&names, &self.redact.values))
     }
+}
+
+/// `[permissions]`: `allow`, `ask` and `deny` rules for agent tools
+/// (`run_command(cargo test *)`, `write_file(src/**)`, `mcp:fs__*`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct PermissionsEntry {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub ask: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+    /// Every rule of every file read, with where it was written
+    /// (`FILE: permissions.deny[0]`): the user's and the project's rules
+    /// both count, so a project's file cannot drop the user's deny rules.
+    #[serde(skip)]
+    pub sourced: Vec<(noesis_agent::Effect, String, String)>,
 }
 
 /// `[plugins.NAME]`: a plugin that is a program speaking JSON lines.
@@ -218,9 +240,8 @@ pub(crate) struct McpServerEntry {
     /// Seconds one call may take.
     pub timeout: Option<u64>,
     /// The operator vouches for the server: its process runs unconfined
-    /// and its tools' `readOnlyHint` is believed.
-    #[serde(default)]
-    pub trusted: bool,
+    /// and its tools' `readOnlyHint` is believed (default false).
+    pub trusted: Option<bool>,
     /// Its process may use the network (it still runs confined).
     #[serde(default)]
     pub network: bool,
@@ -258,7 +279,7 @@ impl McpServerEntry {
             Some(secs) => spec.call_timeout = std::time::Duration::from_secs(secs),
             None => {}
         }
-        spec.trusted = self.trusted;
+        spec.trusted = self.trusted.unwrap_or(false);
         spec.network = self.network;
         Ok(spec)
     }
@@ -416,6 +437,12 @@ impl Config {
         self.workflow.imlazy_state = over.workflow.imlazy_state.or(self.workflow.imlazy_state);
         self.registry.url = over.registry.url.or(self.registry.url);
         self.registry.ttl_seconds = over.registry.ttl_seconds.or(self.registry.ttl_seconds);
+        // Rules add up (deny wins over the files together): a closer file
+        // cannot take back a rule of the user's.
+        self.permissions.allow.extend(over.permissions.allow);
+        self.permissions.ask.extend(over.permissions.ask);
+        self.permissions.deny.extend(over.permissions.deny);
+        self.permissions.sourced.extend(over.permissions.sourced);
         let (sb, o) = (&mut self.sandbox, over.sandbox);
         sb.mode = o.mode.or(sb.mode);
         sb.network = o.network.or(sb.network);
@@ -472,6 +499,10 @@ impl Config {
         for (name, server) in &self.mcp.servers {
             server.spec(name, &path.display().to_string())?;
         }
+        let mut check = noesis_agent::Layer::granting("check");
+        for (effect, rule, from) in &self.permissions.sourced {
+            check.add(*effect, rule, from)?;
+        }
         for (name, plugin) in &self.plugins {
             if plugin.command.first().is_none_or(|p| p.trim().is_empty()) {
                 return Err(bad(format!(
@@ -525,7 +556,22 @@ impl Config {
 }
 
 fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
-    let config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let mut config: Config = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let p = &config.permissions;
+    let sourced = [
+        (noesis_agent::Effect::Allow, &p.allow),
+        (noesis_agent::Effect::Ask, &p.ask),
+        (noesis_agent::Effect::Deny, &p.deny),
+    ]
+    .into_iter()
+    .flat_map(|(effect, rules)| {
+        rules
+            .iter()
+            .enumerate()
+            .map(move |(i, r)| (effect, r.clone(), format!("{}: permissions.{}[{i}]", path.display(), effect.as_str())))
+    })
+    .collect();
+    config.permissions.sourced = sourced;
     config.validate(path)?;
     Ok(config)
 }
@@ -581,7 +627,7 @@ fn check_project_sandbox(c: &Config, path: &Path) -> anyhow::Result<()> {
         );
     }
     for (name, server) in &c.mcp.servers {
-        if server.trusted || server.network {
+        if server.trusted == Some(true) || server.network {
             anyhow::bail!(
                 "{}: mcp.servers.{name}: a project's noesis.toml cannot mark an MCP server trusted or give it the network (its process would run unconfined, or reach out); say it in the user config",
                 path.display()
@@ -689,6 +735,35 @@ mod tests {
             let e = format!("{:#}", p(text).unwrap_err());
             assert!(e.contains(says), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn permission_rules_are_checked_named_by_file_and_key_and_add_up() {
+        let c =
+            p("[permissions]\nallow = [\"run_command(cargo test *)\"]\ndeny = [\"write_file(.env)\", \"mcp:fs__*\"]\n\
+                   [mcp.servers.fs]\ncommand = \"x\"\ntrusted = true\n")
+            .unwrap();
+        assert_eq!(c.permissions.deny, ["write_file(.env)", "mcp:fs__*"]);
+        assert_eq!(c.permissions.sourced[2].2, "noesis.toml: permissions.deny[1]");
+        assert!(c.mcp.servers["fs"].spec("fs", "noesis.toml").unwrap().trusted);
+        for (text, says) in [
+            (
+                "[permissions]\nallow = [\"run_command(cargo test\"]\n",
+                "noesis.toml: permissions.allow[0]: `run_command(cargo test`",
+            ),
+            ("[permissions]\nask = [\"ok\", \"glob(src/**)\"]\n", "permissions.ask[1]"),
+            ("[permissions]\nallowed = []\n", "allowed"),
+        ] {
+            let e = format!("{:#}", p(text).unwrap_err());
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        let user = p("[permissions]\ndeny = [\"run_command(rm *)\"]").unwrap();
+        let project = p("[permissions]\nallow = [\"run_command\"]").unwrap();
+        let both = user.overlay(project);
+        assert_eq!(
+            (both.permissions.deny.len(), both.permissions.allow.len(), both.permissions.sourced.len()),
+            (1, 1, 2)
+        );
     }
 
     #[test]

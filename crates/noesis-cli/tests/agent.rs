@@ -711,9 +711,10 @@ fn mcp_server_tools_from_the_config_pause_for_approval_and_reconnect_on_resume()
         work.path().join("shared").canonicalize().unwrap()
     });
     std::fs::write(shared.join("in.txt"), "7\n").unwrap();
-    work.write(
-        "noesis.toml",
-        &format!("[mcp.servers.files]\ncommand = {fs:?}\nargs = [{:?}]\n", shared.to_str().unwrap()),
+    // Trust is the user's to give (a project's noesis.toml cannot).
+    let user = work.write(
+        "user.toml",
+        &format!("[mcp.servers.files]\ncommand = {fs:?}\nargs = [{:?}]\ntrusted = true\n", shared.to_str().unwrap()),
     );
     let server = FakeServer::start(vec![
         call("m1", "files__read_text_file", json!({"path": shared.join("in.txt")})),
@@ -721,7 +722,13 @@ fn mcp_server_tools_from_the_config_pause_for_approval_and_reconnect_on_resume()
         Reply::Chat("Doubled.".into()),
     ])
     .unwrap();
-    let o = output(agent(&work, &server).args(["Double in.txt", "--workspace", &ws, "--run-id", "r-mcp"]));
+    let o = output(agent(&work, &server).env("NOESIS_CONFIG", &user).args([
+        "Double in.txt",
+        "--workspace",
+        &ws,
+        "--run-id",
+        "r-mcp",
+    ]));
     assert_eq!(o.code, 3, "{}", o.stderr);
     assert!(o.stderr.contains("starting MCP server files"), "{}", o.stderr);
     // The model was offered the server's tools under the server's name.
@@ -742,9 +749,37 @@ fn mcp_server_tools_from_the_config_pause_for_approval_and_reconnect_on_resume()
     let o = output(work.noesis_bare().args(["agent", "approve", "r-mcp"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     // Another process: the server is started again from the config.
-    let o = output(agent(&work, &server).args(["resume", "r-mcp"]));
+    let o = output(agent(&work, &server).env("NOESIS_CONFIG", &user).args(["resume", "r-mcp"]));
     assert_eq!((o.code, o.stdout.as_str()), (0, "Doubled.\n"), "{}", o.stderr);
     assert_eq!(std::fs::read_to_string(shared.join("out.txt")).unwrap(), "14");
+}
+
+/// Issue 25: a server's `readOnlyHint` approves nothing unless the server
+/// is configured `trusted = true`.
+#[test]
+fn an_untrusted_mcp_servers_read_only_tool_waits_for_approval() {
+    let Some(fs) = filesystem_server("an_untrusted_mcp_servers_read_only_tool") else { return };
+    let work = Work::new();
+    let ws = ws(&work);
+    std::fs::create_dir_all(work.path().join("shared")).unwrap();
+    let shared = work.path().join("shared").canonicalize().unwrap();
+    std::fs::write(shared.join("in.txt"), "7\n").unwrap();
+    work.write(
+        "noesis.toml",
+        &format!("[mcp.servers.files]\ncommand = {fs:?}\nargs = [{:?}]\n", shared.to_str().unwrap()),
+    );
+    let server = FakeServer::start(vec![
+        call("m1", "files__read_text_file", json!({"path": shared.join("in.txt")})),
+        Reply::Chat("7".into()),
+    ])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["Read in.txt", "--workspace", &ws, "--run-id", "r-untrusted"]));
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    let run = shown(&work, "r-untrusted");
+    assert_eq!(run["calls"][0]["status"], "awaiting_approval");
+    assert_eq!(run["calls"][0]["evidence"], Value::Null, "nothing was read before the decision");
+    let offered = server.received()[0].json()["tools"].to_string();
+    assert!(offered.contains("says it is read-only, but the server is not trusted"), "{offered}");
 }
 
 #[test]
@@ -754,7 +789,16 @@ fn the_agent_drives_noesis_own_mcp_server_through_the_mcp_flag() {
     let bin = assert_cmd::cargo::cargo_bin("noesis");
     let flag = format!("self={} mcp --provider test", bin.to_string_lossy());
     let server = FakeServer::start(vec![call("s1", "self__list", json!({})), Reply::Chat("Listed.".into())]).unwrap();
-    let o = output(agent(&work, &server).args(["What modules are there?", "--workspace", &ws, "--mcp", &flag]));
+    // A server named by a flag is not trusted: a rule lets its tools run.
+    let o = output(agent(&work, &server).args([
+        "What modules are there?",
+        "--workspace",
+        &ws,
+        "--mcp",
+        &flag,
+        "--allow-tool",
+        "mcp:self__*",
+    ]));
     assert_eq!((o.code, o.stdout.as_str()), (0, "Listed.\n"), "{}", o.stderr);
     let result = &tool_messages(&server, 1)[0];
     assert!(result["content"].as_str().unwrap().contains("\"valid\""), "{result}");
@@ -851,4 +895,139 @@ fn local_only_refuses_a_cloud_route_and_a_failing_provider_falls_back() {
     let o = output(work.noesis_bare().args(["agent", "Hi", "--workspace", &ws]));
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("agent.roles.thinking"), "{}", o.stderr);
+}
+
+/// A scripted model tries the prefix bypass of issue 25 (`cargo test
+/// --config …runner=…` under a rule for `cargo test`): refused before
+/// anything runs, while a plain `cargo test` runs (a real cargo on a tiny
+/// crate); `[permissions]` of noesis.toml and the rule flags decide each
+/// call, and an edited approval cannot smuggle in a denied write.
+#[test]
+fn permission_rules_refuse_the_cargo_config_bypass_and_let_cargo_test_run() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/Cargo.toml", "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n");
+    work.write(
+        "ws/src/lib.rs",
+        "pub fn two() -> u32 {\n    2\n}\n\n#[test]\nfn it_is_two() {\n    assert_eq!(two(), 2);\n}\n",
+    );
+    work.write(
+        "noesis.toml",
+        "[permissions]\nallow = [\"run_command(cargo test *)\"]\ndeny = [\"write_file(Cargo.toml)\", \"edit_file(Cargo.toml)\"]\n",
+    );
+    let runner = "target.x86_64-unknown-linux-gnu.runner='sh -c \"touch pwned\"'";
+    let server = FakeServer::start(vec![
+        call("c1", "run_command", json!({"command": format!("cargo test --offline --config {runner}")})),
+        call("c2", "run_command", json!({"command": "cargo test --offline -q"})),
+        call("c3", "write_file", json!({"path": "Cargo.toml", "content": "[package]\n"})),
+        call("c4", "edit_file", json!({"path": "src/lib.rs", "old": "2\n}", "new": "1 + 1\n}"})),
+        Reply::Chat("Tested.".into()),
+    ])
+    .unwrap();
+    let o = output(
+        agent(&work, &server)
+            .args(["Test it", "--workspace", &ws, "--run-id", "r-perm", "--ask-tool", "edit_file(src/**)"])
+            .env("CARGO_TARGET_DIR", work.path().join("cargo-target")),
+    );
+    // Under the default `ask` the allowed command ran without asking; the
+    // explicit ask waits.
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    let run = shown(&work, "r-perm");
+    let status = |i: usize| run["calls"][i]["status"].as_str().unwrap().to_owned();
+    let result = |i: usize| run["calls"][i]["result"].as_str().unwrap_or_default().to_owned();
+    assert_eq!([status(0), status(1), status(2), status(3)], ["denied", "completed", "denied", "awaiting_approval"]);
+    assert!(result(0).contains("`--config`") && result(0).contains("run_command(cargo test *)"), "{}", result(0));
+    assert!(!work.path().join("ws/pwned").exists(), "the runner never ran");
+    assert_eq!(run["calls"][1]["evidence"][0]["exit_code"], 0, "{}", result(1));
+    assert!(result(1).contains("exit code 0"), "{}", result(1));
+    assert!(
+        result(2).contains("denied by the rule `write_file(Cargo.toml)`") && result(2).contains("permissions.deny[0]"),
+        "{}",
+        result(2)
+    );
+    // The model was told why, in the call's result.
+    assert!(tool_messages(&server, 1)[0]["content"].as_str().unwrap().contains("`--config`"));
+    // The rules are on record with the run, where each came from.
+    let rules = run["config"]["permissions"]["layers"][0]["rules"].to_string();
+    assert!(rules.contains("--ask-tool") && rules.contains("permissions.allow[0]"), "{rules}");
+    // An edit of the pending call into a denied one is refused; nothing changes.
+    let smuggled = r#"{"path": "Cargo.toml", "old": "demo", "new": "evil"}"#;
+    let o = output(work.noesis_bare().args(["agent", "approve", "r-perm", "c4", "--args", smuggled]));
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("refused") && o.stderr.contains("edit_file(Cargo.toml)"), "{}", o.stderr);
+    assert_eq!(shown(&work, "r-perm")["calls"][3]["status"], "awaiting_approval");
+    let o = output(work.noesis_bare().args(["agent", "approve", "r-perm", "c4"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    // Resumed in another process: the rules come from the run, not the file.
+    std::fs::remove_file(work.path().join("noesis.toml")).unwrap();
+    let o = output(agent(&work, &server).args(["resume", "r-perm"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Tested.\n"), "{}", o.stderr);
+    assert!(std::fs::read_to_string(work.path().join("ws/src/lib.rs")).unwrap().contains("1 + 1"));
+    assert!(std::fs::read_to_string(work.path().join("ws/Cargo.toml")).unwrap().contains("demo"));
+    // A rule that does not parse names itself and where it came from.
+    let o = output(agent(&work, &server).args(["x", "--workspace", &ws, "--deny-tool", "run_command(cargo"]));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("--deny-tool: `run_command(cargo`"), "{}", o.stderr);
+    work.write("noesis.toml", "[permissions]\nask = [\"glob(src/**)\"]\n");
+    let o = output(agent(&work, &server).args(["x", "--workspace", &ws]));
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("permissions.ask[0]") && o.stderr.contains("takes no pattern"), "{}", o.stderr);
+}
+
+/// `--allow-command` is the rule `run_command(CMD *)`: it runs under
+/// `--approve auto`, still asks under `ask`, and a dangerous option after
+/// its words is refused; a run stored before rules were recorded (only
+/// `allow_commands` in its host) resumes with the same rule.
+#[test]
+fn allow_command_is_sugar_for_a_command_rule_and_old_runs_keep_it() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/ok.sh", "echo fine\n");
+    let server = FakeServer::start(vec![
+        call("a1", "run_command", json!({"command": "sh ok.sh"})),
+        Reply::Chat("ok".into()),
+        call("c1", "run_command", json!({"command": "sh ok.sh"})),
+        call("c2", "run_command", json!({"command": "sh -c 'touch pwned' ok.sh"})),
+        call("c3", "run_command", json!({"command": "sh ok.sh"})),
+        Reply::Chat("done".into()),
+    ])
+    .unwrap();
+    let start = |id: &str, approve: &str| {
+        output(agent(&work, &server).args([
+            "Check",
+            "--workspace",
+            &ws,
+            "--run-id",
+            id,
+            "--allow-command",
+            "sh",
+            "--approve",
+            approve,
+        ]))
+    };
+    let o = start("r-auto", "auto");
+    assert_eq!((o.code, o.stdout.as_str()), (0, "ok\n"), "{}", o.stderr);
+    let o = start("r-old", "ask");
+    assert_eq!(o.code, 3, "{}", o.stderr);
+    assert_eq!(shown(&work, "r-old")["calls"][0]["status"], "awaiting_approval");
+    // The run as an earlier build stored it: no rules in its config.
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = noesis_store::open(&work.path().join(".noesis/noesis.db").to_string_lossy()).await.unwrap();
+        let mut state = store.agent_state("r-old", None).await.unwrap().unwrap();
+        state.state["config"].as_object_mut().unwrap().remove("permissions");
+        assert_eq!(state.state["host"]["allow_commands"], json!(["sh"]));
+        state.step += 1;
+        state.state["step"] = json!(state.step);
+        store.save_agent_state(&state).await.unwrap();
+    });
+    assert_eq!(shown(&work, "r-old")["config"].get("permissions"), None);
+    assert_eq!(output(work.noesis_bare().args(["agent", "approve", "r-old"])).code, 0);
+    let o = output(agent(&work, &server).args(["resume", "r-old", "--approve", "auto"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "done\n"), "{}", o.stderr);
+    let run = shown(&work, "r-old");
+    let status: Vec<&str> = run["calls"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap()).collect();
+    assert_eq!(status, ["completed", "denied", "completed"]);
+    assert!(run["calls"][1]["result"].as_str().unwrap().contains("`-c`"), "{run}");
+    assert!(!work.path().join("ws/pwned").exists());
 }

@@ -114,7 +114,7 @@ fn the_provider_key_printed_by_a_command_reaches_neither_the_model_nor_the_store
             .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
             .env("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
             .args(["agent", "Summarise notes.md", "--workspace", &ws_arg, "--approve", "auto"])
-            .args(["--allow-command", "python3", "--allow-command", "cat"]),
+            .args(["--allow-command", "python3 -c", "--allow-command", "cat"]),
     );
     assert_eq!(o.code, 0, "{}", o.stderr);
     let sent = results_sent(&llm);
@@ -133,6 +133,36 @@ fn the_provider_key_printed_by_a_command_reaches_neither_the_model_nor_the_store
 }
 
 #[test]
+fn prefix_bypasses_of_allowed_commands_are_refused_before_anything_runs() {
+    let work = Work::new();
+    let llm = FakeServer::start(vec![
+        run("c1", "cargo test --config 'target.x86_64-unknown-linux-gnu.runner=\"touch pwned\"'"),
+        run("c2", "git -c alias.x='!touch pwned' x"),
+        run("c3", "pytest -p evilplugin"),
+        run("c4", "python3 -c \"open('pwned', 'w')\""),
+        run("c5", "python3 -m evilmodule"),
+        Reply::Chat("done".into()),
+    ])
+    .unwrap();
+    let o = hostile(&work, &llm, &["cargo test", "git", "pytest", "python3 -m pytest"], &[]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let sent = results_sent(&llm);
+    assert_eq!(sent.len(), 5, "{sent:?}");
+    for r in &sent {
+        assert!(
+            (r.starts_with("error: ") || r.starts_with("refused")) && !r.contains("exit code"),
+            "refused before running: {r}"
+        );
+    }
+    assert!(!work.path().join("ws/pwned").exists());
+    let shown = output(work.noesis_bare().args(["agent", "show", o.json()["run_id"].as_str().unwrap(), "--json"]));
+    let shown = shown.json();
+    let statuses: Vec<&str> =
+        shown["calls"].as_array().unwrap().iter().map(|c| c["status"].as_str().unwrap_or_default()).collect();
+    assert!(statuses.iter().all(|s| *s == "denied" || *s == "failed"), "{statuses:?}");
+}
+
+#[test]
 fn a_private_key_in_the_home_folder_is_never_read() {
     let work = Work::new();
     // HOME is the work folder (see support::Work): ~/.ssh is beside ws.
@@ -148,7 +178,7 @@ fn a_private_key_in_the_home_folder_is_never_read() {
         Reply::Chat("done".into()),
     ])
     .unwrap();
-    let o = hostile(&work, &llm, &["cat", "python3", "sh -c"], &[]);
+    let o = hostile(&work, &llm, &["cat", "python3 -c", "sh -c"], &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let sent = results_sent(&llm);
     assert!(sent[..2].iter().all(|r| r.starts_with("error: ")), "both reads failed: {sent:?}");
@@ -168,7 +198,7 @@ fn nothing_is_written_outside_the_workspace() {
         Reply::Chat("done".into()),
     ])
     .unwrap();
-    let o = hostile(&work, &llm, &["python3"], &[]);
+    let o = hostile(&work, &llm, &["python3 -c"], &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(!outside.exists() && !work.path().join("outside2.txt").exists(), "a file was written outside");
     assert_eq!(std::fs::read_to_string(work.path().join("ws/inside.txt")).unwrap(), "fine", "inside still works");
@@ -188,7 +218,7 @@ fn no_connection_is_made_from_a_command() {
         Reply::Chat("done".into()),
     ])
     .unwrap();
-    let o = hostile(&work, &llm, &["python3"], &[]);
+    let o = hostile(&work, &llm, &["python3 -c"], &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(listener.accept().is_err(), "a connection reached the listener");
     let sent = results_sent(&llm);
@@ -200,7 +230,7 @@ fn no_connection_is_made_from_a_command() {
         Reply::Chat("done".into()),
     ])
     .unwrap();
-    let o = hostile(&work, &llm, &["python3"], &["--allow-network"]);
+    let o = hostile(&work, &llm, &["python3 -c"], &["--allow-network"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     let mut tries = 0;
     while listener.accept().is_err() {
@@ -222,7 +252,7 @@ fn a_detached_child_does_not_outlive_the_run() {
         Reply::Chat("done".into()),
     ])
     .unwrap();
-    let o = hostile(&work, &llm, &["python3"], &[]);
+    let o = hostile(&work, &llm, &["python3 -c"], &[]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     std::thread::sleep(Duration::from_millis(2500));
     assert!(!late.exists(), "a detached process kept running after the run ended and wrote a file");
@@ -247,7 +277,7 @@ fn sandbox_off_is_loud_and_recorded_and_a_project_file_cannot_choose_it() {
     let work = Work::new();
     let ws = ws(&work);
     let llm = FakeServer::start(vec![run("c1", "python3 -c \"print('hi')\""), Reply::Chat("done".into())]).unwrap();
-    let o = hostile(&work, &llm, &["python3"], &["--sandbox", "off"]);
+    let o = hostile(&work, &llm, &["python3 -c"], &["--sandbox", "off"]);
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stderr.contains("warning: the sandbox is off"), "{}", o.stderr);
     assert!(results_sent(&llm)[0].starts_with("[ran unconfined"), "{:?}", results_sent(&llm));

@@ -426,6 +426,45 @@ fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finis
     assert_eq!(status, 404);
 }
 
+/// A request's `permissions` only narrow the operator's: its `allow` of
+/// what noesis.toml asks about or denies still asks or denies, its `deny`
+/// refuses, and a rule that does not parse is a 400 naming the field.
+#[test]
+fn a_requests_permissions_narrow_the_operators_and_never_widen_them() {
+    let work = Work::new();
+    work.write(
+        "noesis.toml",
+        "[agent]\napprove = \"auto\"\n\n[permissions]\nask = [\"write_file(ask.txt)\"]\ndeny = [\"write_file(secret.txt)\"]\n",
+    );
+    let fake = FakeServer::start(vec![
+        tool_reply("c1", "write_file", &json!({"path": "secret.txt", "content": "x"})),
+        tool_reply("c2", "write_file", &json!({"path": "other.txt", "content": "x"})),
+        tool_reply("c3", "write_file", &json!({"path": "free.txt", "content": "x"})),
+        tool_reply("c4", "write_file", &json!({"path": "ask.txt", "content": "x"})),
+    ])
+    .unwrap();
+    let s = agent_serve(&work, &fake);
+    let bad = json!({"task": "x", "permissions": {"deny": ["run_command("]}});
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&bad), None);
+    assert_eq!(status, 400, "{env}");
+    assert!(env["error"]["message"].as_str().unwrap().contains("permissions.deny[0]"), "{env}");
+    let request = json!({"task": "Write files", "permissions": {
+        "allow": ["write_file(secret.txt)", "write_file(ask.txt)", "run_command"],
+        "deny": ["write_file(other.txt)"],
+    }});
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&request), None);
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let shown = wait_status(&s.addr, &id, "awaiting_approval");
+    let calls = shown["run"]["calls"].as_array().unwrap();
+    let status = |i: usize| calls[i]["status"].as_str().unwrap();
+    assert_eq!([status(0), status(1), status(2), status(3)], ["denied", "denied", "completed", "awaiting_approval"]);
+    assert!(calls[0]["result"].as_str().unwrap().contains("write_file(secret.txt)"), "{shown}");
+    assert!(calls[1]["result"].as_str().unwrap().contains("(deny, permissions.deny[0])"), "{shown}");
+    assert!(!work.path().join("secret.txt").exists() && !work.path().join("other.txt").exists());
+    assert!(work.path().join("free.txt").exists());
+}
+
 #[test]
 fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
     let work = Work::new();

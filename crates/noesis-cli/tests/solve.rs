@@ -508,3 +508,74 @@ fn a_rust_crate_is_fixed_through_cargo_test() {
     assert_eq!(s["test_results"]["anchor_tests"], json!([muls, adds]));
     assert_eq!(s["file_context"], json!({"src/lib.rs": "modified"}));
 }
+
+/// Issue 25: CODER may not change what judges it. An edit of the test file
+/// a `--test` command names, and a write of an existing conftest.py, are
+/// refused (the model is told), said on stderr and kept in the state's
+/// error_log; VERIFIER judges with the tests as they were; a new test file
+/// of CODER's own is still welcome.
+#[test]
+fn coder_cannot_change_the_tests_that_judge_it() {
+    let Some(pytest) = pytest("coder_cannot_change_the_tests") else { return };
+    let t = tests(&pytest);
+    let work = Work::new();
+    project(&work);
+    work.write("proj/conftest.py", "# the project's fixtures\n");
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        call("cheat", "edit_file", json!({"path": "test_add.py", "old": "== 5", "new": "== -1"})),
+        call("plug", "write_file", json!({"path": "conftest.py", "content": "import os\n"})),
+        call("asks", "write_file", json!({"path": "notes.txt", "content": "gone\n"})),
+        fix(),
+        call("own", "write_file", json!({"path": "test_more.py", "content": "def test_one():\n    assert 1\n"})),
+        Reply::Chat("Fixed add.".into()),
+    ])
+    .unwrap();
+    // An `ask` rule in solve, where no person is asked: the call is denied
+    // and the model told; the episode goes on.
+    let o = solve(
+        &work,
+        &llm,
+        &[
+            "Make test_add pass",
+            "--workspace",
+            "proj",
+            "--test",
+            &t.add,
+            "--test",
+            &t.mul,
+            "--ask-tool",
+            "write_file(notes.txt)",
+        ],
+    );
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(
+        o.stderr.contains("refused: CODER may not change test_add.py, conftest.py (they judge it)"),
+        "{}",
+        o.stderr
+    );
+    assert_eq!(std::fs::read_to_string(work.path().join("proj/notes.txt")).unwrap(), "keep me\n");
+    let denied = llm.received()[5].json().to_string();
+    assert!(denied.contains("solve asks no one"), "{denied}");
+    let test_add = std::fs::read_to_string(work.path().join("proj/test_add.py")).unwrap();
+    assert!(test_add.contains("== 5"), "{test_add}");
+    assert_eq!(std::fs::read_to_string(work.path().join("proj/conftest.py")).unwrap(), "# the project's fixtures\n");
+    assert!(work.path().join("proj/test_more.py").exists());
+    let told = llm.received()[3].json().to_string();
+    assert!(told.contains("`test_add.py` is a protected path"), "{told}");
+    let s = dump(&work);
+    let refused = &s["error_log"][0];
+    assert_eq!(
+        (&refused["type"], &refused["paths"]),
+        (&json!("protected_write"), &json!(["test_add.py", "conftest.py"]))
+    );
+    assert!(refused["run"].as_str().unwrap().contains("-coder-0"), "{refused}");
+    // The rules CODER ran under are on record with its run.
+    let run = output(work.noesis_bare().args(["agent", "show", refused["run"].as_str().unwrap(), "--json"])).json();
+    let protected = run["config"]["permissions"]["protected"].to_string();
+    assert!(
+        protected.contains("test_add.py") && protected.contains("test_mul.py") && protected.contains("conftest.py"),
+        "{protected}"
+    );
+}

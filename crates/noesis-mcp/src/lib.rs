@@ -3,12 +3,14 @@
 //! [`McpServers::connect`] starts or reaches each configured server through
 //! the official SDK (`rmcp`: a child process over stdio, or streamable
 //! HTTP), lists its tools and offers them to a run as a
-//! [`noesis_agent::ToolSource`], each under `SERVER__TOOL`. A tool's
-//! annotations decide what it may do: `readOnlyHint: true` is read-only
-//! (no approval, may run beside other read-only calls), anything else
-//! changes the world outside the workspace and waits for a decision;
-//! `idempotentHint: true` lets a call interrupted by a crash run again on
-//! resume. A server's `isError` result, a protocol error, a timeout and a
+//! [`noesis_agent::ToolSource`], each under `SERVER__TOOL` (declared with
+//! `source: mcp`, so permission rules written `mcp:NAME` match them). A
+//! tool's annotations are hints, believed only for a server configured
+//! `trusted`: there `readOnlyHint: true` is read-only (no approval, may run
+//! beside other read-only calls); anything else, and every tool of a server
+//! that is not trusted, changes the world outside the workspace and waits
+//! for a decision; `idempotentHint: true` lets a call interrupted by a
+//! crash run again on resume. A server's `isError` result, a protocol error, a timeout and a
 //! server that is gone are each a tool error the model sees, with the kind
 //! on record ([`noesis_agent::ToolEvidence::Mcp`]).
 //!
@@ -50,8 +52,10 @@ pub struct ServerSpec {
     /// How long one call may take.
     pub call_timeout: Duration,
     /// The operator vouches for it (`trusted = true`): its process runs
-    /// unconfined and its tool annotations are believed. Otherwise a
-    /// program server runs in the sandbox.
+    /// unconfined and its tool annotations are believed (`readOnlyHint`
+    /// makes a tool read-only: it runs without approval). Otherwise a
+    /// program server runs in the sandbox and every tool is treated as
+    /// changing the world.
     pub trusted: bool,
     /// Its process may use the network (`network = true`).
     pub network: bool,
@@ -104,6 +108,14 @@ impl ServerSpec {
             trusted: false,
             network: false,
         }
+    }
+
+    /// The same server, its annotations believed and its process
+    /// unconfined (see [`ServerSpec::trusted`]).
+    #[must_use]
+    pub fn trusted(mut self) -> ServerSpec {
+        self.trusted = true;
+        self
     }
 
     /// Parses `--mcp NAME='CMD ARGS'` (the command split like a shell
@@ -369,7 +381,7 @@ impl Server {
             .map_err(|_| McpError::List { server: self.spec.name.clone(), message: "timed out".into() })?
             .map_err(|e| McpError::List { server: self.spec.name.clone(), message: e.to_string() })?;
         let offered: Vec<Offered> =
-            listed.iter().map(|t| Offered { decl: declare(&self.spec.name, t), remote: t.name.to_string() }).collect();
+            listed.iter().map(|t| Offered { decl: declare(&self.spec, t), remote: t.name.to_string() }).collect();
         *self.tools.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = offered;
         self.revision.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -562,12 +574,15 @@ async fn keep_tail(mut stderr: tokio::process::ChildStderr, tail: Arc<Mutex<Vec<
     }
 }
 
-/// The run's declaration of a server's tool.
-fn declare(server: &str, tool: &rmcp::model::Tool) -> ToolDecl {
+/// The run's declaration of a server's tool: its hints believed only when
+/// the server is trusted.
+fn declare(spec: &ServerSpec, tool: &rmcp::model::Tool) -> ToolDecl {
+    let server = spec.name.as_str();
     let hints = tool.annotations.as_ref();
-    let read_only = hints.and_then(|h| h.read_only_hint) == Some(true);
+    let says_read_only = hints.and_then(|h| h.read_only_hint) == Some(true);
+    let read_only = says_read_only && spec.trusted;
     // The spec's defaults: not read-only is destructive unless it says not.
-    let destructive = !read_only && hints.and_then(|h| h.destructive_hint) != Some(false);
+    let destructive = !says_read_only && hints.and_then(|h| h.destructive_hint) != Some(false);
     let idempotent = read_only || hints.and_then(|h| h.idempotent_hint) == Some(true);
     let mut description = tool.description.as_deref().unwrap_or("").trim().to_owned();
     if description.is_empty() {
@@ -575,6 +590,8 @@ fn declare(server: &str, tool: &rmcp::model::Tool) -> ToolDecl {
     }
     let what = if read_only {
         "read-only"
+    } else if says_read_only {
+        "says it is read-only, but the server is not trusted: a call waits for approval like any change"
     } else if destructive {
         "may change or delete data"
     } else {
@@ -588,6 +605,7 @@ fn declare(server: &str, tool: &rmcp::model::Tool) -> ToolDecl {
     let effects = if read_only { Effects::READ_ONLY } else { Effects { external: true, ..Effects::default() } };
     let mut decl = ToolDecl::read_only(&prefixed(server, &tool.name), &description, parameters).with_effects(effects);
     decl.idempotent = idempotent;
+    decl.source = Some("mcp".into());
     decl
 }
 

@@ -44,7 +44,8 @@ async fn filesystem_server_tools_are_listed_with_their_hints_and_called() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "alpha\nbeta\n").unwrap();
     let root = dir.path().canonicalize().unwrap();
-    let servers = McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap();
+    let servers =
+        McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()]).await.unwrap();
     let decls = servers.decls();
     let find = |name: &str| decls.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("no {name} in {decls:?}"));
     // Read tools carry readOnlyHint: read-only, idempotent; writing ones
@@ -92,8 +93,8 @@ async fn git_and_time_servers_from_pypi_answer() {
     sh(&["-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "first commit"]);
     std::fs::write(repo.join("untracked.txt"), "x").unwrap();
     let servers = McpServers::connect(vec![
-        ServerSpec::command("git", &git, &["--repository", repo.to_str().unwrap()]),
-        ServerSpec::command("time", &time, &["--local-timezone", "UTC"]),
+        ServerSpec::command("git", &git, &["--repository", repo.to_str().unwrap()]).trusted(),
+        ServerSpec::command("time", &time, &["--local-timezone", "UTC"]).trusted(),
     ])
     .await
     .unwrap();
@@ -211,8 +212,9 @@ async fn a_run_reads_without_asking_and_waits_for_approval_to_write() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("in.txt"), "42\n").unwrap();
-    let servers =
-        Arc::new(McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap());
+    let servers = Arc::new(
+        McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()]).await.unwrap(),
+    );
     let llm = FakeServer::start(vec![
         tool_call("c1", "fs__read_text_file", json!({"path": root.join("in.txt")})),
         tool_call("c2", "fs__write_file", json!({"path": root.join("out.txt"), "content": "42 doubled is 84"})),
@@ -259,6 +261,55 @@ async fn a_run_reads_without_asking_and_waits_for_approval_to_write() {
     servers.shutdown().await;
 }
 
+/// A server that is not configured `trusted` gets no approval for its
+/// `readOnlyHint`: the same read waits for a person, its description says
+/// why, and a rule `mcp:fs__read*` lets it run without asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untrusted_servers_read_only_hint_approves_nothing() {
+    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "an_untrusted_servers_read_only_hint") else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("in.txt"), "42\n").unwrap();
+    let servers =
+        Arc::new(McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap());
+    let decls = servers.decls();
+    let read = decls.iter().find(|d| d.name == "fs__read_text_file").unwrap();
+    assert!(!read.effects.read_only() && read.effects.external, "{read:?}");
+    assert!(read.description.contains("not trusted"), "{}", read.description);
+    assert_eq!(read.source.as_deref(), Some("mcp"));
+    let ws = tempfile::tempdir().unwrap();
+    let tools = Arc::new(
+        Toolbox::new(Workspace::new(ws.path()).unwrap(), vec![])
+            .with_source(Arc::clone(&servers) as Arc<dyn ToolSource>),
+    );
+    let read_call = tool_call("c1", "fs__read_text_file", json!({"path": root.join("in.txt")}));
+    for allowed in [false, true] {
+        let llm = FakeServer::start(vec![read_call.clone(), Reply::Chat("42".into())]).unwrap();
+        let mut permissions = noesis_agent::Permissions::default();
+        if allowed {
+            let mut layer = noesis_agent::Layer::granting("operator");
+            layer.add(noesis_agent::Effect::Allow, "mcp:fs__read*", "test").unwrap();
+            permissions.push(layer);
+        }
+        let config = RunConfig {
+            tools: tools.decls().into_iter().filter(|d| d.name.starts_with("fs__")).collect(),
+            approval: ApprovalPolicy::Ask,
+            permissions,
+            ..RunConfig::default()
+        };
+        let mut run = AgentRun::new("r1", "What is in in.txt?", config, 0);
+        let action = drive(&mut run, &provider(&llm), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+        if allowed {
+            assert_eq!(action, Action::Done(Outcome::Answer { text: "42".into() }));
+        } else {
+            let Action::AwaitApproval(pending) = action else { panic!("{action:?}") };
+            assert_eq!(pending[0].tool, "fs__read_text_file");
+            assert_eq!(llm.received().len(), 1, "nothing read before the decision");
+        }
+    }
+    servers.shutdown().await;
+}
+
 /// An MCP tool's `execute_tool` span carries the MCP attributes (merged
 /// into it, as the conventions ask, not a second span), and a call the
 /// server refused says so in `error.type`.
@@ -282,7 +333,9 @@ fn an_mcp_tool_call_span_carries_the_mcp_attributes() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let servers = Arc::new(
-            McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap(),
+            McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()])
+                .await
+                .unwrap(),
         );
         let ws = tempfile::tempdir().unwrap();
         let tools = Arc::new(
@@ -338,7 +391,9 @@ async fn a_tool_list_that_changes_mid_run_is_offered_from_the_next_turn() {
     let Some(python) = sdk_python("a_tool_list_that_changes_mid_run") else { return };
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/changing.py");
     let servers = Arc::new(
-        McpServers::connect(vec![ServerSpec::command("chg", &python, &[script.to_str().unwrap()])]).await.unwrap(),
+        McpServers::connect(vec![ServerSpec::command("chg", &python, &[script.to_str().unwrap()]).trusted()])
+            .await
+            .unwrap(),
     );
     let names = |d: Vec<noesis_agent::ToolDecl>| d.into_iter().map(|d| d.name).collect::<Vec<_>>();
     assert_eq!(names(servers.decls()), ["chg__unlock"]);
@@ -396,7 +451,7 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let url = format!("http://127.0.0.1:{port}/mcp");
-    let servers = McpServers::connect(vec![ServerSpec::http("web", &url)]).await;
+    let servers = McpServers::connect(vec![ServerSpec::http("web", &url).trusted()]).await;
     let servers = match servers {
         Ok(s) => s,
         Err(e) => {

@@ -46,6 +46,10 @@ pub struct Settings {
     pub write_extra: Vec<PathBuf>,
     /// More environment variables to pass, by name.
     pub env: Vec<String>,
+    /// Variables set for every process (noesis's own choices, such as
+    /// `PYTHONDONTWRITEBYTECODE` for test runs whose files are restored).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub set_env: std::collections::BTreeMap<String, String>,
     /// CPU seconds per process (`RLIMIT_CPU`); none by default.
     pub cpu_seconds: Option<u64>,
     /// Memory per process, in MiB (`RLIMIT_DATA`).
@@ -62,6 +66,7 @@ impl Default for Settings {
             read_extra: Vec::new(),
             write_extra: Vec::new(),
             env: Vec::new(),
+            set_env: std::collections::BTreeMap::new(),
             cpu_seconds: None,
             memory_mb: Some(DEFAULT_MEMORY_MB),
             file_mb: Some(DEFAULT_FILE_MB),

@@ -229,13 +229,17 @@ impl Sandbox {
         }
         let host: Vec<(String, String)> =
             std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
-        let env = crate::secrets::child_env(
+        let mut env = crate::secrets::child_env(
             &host,
             &settings.env,
             &run_dir.join("home"),
             &run_dir.join("tmp"),
             &facts.toolchains,
         );
+        for (k, v) in &settings.set_env {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
+        }
         let (confinement, policy) = match settings.mode {
             Mode::Off => (Confinement::Off, None),
             Mode::On => {

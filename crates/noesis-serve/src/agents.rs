@@ -73,6 +73,46 @@ pub struct AgentRequest {
     /// Critique each answer and go on while the goal is not achieved.
     #[serde(default)]
     pub reflect: bool,
+    /// Rules of this run's own, on top of the operator's: they can only
+    /// narrow (see [`RequestPermissions`]).
+    #[serde(default)]
+    pub permissions: Option<RequestPermissions>,
+}
+
+/// Permission rules a client adds to its run (`{"allow": [], "ask": [],
+/// "deny": []}`, written as in `[permissions]`). They form a narrowing
+/// layer: `deny` and `ask` apply, `allow` admits nothing the operator's
+/// rules do not.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestPermissions {
+    /// Accepted for the same rule files everywhere; widens nothing.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Ask a person first.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Refuse.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+impl RequestPermissions {
+    /// The rules as a narrowing layer; a rule that does not parse is an
+    /// error naming its field (`permissions.deny[0]`).
+    pub fn layer(&self) -> Result<noesis_agent::Layer, noesis_agent::RuleError> {
+        let mut layer = noesis_agent::Layer::narrowing("request");
+        for (effect, rules) in [
+            (noesis_agent::Effect::Allow, &self.allow),
+            (noesis_agent::Effect::Ask, &self.ask),
+            (noesis_agent::Effect::Deny, &self.deny),
+        ] {
+            for (i, rule) in rules.iter().enumerate() {
+                layer.add(effect, rule, &format!("permissions.{}[{i}]", effect.as_str()))?;
+            }
+        }
+        Ok(layer)
+    }
 }
 
 /// Limits a client may set on its run.
@@ -203,7 +243,11 @@ impl AgentRuns {
             return Err((StatusCode::BAD_REQUEST, "`task` is empty: say what the agent should do".into()));
         }
         let id = uuid::Uuid::now_v7().to_string();
-        let run = self.host.create(&id, &request).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        let mut run = self.host.create(&id, &request).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        // The request's own rules narrow the operator's, whatever the host.
+        if let Some(p) = &request.permissions {
+            run.config.permissions.push(p.layer().map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?);
+        }
         self.host.save(&run).await.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
         self.spawn(run).await;
         Ok(id)

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use noesis_agent::{Action, AgentRun, ApprovalPolicy, Driver, RunConfig, Toolbox, Workspace};
+use noesis_agent::{
+    Action, AgentRun, ApprovalPolicy, Decision, Driver, Permissions, RunConfig, Toolbox, Verdict, Workspace,
+};
 use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_store::{Store, WorkflowVersion};
@@ -64,6 +66,8 @@ pub(crate) struct Args {
     quiet: bool,
     #[command(flatten)]
     sandbox: crate::cmd::sandbox::SandboxArgs,
+    #[command(flatten)]
+    rules: super::agent::rules::RuleFlags,
     #[command(flatten)]
     provider: crate::provider::ProviderArgs,
 }
@@ -216,7 +220,10 @@ fn judging_files(workspace: &Path, tests: &[String], anchors: &[String]) -> Vec<
     let words = tests.iter().flat_map(|t| shlex::split(t).unwrap_or_default());
     let cases = anchors.iter().filter_map(|a| a.split_once("::").map(|(f, _)| f.to_owned()));
     for w in words.chain(cases) {
-        let w = w.trim_start_matches("--junitxml=").to_owned();
+        // Options, and the reports they name, judge nothing.
+        if w.starts_with('-') {
+            continue;
+        }
         let rel = PathBuf::from(&w);
         if rel.is_absolute() || rel.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
             continue;
@@ -244,9 +251,10 @@ struct Solver<'a> {
     blobs: PathBuf,
     test_timeout: Duration,
     quiet: bool,
-    /// Commands CODER's `run_command` may run besides the tests
-    /// (`[agent] allow_commands`).
-    allow_commands: Vec<String>,
+    /// The operator's rules for CODER (`[permissions]`, the rule flags,
+    /// `[agent] allow_commands`); each run adds the tests as commands and
+    /// protects the files that judge it.
+    permissions: Permissions,
     /// How the tests and CODER's commands are confined.
     sandbox: noesis_sandbox::Settings,
     /// What redacts what they print.
@@ -259,8 +267,8 @@ impl Solver<'_> {
     /// read-only.
     fn test_sandbox(&self, tests: &[String], anchors: &[String]) -> anyhow::Result<Arc<noesis_sandbox::Sandbox>> {
         let mut settings = self.sandbox.clone();
-        for t in tests.iter().chain(&self.allow_commands) {
-            let program = shlex::split(t).and_then(|w| w.into_iter().next()).unwrap_or_default();
+        let named = tests.iter().filter_map(|t| shlex::split(t).and_then(|w| w.into_iter().next()));
+        for program in named.chain(self.permissions.command_programs()) {
             settings.read_extra.extend(noesis_sandbox::paths::program_root(&program));
         }
         let protected = judging_files(&self.workspace, tests, anchors);
@@ -428,24 +436,21 @@ impl Solver<'_> {
         let run_id = head.episode["coder_run"].as_str().unwrap_or_default().to_owned();
         let tests = strings(&head.episode["tests"]);
         let workspace = Workspace::new(&self.workspace).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let mut allowed = tests.clone();
-        allowed.extend(self.allow_commands.iter().cloned());
-        let anchors = strings(&head.state["test_results"]["anchor_tests"]);
-        // CODER's commands may not change the files that judge it.
-        let protected = judging_files(&self.workspace, &tests, &anchors);
-        let tools = Arc::new(
-            Toolbox::new(workspace, allowed)
-                .with_sandbox(self.sandbox.clone(), protected)
-                .with_redactor(Arc::clone(&self.redactor)),
-        );
+        let snap = load_manifest(head.episode["snapshot"].as_str())?;
+        let permissions = self.coder_permissions(&head, &tests, &snap)?;
         let mut run = match self.store.agent_state(&run_id, None).await? {
             Some(stored) => {
                 let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {run_id}"))?;
+                if !run.config.permissions.has_rules() {
+                    run.config.permissions = permissions;
+                }
                 run.resume();
                 run
             }
             None => {
-                let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+                let decls = Toolbox::with_permissions(workspace.clone(), permissions.clone()).decls();
+                let config =
+                    RunConfig { tools: decls, approval: ApprovalPolicy::Auto, permissions, ..RunConfig::default() };
                 let mut run =
                     AgentRun::new(run_id.clone(), coder_task(&head.state, &tests), config, super::agent::now_ms());
                 run.host = json!({"task": format!("CODER of episode {}", head.state["episode_id"].as_str().unwrap_or_default()),
@@ -454,6 +459,14 @@ impl Solver<'_> {
                 run
             }
         };
+        // CODER's commands may not change what judges it either: the same
+        // paths are read-only in its sandbox.
+        let protected: Vec<PathBuf> = run.config.permissions.extra_protected().iter().map(PathBuf::from).collect();
+        let tools = Arc::new(
+            Toolbox::with_permissions(workspace, run.config.permissions.clone())
+                .with_sandbox(self.sandbox.clone(), protected)
+                .with_redactor(Arc::clone(&self.redactor)),
+        );
         if run.outcome.is_none() {
             let prices = Arc::clone(&self.prices);
             let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
@@ -465,15 +478,30 @@ impl Solver<'_> {
                 ..Driver::new(self.provider.as_ref(), Arc::clone(&tools))
             };
             let mut keep = super::agent::Keep { store: self.store.as_ref(), project_id: self.project_id.clone() };
-            let action = driver.drive(&mut run, &mut keep).await?;
-            if let Action::AwaitApproval(_) = action {
-                bail!("CODER's run {run_id} waits for an approval, which solve never asks for");
+            // Only an `ask` rule makes CODER wait: no person is there, so
+            // the call is denied and the model told, and the run goes on.
+            while let Action::AwaitApproval(pending) = driver.drive(&mut run, &mut keep).await? {
+                let message =
+                    Some("solve asks no one: a rule asks a person about this call, so it does not run".into());
+                let denied: Vec<Decision> = pending
+                    .into_iter()
+                    .map(|p| Decision {
+                        call_id: p.call_id,
+                        tool: p.tool,
+                        arguments_hash: p.arguments_hash,
+                        verdict: Verdict::Deny { message: message.clone() },
+                    })
+                    .collect();
+                run.decide(&denied).with_context(|| format!("CODER's run {run_id}"))?;
             }
         }
         let outcome = run.outcome.as_ref().map_or_else(|| "unfinished".to_owned(), noesis_agent::outcome_name);
-        let snap = load_manifest(head.episode["snapshot"].as_str())?;
         let changes = snapshot::diff(&self.workspace, &snap)?;
         self.note(&format!("    {outcome}; {} path(s) changed", changes.count()));
+        let refused = protected_refusals(&run);
+        if !refused.is_empty() {
+            self.note(&format!("    refused: CODER may not change {} (they judge it)", refused.join(", ")));
+        }
         let mut files = serde_json::Map::new();
         for (paths, role) in
             [(&changes.modified, "modified"), (&changes.created, "created"), (&changes.deleted, "deleted")]
@@ -505,6 +533,13 @@ impl Solver<'_> {
                 "thought_trace",
                 json!({"type": "coder", "run": run_id, "outcome": outcome, "changed": changes.count()}),
             )?;
+            if !refused.is_empty() {
+                noesis_workflow::append(
+                    s,
+                    "error_log",
+                    json!({"type": "protected_write", "run": run_id, "paths": refused}),
+                )?;
+            }
             noesis_workflow::transition(s, "VERIFIER", &now()).map(|_| ())
         })
         .await??;
@@ -660,6 +695,99 @@ fn load_manifest(path: Option<&str>) -> anyhow::Result<Snapshot> {
     serde_json::from_slice(&bytes).with_context(|| format!("the snapshot manifest {path}"))
 }
 
+impl Solver<'_> {
+    /// CODER's rules: the operator's, the test commands admitted as
+    /// `--allow-command` does, and what judges CODER protected.
+    fn coder_permissions(
+        &self,
+        head: &WorkflowVersion,
+        tests: &[String],
+        snap: &Snapshot,
+    ) -> anyhow::Result<Permissions> {
+        let mut permissions = self.permissions.clone();
+        let mut layer = noesis_agent::Layer::granting("tests");
+        for t in tests {
+            // A test line the tool could not split is no command it runs.
+            let _ = layer.add_command(t, "--test");
+        }
+        permissions.push(layer);
+        let own: Vec<String> = head.state["test_results"]["ai_tests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t["file"].as_str().map(str::to_owned))
+            .collect();
+        for path in judged_files(snap, tests, &strings(&head.state["test_results"]["anchor_tests"]), &own) {
+            permissions.protect(&path)?;
+        }
+        Ok(permissions)
+    }
+}
+
+/// What judges CODER, which it may not change: the files and folders the
+/// test commands name, the anchors' files, and the tree's test files by
+/// name (`tests/`, `test_*`, `*_test.*`, `*.test.*`, `*.spec.*`,
+/// `conftest.py`) — not CODER's own earlier tests unless they became
+/// anchors. Only what exists: CODER may add tests of its own.
+fn judged_files(snap: &Snapshot, tests: &[String], anchors: &[String], own: &[String]) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for word in tests.iter().flat_map(|t| t.split_whitespace()) {
+        let word = word.trim_matches(['\'', '"', ';']);
+        // A report the command writes judges nothing; it must stay writable.
+        if word.starts_with("--junitxml") || word.starts_with("--junit-xml") {
+            continue;
+        }
+        let word = word.rsplit_once('=').map_or(word, |(_, v)| v);
+        let path = word.split("::").next().unwrap_or(word).trim_start_matches("./").trim_end_matches('/');
+        let exists = snap.entries.contains_key(path) || snap.dirs.contains(path);
+        if exists && !path.is_empty() && path != "." && !path.starts_with('-') {
+            out.insert(path.to_owned());
+        }
+    }
+    for anchor in anchors {
+        // `tests/test_x.py::name`, or JUnit's dotted `tests.test_x.Case::name`.
+        let Some((module, _)) = anchor.split_once("::") else { continue };
+        if snap.entries.contains_key(module) {
+            out.insert(module.to_owned());
+            continue;
+        }
+        let mut parts: Vec<&str> = module.split('.').collect();
+        while !parts.is_empty() {
+            let file = format!("{}.py", parts.join("/"));
+            if snap.entries.contains_key(&file) {
+                out.insert(file);
+                break;
+            }
+            parts.pop();
+        }
+    }
+    for path in snap.entries.keys() {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let by_name =
+            is_test_file(path) || name == "conftest.py" || name.contains(".spec.") || path.contains("/tests/");
+        if by_name && !own.contains(path) {
+            out.insert(path.clone());
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// The paths CODER's calls were refused for as protected (at proposal, or
+/// by the toolbox through a symlink).
+fn protected_refusals(run: &AgentRun) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in &run.calls {
+        let Some(text) = c.result.as_deref().filter(|_| c.is_error) else { continue };
+        let Some(start) = text.find("refused: `").map(|i| i + "refused: `".len()) else { continue };
+        let Some(len) = text[start..].find("` is a protected path") else { continue };
+        let path = text[start..start + len].to_owned();
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
 fn is_test_file(path: &str) -> bool {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.starts_with("test_") || name.contains("_test.") || name.contains(".test.") || path.starts_with("tests/")
@@ -731,6 +859,11 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
                 None => a.sandbox.settings(&config),
             };
         crate::cmd::sandbox::warn_if_off(&sandbox, a.quiet);
+        // A restored file keeps its size and mtime, so bytecode Python
+        // cached from the version that was reverted would look current:
+        // test runs of an episode write none.
+        let mut sandbox = sandbox;
+        sandbox.set_env.insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
         let recorded_sandbox = serde_json::to_value(&sandbox)?;
         let workspace = if a.resume {
             let Some(h) = in_progress else { bail!("no unfinished episode to resume in this project") };
@@ -778,6 +911,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             }
             root
         };
+        let commands: Vec<(&str, &str)> =
+            config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
+        let ws = Workspace::new(&workspace).with_context(|| format!("the workspace {}", workspace.display()))?;
+        let permissions = super::agent::rules::operator(&config, &a.rules, &commands, &ws)?;
         let noesis_home = crate::memory::home()?;
         let blobs = noesis_home.join("snapshots").join(super::state::project_hash(&project.root)).join("blobs");
         let provider = crate::cmd::agent::with_text_tools(crate::provider::select(&a.provider, &config, None)?, &config);
@@ -793,7 +930,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             blobs,
             test_timeout: Duration::from_secs(a.test_timeout),
             quiet: a.quiet,
-            allow_commands: config.agent.allow_commands.clone(),
+            permissions,
             sandbox,
             redactor: config.redactor(),
         };

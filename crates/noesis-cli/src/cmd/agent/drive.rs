@@ -11,7 +11,7 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use noesis_agent::{
     Action, AgentRun, ApprovalPolicy, Checkpoint, Decision, Driver, Limits, MemoryBuffer, MemoryKind, Outcome, Pending,
-    Progress, RunConfig, Strategy, Toolbox, Verdict, Workspace,
+    Permissions, Progress, RunConfig, Strategy, Toolbox, Verdict, Workspace,
 };
 use noesis_llm::{ChatResponse, PriceTable, Provider};
 use noesis_modules::search::SearchPath;
@@ -166,16 +166,17 @@ pub(crate) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> A
     if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
 }
 
-/// The tools over `workspace`, with the host's own, commands confined by
-/// `sandbox` and results redacted by the config's rules.
+/// The tools over `workspace`, checking `permissions` (the run's), with
+/// the host's own, commands confined by `sandbox` and results redacted by
+/// the config's rules.
 fn toolbox(
     workspace: &Workspace,
-    allow_commands: Vec<String>,
+    permissions: Permissions,
     host: &super::tools::Host,
     sandbox: noesis_sandbox::Settings,
     config: &Config,
 ) -> Toolbox {
-    let tools = Toolbox::new(workspace.clone(), allow_commands)
+    let tools = Toolbox::with_permissions(workspace.clone(), permissions)
         .with_sandbox(sandbox, Vec::new())
         .with_redactor(config.redactor());
     super::tools::with_host_tools(tools, host)
@@ -195,6 +196,14 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
     let mut allow_commands = config.agent.allow_commands.clone();
     allow_commands.extend(a.allow_commands.iter().cloned());
+    let commands: Vec<(&str, &str)> = config
+        .agent
+        .allow_commands
+        .iter()
+        .map(|c| (c.as_str(), "[agent] allow_commands"))
+        .chain(a.allow_commands.iter().map(|c| (c.as_str(), "--allow-command")))
+        .collect();
+    let permissions = super::rules::operator(&config, &a.rules, &commands, &workspace)?;
     let sandbox = a.sandbox.settings(&config);
     crate::cmd::sandbox::warn_if_off(&sandbox, a.drive.quiet);
     let rt = crate::memory::runtime()?;
@@ -236,6 +245,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         limits,
         reflect: a.reflect,
         tool_filter: noesis_agent::ToolFilter { only: a.tools.clone(), except: a.no_tools.clone() },
+        permissions: permissions.clone(),
         ..RunConfig::default()
     };
     let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
@@ -280,7 +290,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         project_id: project.project_id.clone(),
         project,
         provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, allow_commands, &host, sandbox, &config), mcp.as_ref())),
+        tools: Arc::new(with_mcp(toolbox(&workspace, permissions, &host, sandbox, &config), mcp.as_ref())),
         prices: prices(&config),
         json: a.drive.json,
         quiet: a.drive.quiet,
@@ -328,10 +338,6 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
     let config = load_config()?;
     let root = run.host["workspace"].as_str().map(PathBuf::from).context("the run does not name its workspace")?;
     let workspace = Workspace::new(&root).with_context(|| format!("the run's workspace {}", root.display()))?;
-    let allow: Vec<String> = run.host["allow_commands"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
     let provider = with_text_tools(provider_for(run, &d.provider, &config)?, &config);
     let (project, store) = rt.block_on(crate::memory::context())?;
     let store: Arc<dyn Store> = Arc::from(store);
@@ -363,7 +369,10 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         project,
         project_id,
         provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, allow, &host, sandbox, &config), mcp.as_ref())),
+        tools: Arc::new(with_mcp(
+            toolbox(&workspace, run.config.permissions.clone(), &host, sandbox, &config),
+            mcp.as_ref(),
+        )),
         prices: prices(&config),
         json: d.json,
         quiet: d.quiet,
@@ -414,8 +423,10 @@ pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: Driv
 }
 
 fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> anyhow::Result<ExitCode> {
-    let interactive =
-        run.config.approval == ApprovalPolicy::Ask && std::io::stdin().is_terminal() && std::io::stderr().is_terminal();
+    // Under `auto` an `ask` rule may still make a call wait: a terminal asks.
+    let interactive = run.config.approval != ApprovalPolicy::Never
+        && std::io::stdin().is_terminal()
+        && std::io::stderr().is_terminal();
     let cancel = CancellationToken::new();
     let prices = Arc::clone(&ctx.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);

@@ -39,7 +39,8 @@ pub(super) fn load_run(
             ),
         }
     })?;
-    let run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {}", stored.run_id))?;
+    let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {}", stored.run_id))?;
+    super::rules::restore(&mut run);
     Ok((run, stored))
 }
 

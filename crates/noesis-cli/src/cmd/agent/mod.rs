@@ -6,6 +6,7 @@ mod drive;
 mod frames;
 mod manage;
 mod route;
+pub(crate) mod rules;
 mod served;
 pub(crate) mod tools;
 
@@ -177,9 +178,12 @@ pub(crate) struct StartArgs {
     #[arg(long = "no-tool", value_name = "NAME")]
     no_tools: Vec<String>,
     /// Let run_command run commands starting with these words (repeatable;
-    /// added to `[agent] allow_commands`).
+    /// added to `[agent] allow_commands`): the rule `run_command(CMD *)`,
+    /// CMD's words literal; it still asks under --approve ask.
     #[arg(long = "allow-command", value_name = "CMD")]
     allow_commands: Vec<String>,
+    #[command(flatten)]
+    rules: rules::RuleFlags,
     /// The folder the tools may touch [default: the current directory].
     #[arg(long, value_name = "DIR")]
     workspace: Option<std::path::PathBuf>,
@@ -192,7 +196,8 @@ pub(crate) struct StartArgs {
     system: Option<String>,
     /// An MCP server whose tools the agent may call, as NAME='COMMAND ARGS'
     /// or NAME=URL (repeatable; added to `[mcp.servers]`). Its tools are
-    /// offered as NAME__TOOL; those not marked read-only ask for approval.
+    /// offered as NAME__TOOL; each asks for approval (a server is trusted
+    /// to mark tools read-only only with `trusted = true` in its config).
     #[arg(long = "mcp", value_name = "NAME=CMD")]
     mcp: Vec<String>,
     /// The run's id [default: a new UUIDv7].

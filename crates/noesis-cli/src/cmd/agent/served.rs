@@ -49,11 +49,21 @@ impl ServedAgents {
         )
     }
 
+    /// The operator's rules for a run: `[permissions]` and the config's
+    /// `allow_commands` (a request may add rules that only narrow them).
+    fn permissions(&self) -> Result<noesis_agent::Permissions, String> {
+        let commands: Vec<(&str, &str)> =
+            self.config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
+        super::rules::operator(&self.config, &super::rules::RuleFlags::default(), &commands, &self.workspace)
+            .map_err(|e| format!("{e:#}"))
+    }
+
     fn tools(
         &self,
         run_id: &str,
         depth: u64,
         provider: Arc<dyn Provider>,
+        permissions: noesis_agent::Permissions,
         sandbox: noesis_sandbox::Settings,
     ) -> Toolbox {
         let host = super::tools::Host {
@@ -68,7 +78,7 @@ impl ServedAgents {
             redactor: self.config.redactor(),
         };
         let tools = super::tools::with_host_tools(
-            Toolbox::new(self.workspace.clone(), self.config.agent.allow_commands.clone())
+            Toolbox::with_permissions(self.workspace.clone(), permissions)
                 .with_sandbox(sandbox, Vec::new())
                 .with_redactor(self.config.redactor()),
             &host,
@@ -95,7 +105,8 @@ impl AgentHost for ServedAgents {
             Some(other) => return Err(format!("`approve`: `{other}` is not ask, auto or never")),
         };
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
-        let all = self.tools(id, 0, Arc::clone(&provider), self.sandbox.clone()).decls();
+        let permissions = self.permissions()?;
+        let all = self.tools(id, 0, Arc::clone(&provider), permissions.clone(), self.sandbox.clone()).decls();
         for name in &request.tools {
             if !all.iter().any(|d| &d.name == name) {
                 let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
@@ -125,6 +136,7 @@ impl AgentHost for ServedAgents {
             limits,
             reflect: request.reflect,
             tool_filter: ToolFilter { only: request.tools.clone(), except: Vec::new() },
+            permissions,
             ..RunConfig::default()
         };
         let mut run = AgentRun::new(id, request.task.clone(), config, now_ms());
@@ -154,7 +166,7 @@ impl AgentHost for ServedAgents {
         };
         let depth = run.host["depth"].as_u64().unwrap_or(0);
         let sandbox = crate::cmd::sandbox::recorded(&run.host).map_err(|e| format!("{e:#}"))?;
-        let tools = self.tools(&run.id, depth, Arc::clone(&provider), sandbox);
+        let tools = self.tools(&run.id, depth, Arc::clone(&provider), run.config.permissions.clone(), sandbox);
         Ok((provider, Arc::new(tools)))
     }
 
@@ -164,7 +176,9 @@ impl AgentHost for ServedAgents {
 
     async fn load(&self, id: &str) -> Result<Option<AgentRun>, String> {
         let Some(state) = self.store.agent_state(id, None).await.map_err(|e| e.to_string())? else { return Ok(None) };
-        AgentRun::from_json(&state.state).map(Some).map_err(|e| format!("run `{id}` cannot be read: {e}"))
+        let mut run = AgentRun::from_json(&state.state).map_err(|e| format!("run `{id}` cannot be read: {e}"))?;
+        super::rules::restore(&mut run);
+        Ok(Some(run))
     }
 
     async fn list(&self, limit: u32) -> Result<Vec<Value>, String> {

@@ -273,17 +273,16 @@ async fn sub_agent(h: Host, args: Value) -> ToolOutput {
         },
         None => return ToolOutput::error("the parent run names no workspace".to_owned()),
     };
-    let allow: Vec<String> = run.host["allow_commands"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
     let sandbox = match crate::cmd::sandbox::recorded(&run.host) {
         Ok(s) => s,
         Err(e) => return ToolOutput::error(format!("{e:#}")),
     };
-    // The child inherits the parent's confinement and redaction.
+    // The parent's rules, as its config carries them; its confinement and
+    // redaction.
     let tools = Arc::new(with_host_tools(
-        Toolbox::new(workspace, allow).with_sandbox(sandbox, Vec::new()).with_redactor(Arc::clone(&h.redactor)),
+        Toolbox::with_permissions(workspace, run.config.permissions.clone())
+            .with_sandbox(sandbox, Vec::new())
+            .with_redactor(Arc::clone(&h.redactor)),
         &child,
     ));
     let router = h
