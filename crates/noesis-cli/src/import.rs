@@ -50,6 +50,32 @@ pub(crate) struct Imported {
     pub(crate) frames: Vec<CausalFrame>,
 }
 
+/// Replaces secret values in every text the import keeps: prompts,
+/// conclusions, context slices and observations.
+pub(crate) fn redact(imported: &mut Imported, redactor: &noesis_sandbox::Redactor) {
+    if redactor.is_empty() {
+        return;
+    }
+    let clean = |s: &mut String| {
+        if let std::borrow::Cow::Owned(o) = redactor.redact(s) {
+            *s = o;
+        }
+    };
+    if let Some(p) = &mut imported.session.initial_prompt {
+        clean(p);
+    }
+    for f in &mut imported.frames {
+        clean(&mut f.query);
+        clean(&mut f.conclusion);
+        clean(&mut f.context_slice);
+        for e in &mut f.evidence {
+            if let Evidence::Observation { content, .. } = e {
+                clean(content);
+            }
+        }
+    }
+}
+
 fn time_of(text: Option<&str>, fallback: Timestamp) -> Timestamp {
     text.and_then(|t| Timestamp::parse(t).ok()).unwrap_or(fallback)
 }

@@ -351,3 +351,31 @@ fn sandbox_check_reports_the_machine_and_every_attack_refused() {
         "{text}"
     );
 }
+
+#[test]
+fn a_secret_in_an_imported_transcript_is_redacted_in_its_frames_and_its_copy() {
+    let work = Work::new();
+    let token = "ghp_Zq8v3LmN0pRt5WxY2bC7dE9fG1hJ4kM6";
+    let line = |v: Value| v.to_string();
+    let text = [
+        line(json!({"type": "user", "uuid": "u0", "parentUuid": null, "sessionId": "s", "message": {"role": "user", "content": format!("use my token {token} to push")}})),
+        line(json!({"type": "assistant", "uuid": "a0", "parentUuid": "u0", "sessionId": "s", "message": {"id": "m0", "role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "env"}}]}})),
+        line(json!({"type": "user", "uuid": "u1", "parentUuid": "a0", "sessionId": "s", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": format!("HOME=/root\nGITHUB_TOKEN={token}\n")}]}})),
+    ]
+    .join("\n");
+    let f = work.write("leaky.jsonl", &text);
+    let o = output(work.noesis_bare().env("GITHUB_TOKEN", token).args([
+        "session",
+        "import",
+        f.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stdout.contains(token), "the token is in the imported frames");
+    assert!(o.stdout.contains("[redacted:GITHUB_TOKEN]"), "{}", o.stdout);
+    assert!(!contains(&store_bytes(&work), token), "the token is in the store file");
+    let kept: Vec<_> = std::fs::read_dir(work.path().join(".noesis/transcripts")).unwrap().flatten().collect();
+    assert_eq!(kept.len(), 1);
+    let copy = std::fs::read_to_string(kept[0].path()).unwrap();
+    assert!(!copy.contains(token) && copy.contains("[redacted:GITHUB_TOKEN]"), "{copy}");
+}

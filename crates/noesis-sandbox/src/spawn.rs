@@ -327,19 +327,31 @@ impl Sandbox {
         let out = reader(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>), opts.max_output);
         let err = reader(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>), opts.max_output);
         let started = Instant::now();
-        let mut pause = Duration::from_millis(1);
+        // Woken the moment the child exits (its pidfd turns readable), and
+        // at least every 20 ms to look at the clock and the cancel flag.
+        let exited =
+            rustix::process::pidfd_open(rustix::process::Pid::from_child(&child), rustix::process::PidfdFlags::empty())
+                .ok();
         let (status, timed_out, cancelled) = loop {
             match child.try_wait() {
                 Ok(Some(s)) => break (Some(s), false, false),
                 Ok(None) => {
-                    let timed_out = started.elapsed() >= opts.timeout;
+                    let spent = started.elapsed();
+                    let timed_out = spent >= opts.timeout;
                     let cancelled = !timed_out && (opts.cancelled)();
                     if timed_out || cancelled {
                         self.kill(&mut child);
                         break (None, timed_out, cancelled);
                     }
-                    std::thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_millis(20));
+                    let wait = (opts.timeout - spent).min(Duration::from_millis(20));
+                    match &exited {
+                        Some(fd) => {
+                            let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                            let t = rustix::event::Timespec { tv_sec: 0, tv_nsec: i64::from(wait.subsec_nanos()) };
+                            let _ = rustix::event::poll(&mut fds, Some(&t));
+                        }
+                        None => std::thread::sleep(wait.min(Duration::from_millis(2))),
+                    }
                 }
                 Err(e) => {
                     self.kill(&mut child);

@@ -381,20 +381,29 @@ async fn import(a: ImportArgs) -> anyhow::Result<ExitCode> {
     }
     // The transcript is the source of truth: a copy by hash, so moving or
     // deleting the original loses nothing.
+    // Secret values the session printed (a key in a command's output) are
+    // redacted in the copy and in every frame, as in a run's tool results.
+    let cwd = std::env::current_dir()?;
+    let redactor = crate::config::load(&crate::provider::env, &cwd)?.config.redactor();
     let keep = memory::home()?.join("transcripts").join(format!("{hash}.jsonl"));
     if !keep.exists() {
         std::fs::create_dir_all(keep.parent().unwrap_or(std::path::Path::new("."))).ok();
         let tmp = keep.with_extension("jsonl.tmp");
-        std::fs::write(&tmp, &bytes)
+        let kept = match std::str::from_utf8(&bytes) {
+            Ok(text) => redactor.redact(text).into_owned().into_bytes(),
+            Err(_) => bytes.clone(),
+        };
+        std::fs::write(&tmp, &kept)
             .and_then(|()| std::fs::rename(&tmp, &keep))
             .with_context(|| format!("keep a copy in {}", keep.display()))?;
     }
     let session_id = noesis_frames::FrameId::generate().to_string();
     let root = project.root.clone();
     let hash_now = |name: &str| noesis_frames::scan::hash_file(&noesis_frames::project::resolve(&root, name)).ok();
-    let imported =
+    let mut imported =
         crate::import::build(&t, &project, &session_id, &path.to_string_lossy(), Timestamp::now(), &hash_now)
             .with_context(|| format!("{}: nothing was imported", path.display()))?;
+    crate::import::redact(&mut imported, &redactor);
     store
         .record_session(&noesis_store::NewSession {
             kind: noesis_store::SessionKind::Transcript,
