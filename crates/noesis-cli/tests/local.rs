@@ -53,6 +53,18 @@ fn without_the_model_nothing_runs_and_the_error_says_how_to_install_it() {
     assert_eq!(o.stdout.trim(), w.path().join(".noesis/models").join(FILE).display().to_string());
 }
 
+/// Issue 31: the README said that with no provider a run fell back to the
+/// test model, while the binary refuses (the test above).
+#[test]
+fn the_readme_says_what_a_run_with_no_provider_does() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let start = readme.find("\nChoosing: ").expect("the README's paragraph on choosing a provider");
+    let end = readme[start + 1..].find("\n\n").map_or(readme.len(), |e| start + 1 + e);
+    let choosing = readme[start..end].split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(!choosing.contains("else the test model"), "{choosing}");
+    assert!(choosing.contains("else nothing runs (exit 2") && choosing.contains("`--provider test`"), "{choosing}");
+}
+
 #[test]
 fn a_missing_model_path_is_an_e4001_envelope_naming_the_file() {
     let w = Work::new();
