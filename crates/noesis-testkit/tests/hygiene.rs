@@ -85,3 +85,39 @@ fn the_test_script_names_every_opt_out_and_summarises_the_skips() {
     }
     assert!(script.contains("NOESIS_SKIP_LOG") && script.contains("trap skip_summary EXIT"));
 }
+
+/// `rust-version` in the workspace's Cargo.toml is the oldest Rust that
+/// builds it, so it can be no older than what any dependency declares
+/// (issue 31: it said 1.88 while sqlx 0.9 needs 1.94). Read from
+/// `cargo metadata` over the locked dependency graph, every platform's.
+#[test]
+fn the_declared_rust_version_covers_every_dependency() {
+    // `1.94` and `1.94.0` are the same version.
+    let parse = |v: &str| -> [u64; 3] {
+        let mut parts = v.split('.').map(|p| p.parse().unwrap_or(0));
+        [(); 3].map(|()| parts.next().unwrap_or(0))
+    };
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--locked", "--offline"])
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let packages = meta["packages"].as_array().unwrap();
+    let ours: Vec<&serde_json::Value> = packages.iter().filter(|p| p["source"].is_null()).collect();
+    // Each crate inherits the workspace's value, so cargo itself refuses an
+    // older compiler with a clear message.
+    let undeclared: Vec<&str> =
+        ours.iter().filter(|p| p["rust_version"].is_null()).filter_map(|p| p["name"].as_str()).collect();
+    assert!(undeclared.is_empty(), "without `rust-version.workspace = true`: {undeclared:?}");
+    let declared = ours.iter().filter_map(|p| p["rust_version"].as_str()).map(parse).min().unwrap();
+    let needs: Vec<String> = packages
+        .iter()
+        .filter(|p| !p["source"].is_null())
+        .filter_map(|p| Some((p["name"].as_str()?, p["version"].as_str()?, p["rust_version"].as_str()?)))
+        .filter(|(_, _, rv)| parse(rv) > declared)
+        .map(|(n, v, rv)| format!("{n} {v} needs {rv}"))
+        .collect();
+    assert!(needs.is_empty(), "rust-version = {declared:?} in Cargo.toml is older than: {}", needs.join(", "));
+}
