@@ -6,7 +6,8 @@
 //! the files' contents in a content-addressed blob folder. A file whose
 //! metadata matches the previous snapshot's is not read again (its blob is
 //! there already), so after the first snapshot of a tree, taking one costs a
-//! metadata walk plus the changed files. Restoring walks the metadata,
+//! metadata walk plus the changed files; a file modified just before a
+//! snapshot is always read again, as git treats a racily clean entry. Restoring walks the metadata,
 //! rewrites only what differs (contents, modes and times back, created files
 //! and folders removed, deleted ones restored) and then checks the tree
 //! against the manifest again: a restore that did not take is an error,
@@ -174,8 +175,16 @@ fn walk(root: &Path) -> Result<BTreeMap<String, Seen>, SnapshotError> {
     Ok(found)
 }
 
+/// How close before a snapshot a file's modification time makes it racily
+/// clean. Git compares with its index file's own time on the same file
+/// system; a snapshot has no file in the tree, so it compares with the
+/// clock, leaving room for file systems whose times are coarse (FAT's 2 s)
+/// and for the kernel's file times lagging the clock by a tick.
+const RACY_NS: i64 = 2_000_000_000;
+
 /// Whether `meta` is the file `entry` recorded, by metadata alone (git's
-/// index rule: same size, time, inode and mode).
+/// index rule: same size, time, inode and mode). A file recorded racily
+/// clean has the time -1 and never matches (see [`take`]).
 fn unchanged(meta: &std::fs::Metadata, entry: &Entry) -> bool {
     match entry {
         Entry::File { size, mtime_ns: t, ino, mode, .. } => {
@@ -206,8 +215,15 @@ fn keep(path: &Path, blobs: &Path, blake3: &str) -> Result<(), SnapshotError> {
 
 /// Takes a snapshot of `root`, keeping contents in `blobs` (made when
 /// missing). Files unchanged since `previous` (by metadata) are not read.
+///
+/// A file modified within [`RACY_NS`] of the snapshot is racily clean, as
+/// git calls it: an edit later in the same timestamp tick that keeps its
+/// size and inode would leave its metadata as recorded. It is recorded with
+/// the time -1, so the next comparison reads it (git's "smudging").
 pub fn take(root: &Path, blobs: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, SnapshotError> {
     std::fs::create_dir_all(blobs).map_err(io(blobs))?;
+    let started =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     let mut snap = Snapshot::default();
     for (rel, seen) in walk(root)? {
         match seen {
@@ -229,7 +245,9 @@ pub fn take(root: &Path, blobs: &Path, previous: Option<&Snapshot>) -> Result<Sn
                         // snapshot must read it again, so record a time
                         // that cannot match.
                         let after = std::fs::symlink_metadata(&path).map_err(io(&path))?;
-                        let mtime = if mtime_ns(&after) == mtime_ns(&meta) { mtime_ns(&meta) } else { -1 };
+                        let steady = mtime_ns(&after) == mtime_ns(&meta);
+                        let racy = mtime_ns(&meta) >= started.saturating_sub(RACY_NS);
+                        let mtime = if steady && !racy { mtime_ns(&meta) } else { -1 };
                         Entry::File {
                             size: meta.len(),
                             mtime_ns: mtime,
@@ -465,6 +483,11 @@ mod tests {
         std::fs::create_dir_all(r.join("build")).unwrap();
         std::fs::write(r.join("build/out.o"), "obj").unwrap();
         std::os::unix::fs::symlink("src/a.py", r.join("link")).unwrap();
+        // Made an hour ago: not racily clean (see `unchanged`).
+        let past = SystemTime::now() - Duration::from_secs(3600);
+        for f in ["src/a.py", "src/deep/b.py", "run.sh", ".gitignore", "build/out.o"] {
+            std::fs::File::options().write(true).open(r.join(f)).unwrap().set_modified(past).unwrap();
+        }
         (root, tempfile::tempdir().unwrap())
     }
 
@@ -514,6 +537,32 @@ mod tests {
         assert!(c.modified.is_empty(), "{c:?}");
         restore(r, blobs.path(), &snap).unwrap();
         assert_eq!(std::fs::metadata(r.join("run.sh")).unwrap().mode() & 0o777, 0o755);
+    }
+
+    /// Issue 31, git's racy-clean case: a file written just before a
+    /// snapshot and edited again within the same timestamp tick, same size,
+    /// in place (same inode), looks unchanged by metadata. Such a file is
+    /// recorded as to be read again, so the edit is seen.
+    #[test]
+    fn an_edit_within_the_same_tick_and_size_is_seen() {
+        let (root, blobs) = tree();
+        let r = root.path();
+        std::fs::write(r.join("src/a.py"), "a = 1\n").unwrap();
+        let snap = take(r, blobs.path(), None).unwrap();
+        let was = std::fs::metadata(r.join("src/a.py")).unwrap();
+        let mut f = std::fs::File::options().write(true).open(r.join("src/a.py")).unwrap();
+        f.write_all(b"a = 9\n").unwrap();
+        f.set_modified(was.modified().unwrap()).unwrap();
+        drop(f);
+        let now = std::fs::metadata(r.join("src/a.py")).unwrap();
+        assert_eq!((now.len(), now.ino(), mtime_ns(&now)), (was.len(), was.ino(), mtime_ns(&was)));
+        assert_eq!(diff(r, &snap).unwrap().modified, ["src/a.py"]);
+        let next = take(r, blobs.path(), Some(&snap)).unwrap();
+        assert_ne!(next.entries["src/a.py"], snap.entries["src/a.py"]);
+        restore(r, blobs.path(), &snap).unwrap();
+        assert_eq!(std::fs::read_to_string(r.join("src/a.py")).unwrap(), "a = 1\n");
+        // A file last changed well before the snapshot is trusted by its metadata.
+        assert!(matches!(snap.entries["src/deep/b.py"], Entry::File { mtime_ns, .. } if mtime_ns > 0));
     }
 
     #[test]
