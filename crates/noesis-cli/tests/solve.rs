@@ -302,6 +302,43 @@ fn a_change_that_breaks_an_anchor_is_restored_exactly() {
     assert!(planned.contains("run every test before finishing") && planned.contains("Make test_add pass"), "{planned}");
 }
 
+/// Issue 31: CODER's writes into git-ignored paths (a virtualenv's
+/// site-packages, build output) were outside the snapshot, so a change
+/// there that broke an anchor was never restored. solve refuses them: the
+/// model is told why, nothing is written there, and its change to a
+/// tracked file goes through.
+#[test]
+fn coder_may_not_write_where_the_snapshot_cannot_restore() {
+    let Some(pytest) = pytest("coder_may_not_write_where_the_snapshot_cannot_restore") else { return };
+    let t = tests(&pytest);
+    let work = Work::new();
+    let root = project(&work);
+    work.write("proj/.gitignore", "__pycache__/\n.pytest_cache/\n.venv/\n*.log\n");
+    work.write("proj/.venv/lib/site-packages/calc.py", "def add(a, b):\n    return 5\n");
+    let llm = FakeServer::start(vec![
+        planner(),
+        reasoner(),
+        call("shadow", "write_file", json!({"path": ".venv/lib/site-packages/calc.py", "content": "broken"})),
+        call("log", "edit_file", json!({"path": "run.log", "old": "a", "new": "b"})),
+        fix(),
+        Reply::Chat("Fixed add in calc.py.".into()),
+    ])
+    .unwrap();
+    work.write("proj/run.log", "a\n");
+    let o = solve(&work, &llm, &["Make test_add pass", "--workspace", "proj", "--test", &t.add, "--test", &t.mul]);
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert_eq!(
+        std::fs::read_to_string(root.join(".venv/lib/site-packages/calc.py")).unwrap(),
+        "def add(a, b):\n    return 5\n"
+    );
+    assert_eq!(std::fs::read_to_string(root.join("run.log")).unwrap(), "a\n");
+    for (i, path) in [(3, ".venv/lib/site-packages/calc.py"), (4, "run.log")] {
+        let seen = llm.received()[i].json().to_string();
+        assert!(seen.contains(&format!("`{path}` is git-ignored")), "{seen}");
+    }
+    assert!(std::fs::read_to_string(root.join("calc.py")).unwrap().contains("return a + b"));
+}
+
 /// A model that never fixes it: three REFLECTOR visits, then the episode
 /// escalates with a report and its own exit code; `--resume --hint` gives
 /// it one more attempt, which succeeds.

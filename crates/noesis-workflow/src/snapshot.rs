@@ -175,6 +175,41 @@ fn walk(root: &Path) -> Result<BTreeMap<String, Seen>, SnapshotError> {
     Ok(found)
 }
 
+/// Whether a file at `rel` (`/`-separated, existing or not) is outside
+/// what a snapshot of `root` keeps, as the snapshot's walk decides: under a
+/// `.git`, or ignored by a `.gitignore` or `.ignore` on its way down (the
+/// deepest rule that speaks decides, `.ignore` before `.gitignore`; an
+/// ignored folder takes everything in it, as in git). A user's global git
+/// excludes are not consulted.
+pub fn outside(root: &Path, rel: &str) -> bool {
+    use ignore::gitignore::Gitignore;
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    if parts.contains(&".git") {
+        return true;
+    }
+    let mut rules: Vec<Gitignore> = Vec::new();
+    let mut dir = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        for name in [".gitignore", ".ignore"] {
+            let file = dir.join(name);
+            if file.is_file() {
+                rules.push(Gitignore::new(&file).0);
+            }
+        }
+        let path = dir.join(part);
+        let is_dir = i + 1 < parts.len() || path.is_dir();
+        for r in rules.iter().rev() {
+            match r.matched(&path, is_dir) {
+                ignore::Match::Ignore(_) => return true,
+                ignore::Match::Whitelist(_) => break,
+                ignore::Match::None => {}
+            }
+        }
+        dir = path;
+    }
+    false
+}
+
 /// How close before a snapshot a file's modification time makes it racily
 /// clean. Git compares with its index file's own time on the same file
 /// system; a snapshot has no file in the tree, so it compares with the
@@ -537,6 +572,53 @@ mod tests {
         assert!(c.modified.is_empty(), "{c:?}");
         restore(r, blobs.path(), &snap).unwrap();
         assert_eq!(std::fs::metadata(r.join("run.sh")).unwrap().mode() & 0o777, 0o755);
+    }
+
+    /// Issue 31: CODER's writes into git-ignored paths were outside the
+    /// snapshot and never restored; solve refuses them, asking this. Its
+    /// answer agrees with the snapshot's own walk on every file there is,
+    /// and covers files not written yet.
+    #[test]
+    fn what_the_snapshot_leaves_out_is_known_for_any_path() {
+        let (root, _blobs) = tree();
+        let r = root.path();
+        std::fs::write(r.join(".gitignore"), "build/\n*.log\n!keep.log\n.venv/\n").unwrap();
+        std::fs::create_dir_all(r.join("sub/local")).unwrap();
+        std::fs::write(r.join("sub/.gitignore"), "local/\n!*.log\n").unwrap();
+        std::fs::write(r.join(".ignore"), "tmp/\n").unwrap();
+        for f in ["x.log", "keep.log", "sub/a.log", "sub/local/x.py", "tmp/t.py", ".venv/lib/site.py", ".git/config"] {
+            std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        let walked = walk(r).unwrap();
+        let mut files = Vec::new();
+        let mut stack = vec![r.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() && !p.is_symlink() {
+                    stack.push(p.clone());
+                }
+                files.push(p.strip_prefix(r).unwrap().to_string_lossy().into_owned());
+            }
+        }
+        assert!(files.len() > 15);
+        for rel in &files {
+            assert_eq!(outside(r, rel), !walked.contains_key(rel), "{rel}");
+        }
+        for (rel, out) in [
+            ("build/new.o", true),
+            ("new.log", true),
+            ("keep.log", false),
+            ("sub/new.log", false),
+            ("sub/local/new.py", true),
+            (".venv/lib/python3/site-packages/x.py", true),
+            (".git/hooks/pre-commit", true),
+            ("src/new/mod.py", false),
+            ("tmp/new", true),
+        ] {
+            assert_eq!(outside(r, rel), out, "{rel}");
+        }
     }
 
     /// Issue 31, git's racy-clean case: a file written just before a

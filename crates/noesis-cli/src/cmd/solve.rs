@@ -368,7 +368,7 @@ impl Solver<'_> {
         let workspace = Workspace::new(&self.workspace).map_err(|e| anyhow::anyhow!("{e}"))?;
         let mut allowed = tests.clone();
         allowed.extend(self.allow_commands.iter().cloned());
-        let tools = Arc::new(Toolbox::new(workspace, allowed));
+        let tools = Arc::new(tracked_only(Toolbox::new(workspace, allowed)));
         let mut run = match self.store.agent_state(&run_id, None).await? {
             Some(stored) => {
                 let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {run_id}"))?;
@@ -583,6 +583,44 @@ impl Solver<'_> {
 
 fn now() -> String {
     noesis_frames::Timestamp::now().to_string()
+}
+
+/// CODER's `write_file` and `edit_file`, refusing paths the snapshot leaves
+/// out (git-ignored ones, `.git`): a change there could not be restored if
+/// it broke an anchor. Commands CODER may run (the tests, `[agent]
+/// allow_commands`) can still write there — caches and build output, which
+/// the tests make again.
+fn tracked_only(tools: Toolbox) -> Toolbox {
+    let workspace = tools.workspace().clone();
+    let mut tools = tools;
+    for decl in noesis_agent::builtin::file_tools() {
+        if decl.name != "write_file" && decl.name != "edit_file" {
+            continue;
+        }
+        let (ws, name) = (workspace.clone(), decl.name.clone());
+        let run: noesis_agent::ToolFn = Arc::new(move |args: Value| {
+            let (ws, name) = (ws.clone(), name.clone());
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    let path = args["path"].as_str().unwrap_or_default();
+                    // A path the workspace refuses gets the tool's own message.
+                    if let Ok(real) = ws.confine(path)
+                        && snapshot::outside(ws.root(), &ws.shown(&real))
+                    {
+                        return noesis_agent::ToolOutput::error(format!(
+                            "`{path}` is git-ignored (or under .git): it is outside the snapshot solve restores when a change breaks a test, so it may not be changed here; change tracked files only"
+                        ));
+                    }
+                    noesis_agent::builtin::run_file_tool(&ws, &name, &args)
+                        .unwrap_or_else(|| noesis_agent::ToolOutput::error(format!("no tool `{name}`")))
+                })
+                .await
+                .unwrap_or_else(|e| noesis_agent::ToolOutput::error(format!("the tool failed: {e}")))
+            })
+        });
+        tools = tools.with_tool(decl, run);
+    }
+    tools
 }
 
 fn load_manifest(path: Option<&str>) -> anyhow::Result<Snapshot> {
