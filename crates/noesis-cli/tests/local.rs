@@ -162,3 +162,38 @@ fn model_install_shows_its_step_in_a_terminal_and_lists_steps_elsewhere() {
         shown.stdout
     );
 }
+
+/// What scripts/setup.sh runs at the end, on the same message.
+const FIRST_RUN: &str = "Let's meet on Friday at 3 pm in room B12 to go over the budget.";
+
+/// Issue 31: set-up ended by running code-simplifier on the 135M model,
+/// which answered nonsense and a failure envelope: the first thing a
+/// newcomer saw was the main job failing. Its end-to-end run is now the
+/// built-in `meeting-details` (copying a meeting's day, time and place, a
+/// task the small model does well), and this runs it offline on the real
+/// model: an ok envelope with the right details.
+#[test]
+fn the_set_up_run_succeeds_on_the_local_model() {
+    let Some(w) = with_the_model("the_set_up_run_succeeds_on_the_local_model", false) else { return };
+    let input = json!({"message": FIRST_RUN}).to_string();
+    let o = output(w.noesis_bare().args(["run", "meeting-details", "--input", &input]));
+    assert_eq!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    assert!(o.stderr.contains("using the local model"), "{}", o.stderr);
+    let env = o.json();
+    crate::support::assert_valid_envelope(&env);
+    assert_eq!(env["meta"]["model"], "local/SmolLM2-135M-Instruct.Q4_1");
+    let data = &env["data"];
+    assert_eq!(data["day"], "friday", "{env}");
+    assert!(data["time"].as_str().unwrap().starts_with('3'), "{env}");
+    assert!(data["place"].as_str().unwrap().contains("B12"), "{env}");
+}
+
+/// scripts/setup.sh runs exactly the case above, and a failure of it fails
+/// the set-up instead of being waved through.
+#[test]
+fn the_set_up_script_runs_the_checked_case() {
+    let script = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/setup.sh")).unwrap();
+    assert!(script.contains("run meeting-details"), "{script}");
+    assert!(script.contains(&json!({"message": FIRST_RUN}).to_string().replace('\'', "'\\''")), "{script}");
+    assert!(!script.contains("set-up itself succeeded"), "a failed first run is not success");
+}
