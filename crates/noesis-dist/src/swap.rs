@@ -135,7 +135,7 @@ fn sync_dir(dir: &Path) {
 
 /// Writes `text` to `path` whole, by a rename: the file keeps its mode, a
 /// new one gets what any program's new file gets (0666 less the umask).
-pub fn write_file(path: &Path, text: &str) -> Result<(), SwapError> {
+fn write_file(path: &Path, text: &str) -> Result<(), SwapError> {
     use std::os::unix::fs::PermissionsExt;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io(dir))?;
