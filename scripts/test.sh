@@ -56,6 +56,19 @@ echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check >&2
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings >&2
+# The oldest Rust the workspace claims (rust-version in Cargo.toml; a test
+# checks it against the dependencies' own) builds it, when that toolchain is
+# installed: `rustup toolchain install <version>` to have it checked here.
+msrv="$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' Cargo.toml)"
+# `1.94` is installed as e.g. `1.94.0-x86_64-unknown-linux-gnu`: that full name.
+toolchain="$(command -v rustup >/dev/null 2>&1 && rustup toolchain list | awk -v v="$msrv" \
+  'index($1, v ".") == 1 || index($1, v "-") == 1 { print $1; exit }' || true)"
+if [ -n "$toolchain" ]; then
+  echo "==> cargo +$toolchain check (rust-version $msrv)" >&2
+  cargo "+$toolchain" check --workspace --all-targets --locked --target-dir "$CARGO_TARGET_DIR/rust-version" >&2
+else
+  echo "==> cargo +$msrv check: Rust $msrv is not installed here; not built with it" >&2
+fi
 echo "==> doc tests" >&2
 cargo test --workspace --doc --locked
 echo "==> unit and integration tests" >&2

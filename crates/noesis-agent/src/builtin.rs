@@ -80,38 +80,194 @@ pub fn run_file_tool(workspace: &Workspace, name: &str, args: &Value) -> Option<
 
 fn read_file(ws: &Workspace, path: &str, start: Option<u64>, end: Option<u64>) -> Result<ToolOutput, String> {
     let real = ws.confine(path).map_err(|e| e.to_string())?;
-    let bytes = std::fs::read(&real).map_err(|e| format!("{path}: {e}"))?;
-    let read = file_evidence(ws, &real, &bytes);
-    let text = String::from_utf8(bytes).map_err(|_| format!("{path}: not a UTF-8 text file"))?;
-    let text = match (start, end) {
-        (None, None) => text,
+    let lines = match (start, end) {
+        (None, None) => None,
         (s, e) => {
-            let s = usize::try_from(s.unwrap_or(1)).unwrap_or(usize::MAX).max(1);
-            let e = e.map_or(usize::MAX, |e| usize::try_from(e).unwrap_or(usize::MAX));
+            let s = s.unwrap_or(1).max(1);
+            let e = e.unwrap_or(u64::MAX);
             if e < s {
                 return Err(format!("end_line {e} is before start_line {s}"));
             }
-            text.lines().skip(s - 1).take(e - s + 1).collect::<Vec<_>>().join("\n")
+            Some((s, e))
         }
     };
-    Ok(ToolOutput::ok(cut(text, MAX_READ_BYTES)).with_evidence(read))
+    let file = open_regular(&real, path)?;
+    let read = read_bounded(file, 64 * 1024, lines, MAX_READ_BYTES).map_err(|e| match e {
+        Bounded::Io(e) => format!("{path}: {e}"),
+        Bounded::NotUtf8 => format!("{path}: not a UTF-8 text file"),
+    })?;
+    let mut text = read.shown;
+    if read.more > 0 {
+        text.push_str(&format!("\n[… {} more bytes; read a line range]", read.more));
+    }
+    // The whole file's hash, whatever part of it was shown.
+    Ok(ToolOutput::ok(text).with_evidence(ToolEvidence::File { path: ws.shown(&real), blake3: read.blake3 }))
 }
 
+/// Opens `real` for reading if it is a regular file. Anything else is
+/// refused before it is opened: opening a FIFO waits for a writer (for
+/// ever, in a run), and a device can be endless.
+fn open_regular(real: &Path, path: &str) -> Result<std::fs::File, String> {
+    let not_regular = |m: &std::fs::Metadata| {
+        if m.is_dir() {
+            format!("{path}: a folder, not a file; list it with list_dir")
+        } else {
+            format!("{path}: not a regular file (a pipe, socket or device); only files are read")
+        }
+    };
+    let meta = std::fs::metadata(real).map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    let file = std::fs::File::open(real).map_err(|e| format!("{path}: {e}"))?;
+    // Checked again on what was opened, in case the path changed between.
+    match file.metadata() {
+        Ok(m) if m.is_file() => Ok(file),
+        Ok(m) => Err(not_regular(&m)),
+        Err(e) => Err(format!("{path}: {e}")),
+    }
+}
+
+/// What [`read_bounded`] read.
+struct ReadPart {
+    /// At most the limit's bytes of what was asked for, cut on a character
+    /// boundary.
+    shown: String,
+    /// How many bytes of what was asked for are not in `shown`.
+    more: u64,
+    /// blake3 of the whole file.
+    blake3: String,
+}
+
+enum Bounded {
+    Io(std::io::Error),
+    NotUtf8,
+}
+
+/// Streams `file` once: every byte is hashed and checked as UTF-8, but
+/// only `limit` bytes of the wanted part (the whole file, or lines
+/// `first..=last` joined by `\n`, line ends `\n` or `\r\n` left out, as
+/// `str::lines` does) are kept, so memory stays bounded whatever the size.
+fn read_bounded(
+    source: impl std::io::Read,
+    chunk: usize,
+    lines: Option<(u64, u64)>,
+    limit: usize,
+) -> Result<ReadPart, Bounded> {
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::with_capacity(chunk, source);
+    let mut hasher = blake3::Hasher::new();
+    let mut utf8 = Utf8Check::default();
+    let mut kept: Vec<u8> = Vec::new();
+    let mut more: u64 = 0;
+    let mut keep = |bytes: &[u8], kept: &mut Vec<u8>| {
+        let room = limit.saturating_sub(kept.len()).min(bytes.len());
+        kept.extend_from_slice(&bytes[..room]);
+        more += (bytes.len() - room) as u64;
+    };
+    // Line mode: the current line's number, whether the next piece starts
+    // a line, whether a line was shown yet, and a `\r` held back at a
+    // chunk's end until the next byte says whether it ends a line.
+    let (mut line, mut at_start, mut shown_any, mut held_cr) = (1u64, true, false, false);
+    loop {
+        let chunk = match reader.fill_buf() {
+            Ok([]) => break,
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Bounded::Io(e)),
+        };
+        hasher.update(chunk);
+        if !utf8.feed(chunk) {
+            return Err(Bounded::NotUtf8);
+        }
+        match lines {
+            None => keep(chunk, &mut kept),
+            // Past the range the rest is only hashed and checked.
+            Some((_, last)) if line > last => {}
+            Some((first, last)) => {
+                for piece in chunk.split_inclusive(|b| *b == b'\n') {
+                    let ends = piece.last() == Some(&b'\n');
+                    let body = if ends { &piece[..piece.len() - 1] } else { piece };
+                    if (first..=last).contains(&line) {
+                        if at_start && shown_any {
+                            keep(b"\n", &mut kept);
+                        }
+                        shown_any = true;
+                        if std::mem::take(&mut held_cr) && !(body.is_empty() && ends) {
+                            keep(b"\r", &mut kept);
+                        }
+                        match body.split_last() {
+                            // `\r\n` ends the line; a `\r` at the chunk's end waits.
+                            Some((b'\r', rest)) => {
+                                keep(rest, &mut kept);
+                                held_cr = !ends;
+                            }
+                            _ => keep(body, &mut kept),
+                        }
+                    }
+                    at_start = ends;
+                    line += u64::from(ends);
+                }
+            }
+        }
+        let n = chunk.len();
+        reader.consume(n);
+    }
+    if !utf8.finish() {
+        return Err(Bounded::NotUtf8);
+    }
+    if held_cr {
+        keep(b"\r", &mut kept);
+    }
+    // Cut back to a character boundary; what is cut off counts as more.
+    let valid = match std::str::from_utf8(&kept) {
+        Ok(_) => kept.len(),
+        Err(e) => e.valid_up_to(),
+    };
+    more += (kept.len() - valid) as u64;
+    kept.truncate(valid);
+    let shown = String::from_utf8(kept).map_err(|_| Bounded::NotUtf8)?;
+    Ok(ReadPart { shown, more, blake3: hasher.finalize().to_hex().to_string() })
+}
+
+/// UTF-8 checked chunk by chunk: a character split between two chunks is
+/// carried over (at most three bytes).
+#[derive(Default)]
+struct Utf8Check {
+    carry: Vec<u8>,
+}
+
+impl Utf8Check {
+    fn feed(&mut self, mut bytes: &[u8]) -> bool {
+        while !self.carry.is_empty() {
+            let Some((first, rest)) = bytes.split_first() else { return true };
+            self.carry.push(*first);
+            bytes = rest;
+            match std::str::from_utf8(&self.carry) {
+                Ok(_) => self.carry.clear(),
+                Err(e) if e.error_len().is_none() => {}
+                Err(_) => return false,
+            }
+        }
+        match std::str::from_utf8(bytes) {
+            Ok(_) => true,
+            Err(e) if e.error_len().is_none() => {
+                self.carry = bytes[e.valid_up_to()..].to_vec();
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Whether the text ended on a whole character.
+    fn finish(&self) -> bool {
+        self.carry.is_empty()
+    }
+}
 /// The whole file's hash, whatever part of it was shown: a conclusion drawn
 /// from lines 3–5 is stale once the file changes anywhere, by rule.
 fn file_evidence(ws: &Workspace, real: &Path, bytes: &[u8]) -> ToolEvidence {
     ToolEvidence::File { path: ws.shown(real), blake3: noesis_frames::scan::hash_bytes(bytes) }
-}
-
-fn cut(text: String, max: usize) -> String {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}\n[… {} more bytes; read a line range]", &text[..end], text.len() - end)
 }
 
 fn list_dir(ws: &Workspace, path: &str) -> Result<ToolOutput, String> {
@@ -120,7 +276,9 @@ fn list_dir(ws: &Workspace, path: &str) -> Result<ToolOutput, String> {
         .map_err(|e| format!("{path}: {e}"))?
         .filter_map(Result::ok)
         .map(|e| {
-            let dir = e.file_type().is_ok_and(|t| t.is_dir());
+            // A link counts as what it leads to (a dangling one as a file);
+            // where it leads is checked when the model uses it.
+            let dir = e.file_type().is_ok_and(|t| t.is_dir() || t.is_symlink() && e.path().is_dir());
             format!("{}{}", e.file_name().to_string_lossy(), if dir { "/" } else { "" })
         })
         .collect();
@@ -158,6 +316,11 @@ fn write_atomically(real: &Path, content: &str) -> Result<(), String> {
 
 fn write_file(ws: &Workspace, path: &str, content: &str) -> Result<ToolOutput, String> {
     let real = ws.confine(path).map_err(|e| e.to_string())?;
+    // `.`, `""` or `sub/..` resolve to a folder (the root itself): the
+    // temporary file would be made in its parent, outside the workspace.
+    if real == ws.root() || real.is_dir() || path.ends_with('/') {
+        return Err(format!("`{path}` names a folder; give the path of a file"));
+    }
     write_atomically(&real, content)?;
     Ok(ToolOutput::ok(format!("wrote {} ({} bytes)", ws.shown(&real), content.len())).with_evidence(file_evidence(
         ws,
@@ -268,6 +431,125 @@ mod tests {
         }
         // A failed edit leaves the file as it was.
         assert_eq!(std::fs::read_to_string(dir.path().join("twice.txt")).unwrap(), "x x");
+    }
+
+    /// Issue 31: a FIFO made `read_file` block until something wrote to
+    /// it (forever, in a run). Here a writer waits on the other end: if the
+    /// tool opened the FIFO it reads "x" and succeeds, which is the bug.
+    #[test]
+    fn read_file_refuses_what_is_not_a_regular_file_without_opening_it() {
+        let (dir, w) = ws();
+        let fifo = dir.path().join("pipe");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let at = fifo.clone();
+        let writer = std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(&at).unwrap();
+            std::io::Write::write_all(&mut f, b"x").unwrap();
+        });
+        let out = run(&w, "read_file", json!({"path": "pipe"}));
+        assert!(out.is_error && out.content.contains("pipe: not a regular file"), "{}", out.content);
+        assert!(out.evidence.is_empty());
+        // Let the writer finish (the tool never opened the reading end).
+        let mut r = std::fs::File::open(&fifo).unwrap();
+        let _ = std::io::Read::read_to_end(&mut r, &mut Vec::new());
+        writer.join().unwrap();
+        let out = run(&w, "read_file", json!({"path": "sub"}));
+        assert!(out.is_error && out.content.contains("sub: a folder"), "{}", out.content);
+    }
+
+    /// Issue 31: the whole file was read into memory before it was cut.
+    /// What is shown stays bounded whatever the file's size, and the
+    /// evidence is still the hash of the whole file.
+    #[test]
+    fn read_file_reads_a_bounded_part_and_hashes_the_whole_file() {
+        let (dir, w) = ws();
+        let mut text = String::new();
+        for i in 0..40_000 {
+            text.push_str(&format!("line {i}\r\n"));
+        }
+        std::fs::write(dir.path().join("long.txt"), &text).unwrap();
+        let whole =
+            ToolEvidence::File { path: "long.txt".into(), blake3: noesis_frames::scan::hash_bytes(text.as_bytes()) };
+        let out = run(&w, "read_file", json!({"path": "long.txt"}));
+        assert_eq!(out.evidence, std::slice::from_ref(&whole));
+        let shown = out.content.split("\n[… ").next().unwrap();
+        assert_eq!(shown.len(), MAX_READ_BYTES);
+        assert!(text.starts_with(shown));
+        assert!(out.content.ends_with(&format!("[… {} more bytes; read a line range]", text.len() - MAX_READ_BYTES)));
+        // A range far into the file, `\r\n` taken as a line end.
+        let out = run(&w, "read_file", json!({"path": "long.txt", "start_line": 39_999, "end_line": 50_000}));
+        assert_eq!(out, ToolOutput::ok("line 39998\nline 39999").with_evidence(whole.clone()));
+        // One line longer than the limit, with a character across the cut.
+        let one = format!("a{}", "é".repeat(MAX_READ_BYTES));
+        std::fs::write(dir.path().join("one.txt"), format!("x\n{one}\ny")).unwrap();
+        let out = run(&w, "read_file", json!({"path": "one.txt", "start_line": 2, "end_line": 2}));
+        let shown = out.content.split("\n[… ").next().unwrap();
+        assert!(one.starts_with(shown) && shown.len() == MAX_READ_BYTES - 1, "{}", shown.len());
+        assert!(out.content.ends_with(&format!("[… {} more bytes; read a line range]", one.len() - shown.len())));
+        // Bytes that are not UTF-8, even past what is shown.
+        let mut bad = "ok\n".repeat(30_000).into_bytes();
+        bad.push(0xff);
+        std::fs::write(dir.path().join("bin.dat"), &bad).unwrap();
+        let out = run(&w, "read_file", json!({"path": "bin.dat", "start_line": 1, "end_line": 1}));
+        assert!(out.is_error && out.content.contains("bin.dat: not a UTF-8 text file"), "{}", out.content);
+    }
+
+    proptest::proptest! {
+        /// Streamed in chunks of any size, a line range is what
+        /// `str::lines` gives, cut on a character boundary.
+        #[test]
+        fn prop_a_streamed_read_shows_what_lines_gives(
+            text in "[ab\r\né]{0,40}",
+            chunk in 1usize..9,
+            limit in 0usize..30,
+            first in 1u64..6,
+            span in 0u64..6,
+            whole in proptest::bool::ANY,
+        ) {
+            let last = first + span;
+            let want: String = if whole {
+                text.clone()
+            } else {
+                let from = usize::try_from(first - 1).unwrap();
+                let n = usize::try_from(span + 1).unwrap();
+                text.lines().skip(from).take(n).collect::<Vec<_>>().join("\n")
+            };
+            let mut end = limit.min(want.len());
+            while !want.is_char_boundary(end) {
+                end -= 1;
+            }
+            let lines = if whole { None } else { Some((first, last)) };
+            let Ok(got) = read_bounded(text.as_bytes(), chunk, lines, limit) else { panic!("refused") };
+            proptest::prop_assert_eq!(&got.shown, &want[..end]);
+            proptest::prop_assert_eq!(got.more, (want.len() - end) as u64);
+            proptest::prop_assert_eq!(got.blake3, noesis_frames::scan::hash_bytes(text.as_bytes()));
+        }
+    }
+
+    /// Issue 31: a link to a folder was listed as a file.
+    #[test]
+    fn list_dir_shows_links_to_folders_as_folders() {
+        let (dir, w) = ws();
+        std::os::unix::fs::symlink(dir.path().join("sub"), dir.path().join("alias")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("a.txt"), dir.path().join("b.txt")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("dangling")).unwrap();
+        assert_eq!(run(&w, "list_dir", json!({"path": ""})), ToolOutput::ok("a.txt\nalias/\nb.txt\ndangling\nsub/"));
+    }
+
+    /// Issue 31: `.` or `""` resolved to the workspace root, and the write
+    /// made its temporary file in the workspace's parent folder.
+    #[test]
+    fn write_file_refuses_a_folder_or_the_root() {
+        let (dir, w) = ws();
+        let parent = dir.path().parent().unwrap().to_owned();
+        let before: Vec<_> = std::fs::read_dir(&parent).unwrap().map(|e| e.unwrap().file_name()).collect();
+        for path in [".", "", "sub", "sub/", "sub/..", "new/"] {
+            let out = run(&w, "write_file", json!({"path": path, "content": "x"}));
+            assert!(out.is_error && out.content.contains("names a folder"), "{path:?}: {}", out.content);
+        }
+        let after: Vec<_> = std::fs::read_dir(&parent).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(after.iter().all(|n| before.contains(n)), "something was written beside the workspace");
+        assert!(dir.path().join("sub").is_dir() && !dir.path().join("new").exists());
     }
 
     #[test]

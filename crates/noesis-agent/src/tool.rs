@@ -1,6 +1,9 @@
 //! What the run knows of a tool: its name, description, argument schema
 //! and what it may do. Executing tools is the driver's business.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -105,7 +108,7 @@ pub(crate) fn argument_errors(decl: &ToolDecl, arguments: &Value) -> Vec<String>
             other => format!("the arguments must be a JSON object, not {}", kind(other)),
         }];
     }
-    match jsonschema::validator_for(&decl.parameters) {
+    match validator(&decl.parameters).as_ref() {
         Ok(v) => v
             .iter_errors(arguments)
             .map(|e| {
@@ -116,6 +119,34 @@ pub(crate) fn argument_errors(decl: &ToolDecl, arguments: &Value) -> Vec<String>
         // The tool's own schema is broken: the model cannot fix that.
         Err(e) => vec![format!("the tool `{}` has an invalid argument schema: {e}", decl.name)],
     }
+}
+
+/// A compiled schema, or why it does not compile.
+type Compiled = Arc<Result<jsonschema::Validator, String>>;
+
+/// Most schemas kept compiled; past it the cache starts again (tool lists
+/// that change all the time, as an MCP server's may, cannot grow it for ever).
+const MAX_COMPILED: usize = 512;
+
+/// The validator of `schema`, compiled on its first use and kept, keyed by
+/// the schema's canonical digest: the same tool list comes back on every
+/// turn, after a JSON round trip, and from every run of a process, while
+/// compiling costs far more than hashing.
+fn validator(schema: &Value) -> Compiled {
+    static CACHE: LazyLock<Mutex<HashMap<String, Compiled>>> = LazyLock::new(Mutex::default);
+    let key = noesis_frames::scan::json_digest(schema);
+    // A panic while the lock was held leaves a map that is still whole.
+    let cache = || CACHE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(hit) = cache().get(&key) {
+        return hit.clone();
+    }
+    // Compiled outside the lock: other threads' lookups need not wait.
+    let compiled = Arc::new(jsonschema::validator_for(schema).map_err(|e| e.to_string()));
+    let mut cache = cache();
+    if cache.len() >= MAX_COMPILED {
+        cache.clear();
+    }
+    cache.entry(key).or_insert(compiled).clone()
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -157,6 +188,23 @@ mod tests {
         let e = argument_errors(&decl, &json!("{not json"));
         assert!(e[0].contains("not a JSON object: {not json"), "{e:?}");
         assert!(argument_errors(&decl, &json!([1]))[0].contains("not an array"));
+    }
+
+    /// Issue 31: the validator was compiled again for every call. Two
+    /// declarations with the same schema (a tool list handed out again, as
+    /// a run resumed from JSON does) share one compiled validator; a
+    /// schema that does not compile is remembered as such.
+    #[test]
+    fn a_schema_is_compiled_once() {
+        let schema = json!({"type": "object", "properties": {"q": {"type": "string", "title": "compiled-once"}}});
+        let a = ToolDecl::read_only("a", "", schema.clone());
+        let b: ToolDecl = serde_json::from_value(serde_json::to_value(&a).unwrap()).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&validator(&a.parameters), &validator(&b.parameters)));
+        assert!(argument_errors(&b, &json!({"q": 1}))[0].starts_with("/q: "));
+        let broken = json!({"type": "object", "properties": {"q": {"type": "no-such-type"}}});
+        assert!(std::sync::Arc::ptr_eq(&validator(&broken), &validator(&broken.clone())));
+        let d = ToolDecl::read_only("d", "", broken);
+        assert!(argument_errors(&d, &json!({}))[0].contains("the tool `d` has an invalid argument schema"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ mod memory;
 mod out;
 mod progress;
 mod provider;
+mod stop;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -94,6 +94,7 @@ fn list_shows_search_path_then_builtins() {
             "code-reviewer",
             "code-simplifier",
             "docs-node",
+            "meeting-details",
             "review-diff",
             "task-prioritizer",
             "testgen-spec",

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use assert_cmd::Command;
 use serde_json::{Value, json};
 
 use crate::support::{Work, output};
@@ -180,8 +181,12 @@ fn bad_sources_and_modules_are_refused_with_nothing_left_behind() {
     let o = output(work.noesis_bare().args(["install", work.path().join("broken").to_str().unwrap()]));
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("module `broken` is refused"), "{}", o.stderr);
-    let left: Vec<_> = std::fs::read_dir(work.path().join("cognitive/modules")).unwrap().collect();
-    assert!(left.is_empty(), "{left:?}");
+    let left: Vec<_> = std::fs::read_dir(work.path().join("cognitive/modules"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != ".noesis-swap")
+        .collect();
+    assert!(left.is_empty() && tidy(&work).is_empty(), "{left:?}");
     assert!(!work.path().join("cognitive/cognitive.lock").exists());
 }
 
@@ -283,7 +288,10 @@ fn tarballs_and_registry_indexes_checked_before_anything_is_written() {
         "summarizer-bad": {"version": "2.0.0", "description": "A wrong checksum", "tags": ["text"],
                            "distribution": {"tarball": format!("{base}/summarizer-2.0.0.tar.gz"),
                                             "checksum": format!("sha256:{}", "0".repeat(64))}},
-        "evil": {"description": "climbs out", "distribution": {"tarball": format!("{base}/evil.tar.gz")}},
+        "evil": {"description": "climbs out", "distribution": {"tarball": format!("{base}/evil.tar.gz"),
+                                                                "checksum": sha256_of(&evil)}},
+        "unchecked": {"description": "plain http, no checksum",
+                      "distribution": {"tarball": format!("{base}/summarizer-2.0.0.tar.gz")}},
         "greeter": {"source": "mods/greeter", "version": "1.0.0", "description": "Greets people"}
     }});
     let reg = work.write("registry/cognitive-registry.json", &index.to_string());
@@ -293,7 +301,7 @@ fn tarballs_and_registry_indexes_checked_before_anything_is_written() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.stdout.starts_with("summarizer ") && o.stdout.contains("summarizer-bad"), "{}", o.stdout);
     let o = output(work.noesis_bare().args(["registry", "--registry", reg, "--json"]));
-    assert_eq!(o.json()["modules"], 4);
+    assert_eq!(o.json()["modules"], 5);
 
     let o = output(work.noesis_bare().args(["install", "summarizer", "--registry", reg]));
     assert_eq!(o.code, 0, "{}", o.stderr);
@@ -323,12 +331,27 @@ fn tarballs_and_registry_indexes_checked_before_anything_is_written() {
     let left: Vec<String> = std::fs::read_dir(work.path().join("cognitive/modules"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != ".noesis-swap")
         .collect();
     assert_eq!(left, ["summarizer"]);
+    assert_eq!(tidy(&work), Vec::<String>::new());
 
     // A folder the index names beside itself, and a tarball by URL.
     assert_eq!(output(work.noesis_bare().args(["install", "greeter", "--registry", reg])).code, 0);
-    let o = output(work.noesis_bare().args(["install", &format!("{base}/summarizer-2.0.0.tar.gz"), "--name", "sum2"]));
+    // Issue 31: over plain http a tarball needs a checksum to be believed,
+    // from the index or after the URL.
+    let url = format!("{base}/summarizer-2.0.0.tar.gz");
+    for typed in ["unchecked", url.as_str()] {
+        let o = output(work.noesis_bare().args(["install", typed, "--name", "sum2", "--registry", reg]));
+        assert_eq!(o.code, 2, "{typed}: {}", o.stderr);
+        assert!(o.stderr.contains("is plain http with no checksum"), "{}", o.stderr);
+        assert!(!work.path().join("cognitive/modules/sum2").exists());
+    }
+    let hex = good.strip_prefix("sha256:").unwrap();
+    let wrong = format!("{url}#sha256:{}", "0".repeat(64));
+    let o = output(work.noesis_bare().args(["install", &wrong, "--name", "sum2"]));
+    assert!(o.code == 2 && o.stderr.contains("checksum mismatch"), "{}", o.stderr);
+    let o = output(work.noesis_bare().args(["install", &format!("{url}#sha256:{hex}"), "--name", "sum2"]));
     assert_eq!(o.code, 0, "{}", o.stderr);
     // The lockfile alone reinstalls all three, byte for byte, no index needed.
     let before = files(&work.path().join("cognitive/modules"));
@@ -392,67 +415,164 @@ fn the_reference_modules_install_from_a_local_clone_and_run() {
     }
 }
 
-/// kill -9 at many points of an install that replaces a module: the next
-/// command leaves the whole old module or the whole new one, never a mix.
-#[test]
-fn kill_9_during_installs_leaves_the_old_module_or_the_new_one() {
-    let work = Work::new();
-    let repo = work.path().join("big");
-    std::fs::create_dir_all(repo.join("mods")).unwrap();
-    git(&repo, &["init", "-q", "-b", "main"]);
-    assert_eq!(output(work.noesis_bare().args(["init", "big", "--dir", repo.join("mods").to_str().unwrap()])).code, 0);
-    for tag in ["v1.0.0", "v2.0.0"] {
-        // Many files, so a kill often lands mid-copy or mid-swap.
-        for i in 0..1500 {
-            let f = repo.join(format!("mods/big/bulk/n{i:04}.json"));
-            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-            std::fs::write(f, format!("{{\"tag\": \"{tag}\", \"i\": {i}}}")).unwrap();
-        }
-        git(&repo, &["add", "-A"]);
-        git(&repo, &["commit", "-q", "-m", tag]);
-        git(&repo, &["tag", tag]);
+/// The module folder's contents, and which tag its prompt names (`None`
+/// when the folder is absent).
+fn version_of(dir: &Path) -> Option<(String, BTreeMap<String, Vec<u8>>)> {
+    if !dir.exists() {
+        return None;
     }
-    let url = format!("file://{}", repo.display());
-    assert_eq!(output(work.noesis_bare().args(["install", &format!("{url}@v1.0.0"), "--path", "mods/big"])).code, 0);
-    let target = work.path().join("cognitive/modules/big");
-    let v1 = files(&target);
-    let mut seen_new = false;
-    for round in 0..12u64 {
-        let mut child = work
-            .noesis_std()
-            .args(["install", &format!("{url}@v2.0.0"), "--path", "mods/big"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(40 + round * 25));
-        let _ = child.kill();
-        let _ = child.wait();
-        // Any command tidies up first (this one then finds nothing to remove).
-        let o = output(work.noesis_bare().args(["remove", "no-such-module"]));
-        assert_eq!(o.code, 2);
-        let now = files(&target);
-        let tags: std::collections::BTreeSet<String> = now
-            .iter()
-            .filter(|(k, _)| k.starts_with("bulk/"))
-            .map(|(_, v)| String::from_utf8_lossy(v).split('"').nth(3).unwrap_or_default().to_owned())
-            .collect();
-        assert_eq!(tags.len(), 1, "round {round}: a mix of versions: {tags:?}");
-        assert_eq!(now.len(), v1.len(), "round {round}: files missing");
-        seen_new |= tags.contains("v2.0.0");
-        if seen_new {
-            // Back to v1 for the next round.
-            assert_eq!(
-                output(work.noesis_bare().args(["install", &format!("{url}@v1.0.0"), "--path", "mods/big"])).code,
-                0
-            );
-            assert_eq!(files(&target), v1);
-        }
-        let leftovers: Vec<String> = std::fs::read_dir(work.path().join("cognitive/modules"))
-            .unwrap()
+    let all = files(dir);
+    let prompt = String::from_utf8_lossy(&all["prompt.md"]).into_owned();
+    let tag = ["v1.0.0", "v1.1.0", "v2.0.0"].into_iter().find(|t| prompt.contains(t)).unwrap().to_owned();
+    Some((tag, all))
+}
+
+/// What the lockfile says of `name`: its version and files' digest.
+fn locked(work: &Work, name: &str) -> Option<(String, String)> {
+    let path = work.path().join("cognitive/cognitive.lock");
+    let l: Value = serde_json::from_str(&std::fs::read_to_string(path).ok()?).unwrap();
+    let e = l["modules"].get(name)?;
+    Some((e["version"].as_str()?.to_owned(), e["sha256"].as_str()?.to_owned()))
+}
+
+/// Nothing but the lock left in the work area, nothing else hidden.
+fn tidy(work: &Work) -> Vec<String> {
+    let modules = work.path().join("cognitive/modules");
+    let mut left: Vec<String> = std::fs::read_dir(&modules)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.') && n != ".noesis-swap")
+        .collect();
+    left.extend(
+        std::fs::read_dir(modules.join(".noesis-swap"))
+            .into_iter()
+            .flatten()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .collect();
-        assert!(leftovers.is_empty(), "round {round}: {leftovers:?}");
+            .filter(|n| n != "lock"),
+    );
+    left
+}
+
+/// Issue 31: kill -9 at each named point of a replacement and of a removal
+/// (not after a timer). Before anything tidies up, a reader finds the whole
+/// old module or the whole new one, never nothing; the next command finishes
+/// or drops the change, and the lockfile then says exactly what is
+/// installed: version and digest.
+#[test]
+fn kill_9_at_each_point_leaves_the_module_and_the_lockfile_agreeing() {
+    let work = Work::new();
+    let repo = repo(&work);
+    let url = format!("file://{}", repo.display());
+    let target = work.path().join("cognitive/modules/greeter");
+    let install = |tag: &str| {
+        let mut c = work.noesis_std();
+        c.args(["install", &format!("{url}@{tag}"), "--path", "mods/greeter"]);
+        c
+    };
+    let agree = |round: &str| {
+        let now = version_of(&target);
+        let lock = locked(&work, "greeter");
+        match (&now, &lock) {
+            (Some((tag, _)), Some((v, sha))) => {
+                assert_eq!(tag, v, "{round}: the folder is {tag}, the lockfile says {v}");
+                assert_eq!(&noesis_dist::lock::digest(&target).unwrap(), sha, "{round}: digest");
+            }
+            (None, None) => {}
+            _ => panic!("{round}: folder {:?}, lockfile {lock:?}", now.as_ref().map(|n| &n.0)),
+        }
+        assert_eq!(tidy(&work), Vec::<String>::new(), "{round}");
+        now.map(|n| n.0)
+    };
+    assert_eq!(output(&mut Command::from_std(install("v1.0.0"))).code, 0);
+    let v1 = version_of(&target).unwrap().1;
+    for (point, want) in [("staged", "v1.0.0"), ("committed", "v2.0.0"), ("swapped", "v2.0.0"), ("written", "v2.0.0")] {
+        crate::support::kill_at(install("v2.0.0"), point);
+        // What `noesis run` finds now, before anything tidies up.
+        let seen = version_of(&target).unwrap_or_else(|| panic!("{point}: the folder is missing"));
+        assert!(seen.0 == "v1.0.0" || seen.0 == "v2.0.0", "{point}: {}", seen.0);
+        assert_eq!(seen.1.keys().collect::<Vec<_>>(), v1.keys().collect::<Vec<_>>(), "{point}: a mix");
+        // Any command finishes or drops the change first.
+        assert_eq!(output(work.noesis_bare().args(["remove", "no-such-module"])).code, 2);
+        assert_eq!(agree(&format!("replace, {point}")).as_deref(), Some(want), "{point}");
+        if want != "v1.0.0" {
+            assert_eq!(output(&mut Command::from_std(install("v1.0.0"))).code, 0);
+        }
     }
+    for (point, gone) in [("staged", false), ("committed", true), ("swapped", true), ("written", true)] {
+        let mut remove = work.noesis_std();
+        remove.args(["remove", "greeter"]);
+        crate::support::kill_at(remove, point);
+        assert_eq!(output(work.noesis_bare().args(["remove", "no-such-module"])).code, 2);
+        let now = agree(&format!("remove, {point}"));
+        assert_eq!(now.is_none(), gone, "remove, {point}");
+        if gone {
+            assert_eq!(output(&mut Command::from_std(install("v1.0.0"))).code, 0);
+        }
+    }
+}
+
+/// Issue 31: a second process's recovery deleted a live install's staging
+/// folder or undid its swap, and lockfile updates raced. Now the second
+/// waits for the first (held at its commit point), and once the first is
+/// killed, finishes the first's committed change and then makes its own:
+/// both modules installed, both in the lockfile.
+#[test]
+fn a_second_process_waits_then_finishes_what_the_first_committed() {
+    use std::io::BufRead;
+    let work = Work::new();
+    let repo = repo(&work);
+    let url = format!("file://{}", repo.display());
+    assert_eq!(
+        output(work.noesis_bare().args(["install", &format!("{url}@v1.0.0"), "--path", "mods/greeter"])).code,
+        0
+    );
+    let mut first = work
+        .noesis_std()
+        .args(["install", &format!("{url}@v2.0.0"), "--path", "mods/greeter"])
+        .env("NOESIS_TEST_STOP_AT", "committed")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(first.stderr.take().unwrap()).lines();
+    assert!(lines.any(|l| l.is_ok_and(|l| l == "stopped at committed")), "the first never committed");
+    let mut second = work
+        .noesis_std()
+        .args(["install", &format!("{url}@v1.1.0"), "--path", "mods/greeter", "--name", "other"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = std::io::BufReader::new(second.stderr.take().unwrap()).lines();
+    let waiting = said.by_ref().map_while(Result::ok).find(|l| l.contains("waiting for another noesis process"));
+    assert!(waiting.is_some(), "the second did not wait");
+    // While it waits, the first's work is untouched.
+    let txns = std::fs::read_dir(work.path().join("cognitive/modules/.noesis-swap")).unwrap().count();
+    assert_eq!(txns, 2, "the lock and the first's change");
+    assert_eq!(version_of(&work.path().join("cognitive/modules/greeter")).unwrap().0, "v1.0.0");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let rest: Vec<String> = said.map_while(Result::ok).collect();
+    assert!(second.wait().unwrap().success(), "{rest:?}");
+    assert!(rest.iter().any(|l| l.contains("finished putting `greeter` in place")), "{rest:?}");
+    for (name, tag) in [("greeter", "v2.0.0"), ("other", "v1.1.0")] {
+        let dir = work.path().join("cognitive/modules").join(name);
+        assert_eq!(version_of(&dir).unwrap().0, tag);
+        assert_eq!(locked(&work, name).unwrap(), (tag.to_owned(), noesis_dist::lock::digest(&dir).unwrap()));
+    }
+    assert_eq!(tidy(&work), Vec::<String>::new());
+}
+
+/// Issue 31: cognitive.lock was made with the temporary file's mode (0600),
+/// though it is meant to be committed and read by others.
+#[test]
+fn the_lockfile_gets_the_mode_any_new_file_gets() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = Work::new();
+    let repo = repo(&work);
+    let url = format!("file://{}", repo.display());
+    assert_eq!(output(work.noesis_bare().args(["install", &url, "--path", "mods/greeter"])).code, 0);
+    let plain = work.write("plain.txt", "x");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&work.path().join("cognitive/cognitive.lock")), mode(&plain));
 }

@@ -173,3 +173,118 @@ fn mcp_agent_tool_delegates_a_task_and_reports_each_step_as_progress() {
     assert_eq!(refused["isError"], true);
     assert!(refused["structuredContent"]["error"]["message"].as_str().unwrap().contains("`approve`"), "{refused}");
 }
+
+/// One `noesis mcp` session on a scripted OpenAI endpoint, initialized.
+struct Session {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Session {
+    fn start(w: &Work, fake: &noesis_testkit::FakeServer) -> Session {
+        use std::io::BufRead;
+        let mut child = w
+            .noesis_std()
+            .arg("mcp")
+            .env("LLM_PROVIDER", "openai")
+            .env("OPENAI_BASE_URL", fake.base_url())
+            .env("OPENAI_API_KEY", "sk-test")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut s = Session { child, stdin, lines };
+        s.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                  "clientInfo": {"name": "t", "version": "1"}}}));
+        s.answer(1);
+        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{message}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The answer to request `id` (notifications before it are skipped).
+    fn answer(&mut self, id: i64) -> Value {
+        for line in self.lines.by_ref() {
+            let m: Value = serde_json::from_str(&line.unwrap()).unwrap();
+            if m["id"] == id {
+                return m;
+            }
+        }
+        panic!("the session ended before answering {id}");
+    }
+
+    fn call_agent(&mut self, id: i64, arguments: Value) -> Value {
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "agent", "arguments": arguments}}));
+        self.answer(id)["result"].clone()
+    }
+
+    /// Ends the session as a client does (end of input); what it said on stderr.
+    fn close(mut self) -> String {
+        use std::io::Read;
+        drop(self.stdin.take());
+        let mut said = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut said).unwrap();
+        assert!(self.child.wait().unwrap().success(), "{said}");
+        said
+    }
+}
+
+/// Issue 31: runs started through `noesis mcp`'s agent tool were not
+/// resumed after a restart. Killed mid-run (kill -9), the next session
+/// resumes the run — its completed command does not run again — and the
+/// agent tool with `run_id` follows it to its answer. While the session
+/// driving it lives, another session may not take the run over.
+#[test]
+fn a_new_mcp_session_resumes_the_agent_run_a_killed_one_left() {
+    use noesis_testkit::{FakeServer, Reply};
+    let w = Work::new();
+    w.write("noesis.toml", "[agent]\nallow_commands = [\"sh count.sh\"]\n");
+    w.write("count.sh", "echo ran >> count.txt\n");
+    let call = noesis_testkit::tool_call_completion("c1", "run_command", &json!({"command": "sh count.sh"}));
+    let fake = FakeServer::start(vec![
+        Reply::Status(200, call.to_string(), vec![]),
+        // The first session is killed while it waits for this.
+        Reply::Delay(std::time::Duration::from_secs(3600), Box::new(Reply::Chat("too late".into()))),
+        Reply::Chat("Counted once.".into()),
+    ])
+    .unwrap();
+    let mut first = Session::start(&w, &fake);
+    first.send(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                       "params": {"name": "agent", "arguments": {"task": "Count", "approve": "auto"}}}));
+    // Progress, not time: the command has run once the second model call is out.
+    while fake.received().len() < 2 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let listed = crate::support::output(w.noesis_bare().args(["agent", "list", "--json"])).json();
+    let id = listed[0]["run_id"].as_str().unwrap().to_owned();
+
+    let mut other = Session::start(&w, &fake);
+    let refused = other.call_agent(2, json!({"run_id": id}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    let message = refused["structuredContent"]["error"].to_string();
+    assert!(message.contains("another noesis process"), "{refused}");
+    assert!(!other.close().contains("resuming"), "a live session's run was taken over");
+
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let mut next = Session::start(&w, &fake);
+    let result = next.call_agent(2, json!({"run_id": id}));
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["answer"], "Counted once.", "{result}");
+    let said = next.close();
+    assert!(said.contains("resuming 1 agent run"), "{said}");
+    assert_eq!(std::fs::read_to_string(w.path().join("count.txt")).unwrap(), "ran\n");
+    assert_eq!(fake.received().len(), 3);
+}

@@ -121,8 +121,8 @@ fn migrate_v1_module() {
         assert!(!backup.starts_with(w.path().join(search)), "{}", backup.display());
     }
     assert_eq!(tree(&backup), before);
-    // No work area is left behind.
-    assert!(!w.path().join("cognitive/modules/.noesis-migrate").exists());
+    // Nothing is left in the work area but its lock.
+    assert_eq!(work_left(&w), ["lock"]);
     // Migrating again is a no-op with a note.
     let o = output(w.noesis().args(["migrate", "reviewer"]));
     assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
@@ -197,7 +197,7 @@ fn migrate_dry_run_writes_nothing() {
     assert!(o.stderr.contains("dry run: nothing was written"), "{}", o.stderr);
     assert_eq!(tree(&dir), before);
     assert!(!w.path().join(".noesis").exists(), "no backup folder for a dry run");
-    assert!(!w.path().join("cognitive/modules/.noesis-migrate").exists());
+    assert!(!w.path().join("cognitive/modules/.noesis-swap").exists(), "a dry run locks nothing");
 }
 
 #[test]
@@ -281,4 +281,44 @@ fn migrate_dry_run_report() {
     let mut settings = insta::Settings::clone_current();
     settings.add_filter(&regex_escape(&w.path().display().to_string()), "[TMP]");
     settings.bind(|| insta::assert_snapshot!("migrate_dry_run_report", o.stdout));
+}
+
+fn work_left(w: &Work) -> Vec<String> {
+    let mut left: Vec<String> = std::fs::read_dir(w.path().join("cognitive/modules/.noesis-swap"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    left
+}
+
+/// Issue 31: `noesis migrate` had a stage + swap + recover of its own; it
+/// now shares the installs' (noesis_dist::swap). Killed at each point, the
+/// folder is the whole original or the whole migrated module, and the next
+/// `noesis migrate` finishes what was committed or starts again.
+#[test]
+fn migrate_killed_at_each_point_is_finished_or_done_again() {
+    for (point, committed) in [("staged", false), ("committed", true), ("swapped", true)] {
+        let w = Work::new();
+        let dir = v1(&w, "cognitive/modules/reviewer");
+        let before = tree(&dir);
+        let mut c = w.noesis_std();
+        c.args(["migrate", "reviewer"]);
+        crate::support::kill_at(c, point);
+        let seen = tree(&dir);
+        let migrated = |t: &std::collections::BTreeMap<String, Vec<u8>>| {
+            t.contains_key("prompt.md") && t.contains_key("schema.json") && !t.contains_key("MODULE.md")
+        };
+        assert!(seen == before || migrated(&seen), "{point}: neither the original nor the migrated module");
+        let o = output(w.noesis().args(["migrate", "reviewer"]));
+        assert_eq!(o.code, 0, "{point}: {}{}", o.stdout, o.stderr);
+        if committed {
+            assert!(o.stderr.contains("finished putting `reviewer` in place"), "{point}: {}", o.stderr);
+            assert!(o.stderr.contains("already v2.2"), "{point}: {}", o.stderr);
+        } else {
+            assert!(o.stdout.contains("migrating reviewer (v1 → v2.2)"), "{point}: {}", o.stdout);
+        }
+        assert_v22(&w, "reviewer");
+        assert_eq!(work_left(&w), ["lock"], "{point}");
+    }
 }

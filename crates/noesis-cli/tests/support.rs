@@ -155,3 +155,30 @@ pub(crate) fn regex_escape(s: &str) -> String {
         .map(|c| if c.is_alphanumeric() || c == '/' || c == '_' { c.to_string() } else { format!("\\{c}") })
         .collect()
 }
+
+/// Runs `command` until it says `stopped at POINT` (`NOESIS_TEST_STOP_AT`
+/// makes it wait there), then kills it with SIGKILL: a crash exactly at a
+/// named point, every time. Panics with what it printed if it ends first.
+pub(crate) fn kill_at(mut command: std::process::Command, point: &str) {
+    use std::io::BufRead;
+    let mut child = command
+        .env("NOESIS_TEST_STOP_AT", point)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut said = String::new();
+    for line in std::io::BufReader::new(stderr).lines() {
+        let line = line.unwrap_or_default();
+        if line == format!("stopped at {point}") {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            return;
+        }
+        said.push_str(&line);
+        said.push('\n');
+    }
+    let status = child.wait().unwrap();
+    panic!("never stopped at {point} ({status}):\n{said}");
+}

@@ -1,12 +1,12 @@
 //! Fetching, validating and swapping modules in; the lockfile kept beside.
 //!
-//! Every install is staged in a hidden folder next to the modules
-//! (`.staging-NAME`), loaded there (a module that does not load is refused
-//! with the loader's message), then swapped in: the old folder is renamed
-//! to `.old-NAME`, the staged one to `NAME`, and the old one removed. A
-//! crash at any point leaves either the old module or the new one, and
-//! [`Installer::recover`] (run before every operation) finishes or undoes
-//! a swap that was cut short.
+//! A source is fetched first (git through the `git` program, shallow where
+//! the tag or commit is known), then, with the modules folder locked
+//! against other processes ([`crate::swap`]), the module is staged in the
+//! work area, loaded there (a module that does not load is refused with the
+//! loader's message) and put in place together with its lockfile entry as
+//! one change: after a crash at any point both are old or both new, and the
+//! next operation finishes or drops what was cut short.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,6 +94,14 @@ pub enum DistError {
         /// Why.
         why: String,
     },
+    /// A tarball over plain http with nothing to check it against.
+    #[error(
+        "`{0}` is plain http with no checksum: anything on the way could change it; use https, or give its checksum as `URL#sha256:HEX` (or in the registry's index)"
+    )]
+    Unverified(String),
+    /// Staging, swapping or recovering failed.
+    #[error(transparent)]
+    Swap(#[from] crate::swap::SwapError),
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {
@@ -130,6 +138,8 @@ pub struct Installer {
     pub locked: bool,
     /// The registry index bare names are looked up in.
     pub registry: Option<crate::registry::Registry>,
+    /// Told where each change is (see [`crate::swap::Observer`]).
+    pub observe: Option<crate::swap::Observer>,
 }
 
 /// A fetched source: the folder holding the repository or module, kept
@@ -163,13 +173,57 @@ pub fn tags(url: &str) -> Result<Vec<String>, DistError> {
     Ok(out.lines().filter_map(|l| l.split_once("refs/tags/").map(|(_, t)| t.trim().to_owned())).collect())
 }
 
-fn fetch(source: &Source) -> Result<Fetched, DistError> {
+/// Whether `r` names a commit (hex, 7 to 40 digits) rather than a tag or
+/// branch.
+fn is_commit(r: &str) -> bool {
+    (7..=40).contains(&r.len()) && r.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A checkout of `url` at `want` (a tag, branch or commit; `None`: the
+/// default branch) in `repo`, fetching as little as the reference allows:
+/// one commit for a tag or branch, and for a commit one commit when the
+/// server serves commits by id, else the history without file contents.
+/// References go after `--end-of-options`, so none is read as an option.
+fn clone_at(url: &str, want: Option<&str>, repo: &Path) -> Result<(), DistError> {
+    let repo_s = repo.to_string_lossy().into_owned();
+    let checkout = |target: &str| {
+        git(&["-c", "advice.detachedHead=false", "checkout", "--quiet", "--end-of-options", target], Some(repo))
+    };
+    match want {
+        Some(r) if is_commit(r) => {
+            std::fs::create_dir_all(repo).map_err(io(repo))?;
+            git(&["init", "--quiet"], Some(repo))?;
+            let shallow = git(&["fetch", "--quiet", "--depth", "1", "--end-of-options", url, r], Some(repo));
+            if shallow.is_ok() {
+                checkout("FETCH_HEAD")?;
+            } else {
+                std::fs::remove_dir_all(repo).map_err(io(repo))?;
+                git(&["clone", "--quiet", "--no-checkout", "--filter=blob:none", "--", url, &repo_s], None)?;
+                checkout(r)?;
+            }
+        }
+        Some(r) => {
+            git(&["clone", "--quiet", "--depth", "1", &format!("--branch={r}"), "--", url, &repo_s], None)?;
+        }
+        None => {
+            git(&["clone", "--quiet", "--depth", "1", "--", url, &repo_s], None)?;
+        }
+    }
+    Ok(())
+}
+
+/// Fetches `source`. `pinned`: the files will be checked against a
+/// lockfile's digest, which is what a checksum would prove.
+fn fetch(source: &Source, pinned: bool) -> Result<Fetched, DistError> {
     match source {
         Source::Dir(d) => Ok(Fetched { root: d.clone(), _tmp: None, commit: None, version: None }),
         Source::Registry { name, .. } => {
             Err(DistError::NotInRegistry { name: name.clone(), why: "not resolved to a source".into() })
         }
         Source::Tarball { url, checksum } => {
+            if url.starts_with("http://") && checksum.is_none() && !pinned {
+                return Err(DistError::Unverified(url.clone()));
+            }
             let bytes = crate::tarball::fetch(url)?;
             let tmp = tempfile::tempdir().map_err(io(Path::new("a temporary folder")))?;
             let into = tmp.path().join("unpacked");
@@ -203,10 +257,7 @@ fn fetch(source: &Source) -> Result<Fetched, DistError> {
             };
             let tmp = tempfile::tempdir().map_err(io(Path::new("a temporary folder")))?;
             let repo = tmp.path().join("repo");
-            let repo_s = repo.to_string_lossy().into_owned();
-            git(&["clone", "--quiet", "--no-checkout", url, &repo_s], None)?;
-            let target = want.clone().unwrap_or_else(|| "HEAD".into());
-            git(&["-c", "advice.detachedHead=false", "checkout", "--quiet", &target], Some(&repo))?;
+            clone_at(url, want.as_deref(), &repo)?;
             let commit = git(&["rev-parse", "HEAD"], Some(&repo))?.trim().to_owned();
             let version = version.or_else(|| want.filter(|w| crate::version::of_tag(w).is_some()));
             Ok(Fetched { root: repo, _tmp: Some(tmp), commit: Some(commit), version })
@@ -237,40 +288,14 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), DistError> {
 }
 
 impl Installer {
-    fn staging(&self, name: &str) -> PathBuf {
-        self.modules_dir.join(format!(".staging-{name}"))
+    fn area(&self) -> crate::swap::Area {
+        crate::swap::Area::new(&self.modules_dir).observed(self.observe)
     }
 
-    fn old(&self, name: &str) -> PathBuf {
-        self.modules_dir.join(format!(".old-{name}"))
-    }
-
-    /// Finishes or undoes what a crash cut short: a `.old-NAME` whose
-    /// `NAME` is missing is put back (the swap never finished); one whose
-    /// `NAME` exists is removed (it did); staging folders are removed.
-    /// Says what it did.
+    /// Finishes or drops what a crash cut short (see [`crate::swap`]),
+    /// waiting for any other process working here first. Says what it did.
     pub fn recover(&self) -> Result<Vec<String>, DistError> {
-        let mut done = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.modules_dir) else { return Ok(done) };
-        for e in entries.flatten() {
-            let file = e.file_name().to_string_lossy().into_owned();
-            if let Some(name) = file.strip_prefix(".old-") {
-                let target = self.modules_dir.join(name);
-                if target.exists() {
-                    std::fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
-                    done.push(format!("removed the replaced copy of `{name}` an interrupted install left"));
-                } else {
-                    std::fs::rename(e.path(), &target).map_err(io(&target))?;
-                    done.push(format!(
-                        "put `{name}` back: an install was interrupted before the new copy was in place"
-                    ));
-                }
-            } else if file.starts_with(".staging-") {
-                std::fs::remove_dir_all(e.path()).map_err(io(&e.path()))?;
-                done.push(format!("removed {file}, left by an interrupted install"));
-            }
-        }
-        Ok(done)
+        Ok(self.area().recover()?)
     }
 
     /// The lockfile (empty when there is none).
@@ -282,20 +307,13 @@ impl Installer {
         }
     }
 
-    fn write_lock(&self, lock: &Lockfile) -> Result<(), DistError> {
-        use std::io::Write;
-        let dir = self.lock_path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io(dir))?;
-        tmp.write_all(lock.render().as_bytes()).map_err(io(&self.lock_path))?;
-        tmp.persist(&self.lock_path).map_err(|e| DistError::Io { path: self.lock_path.clone(), source: e.error })?;
-        Ok(())
+    fn lock_file(&self, lock: &Lockfile) -> crate::swap::SideFile {
+        crate::swap::SideFile { path: self.lock_path.clone(), text: lock.render() }
     }
 
     /// Installs `typed` (see [`Source::parse`]) as `name` (default: from the
     /// source), or, with `locked_entry`, exactly what a lockfile recorded.
     pub fn install(&self, typed: &str, path: Option<&str>, name: Option<&str>) -> Result<Installed, DistError> {
-        self.recover()?;
         let source = Source::parse(typed, path)?;
         let name = name.map_or_else(|| source.default_name(), str::to_owned);
         self.put(&name, typed, &source, None)
@@ -304,7 +322,6 @@ impl Installer {
     /// Installs every module the lockfile lists, at its commit, refusing
     /// any whose files differ from the recorded digest.
     pub fn install_locked(&self) -> Result<Vec<Installed>, DistError> {
-        self.recover()?;
         let lock = self.lockfile()?;
         let mut done = Vec::new();
         for (name, e) in &lock.modules {
@@ -320,7 +337,6 @@ impl Installer {
     /// Installs `name` again from its recorded source: the newest version
     /// its range allows, or with `latest` the newest there is.
     pub fn update(&self, name: &str, latest: bool) -> Result<Installed, DistError> {
-        self.recover()?;
         let lock = self.lockfile()?;
         let e = lock.modules.get(name).ok_or_else(|| DistError::NotInstalled(name.to_owned()))?;
         let mut source = Source::parse(&e.source, Some(&e.path))?;
@@ -362,30 +378,32 @@ impl Installer {
         }
     }
 
-    /// Removes `name` and its lockfile entry.
+    /// Removes `name` and its lockfile entry, as one change.
     pub fn remove(&self, name: &str) -> Result<(), DistError> {
-        self.recover()?;
         if !valid_name(name) {
             return Err(DistError::BadName(name.to_owned()));
         }
-        let mut lock = self.lockfile()?;
         let target = self.modules_dir.join(name);
+        if !self.modules_dir.is_dir() && !self.lockfile()?.modules.contains_key(name) {
+            return Err(DistError::NotInstalled(name.to_owned()));
+        }
+        std::fs::create_dir_all(&self.modules_dir).map_err(io(&self.modules_dir))?;
+        let area = self.area();
+        let held = area.lock()?;
+        held.recover()?;
+        // Read under the lock: another process's change is in it, or waits.
+        let mut lock = self.lockfile()?;
         if !target.exists() && !lock.modules.contains_key(name) {
             return Err(DistError::NotInstalled(name.to_owned()));
         }
+        let mut files = Vec::new();
         if lock.modules.remove(name).is_some() {
             if self.locked {
                 return Err(DistError::Locked(format!("removing `{name}` changes cognitive.lock")));
             }
-            self.write_lock(&lock)?;
+            files.push(self.lock_file(&lock));
         }
-        if target.exists() {
-            // Out of the way by rename first: a crash leaves `.old-NAME`,
-            // which recovery removes.
-            let old = self.old(name);
-            std::fs::rename(&target, &old).map_err(io(&target))?;
-            std::fs::remove_dir_all(&old).map_err(io(&old))?;
-        }
+        held.remove(name, files)?;
         Ok(())
     }
 
@@ -429,7 +447,9 @@ impl Installer {
         }
         let (resolved, index_version) = self.resolve(source)?;
         let source = resolved.as_ref().map_or(source, |(s, _)| s);
-        let mut fetched = fetch(source)?;
+        // Fetched before the folder is locked: a slow download holds up no
+        // other process.
+        let mut fetched = fetch(source, locked.is_some())?;
         if fetched.version.is_none() {
             fetched.version = index_version;
         }
@@ -446,15 +466,15 @@ impl Installer {
             });
         }
         std::fs::create_dir_all(&self.modules_dir).map_err(io(&self.modules_dir))?;
-        let staged = self.staging(name);
-        if staged.exists() {
-            std::fs::remove_dir_all(&staged).map_err(io(&staged))?;
-        }
-        copy_tree(&module_dir, &staged)?;
+        let area = self.area();
+        let held = area.lock()?;
+        held.recover()?;
+        let staged = held.stage(name)?;
         let checked = (|| {
-            noesis_modules::load_dir(&staged)
+            copy_tree(&module_dir, staged.path())?;
+            noesis_modules::load_dir(staged.path())
                 .map_err(|e| DistError::Invalid { name: name.to_owned(), why: e.to_string() })?;
-            let sha256 = digest(&staged).map_err(io(&staged))?;
+            let sha256 = digest(staged.path()).map_err(io(staged.path()))?;
             if let Some(l) = locked
                 && l.sha256 != sha256
             {
@@ -472,40 +492,26 @@ impl Installer {
                 version: fetched.version.clone(),
                 sha256,
             });
+            // Read under the lock, so no other process's entry is lost.
             let mut lock = self.lockfile()?;
+            let mut files = Vec::new();
             if lock.modules.get(name) != Some(&entry) {
                 if self.locked {
                     return Err(DistError::Locked(format!("installing `{name}` changes cognitive.lock")));
                 }
                 lock.modules.insert(name.to_owned(), entry.clone());
+                files.push(self.lock_file(&lock));
             }
-            Ok((entry, lock))
+            Ok((entry, files))
         })();
-        let (entry, lock) = match checked {
+        let (entry, files) = match checked {
             Ok(v) => v,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&staged);
+                held.discard(staged);
                 return Err(e);
             }
         };
-        let target = self.modules_dir.join(name);
-        let old = self.old(name);
-        let replaced = target.exists();
-        if replaced {
-            std::fs::rename(&target, &old).map_err(io(&target))?;
-        }
-        if let Err(e) = std::fs::rename(&staged, &target) {
-            if replaced {
-                let _ = std::fs::rename(&old, &target);
-            }
-            return Err(io(&target)(e));
-        }
-        if replaced {
-            std::fs::remove_dir_all(&old).map_err(io(&old))?;
-        }
-        if self.lockfile()? != lock {
-            self.write_lock(&lock)?;
-        }
+        let replaced = held.replace(staged, files)?;
         Ok(Installed { name: name.to_owned(), entry, replaced })
     }
 }
@@ -521,12 +527,14 @@ mod tests {
             lock_path: d.path().join("cognitive/cognitive.lock"),
             locked: false,
             registry: None,
+            observe: None,
         };
         (d, i)
     }
 
+    /// What the two-rename scheme of earlier versions left is tidied too.
     #[test]
-    fn an_interrupted_swap_is_finished_or_undone() {
+    fn an_interrupted_swap_of_an_earlier_version_is_finished_or_undone() {
         let (_d, i) = installer();
         let m = &i.modules_dir;
         // Cut short after the old copy moved aside, before the new one came in.
@@ -537,9 +545,59 @@ mod tests {
         std::fs::create_dir_all(m.join(".old-b")).unwrap();
         std::fs::create_dir_all(m.join(".staging-c")).unwrap();
         let done = i.recover().unwrap();
-        assert_eq!(done.len(), 3, "{done:?}");
+        assert_eq!(done.len(), 1, "{done:?}");
         assert_eq!(std::fs::read_to_string(m.join("a/module.yaml")).unwrap(), "old");
         assert!(m.join("b").is_dir() && !m.join(".old-b").exists() && !m.join(".staging-c").exists());
         assert!(i.recover().unwrap().is_empty());
+    }
+
+    fn git_in(dir: &Path, args: &[&str]) -> String {
+        let o = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_owned()
+    }
+
+    /// Issue 31: clones were full, and a reference went to `checkout` where
+    /// one starting with `-` was read as an option (`@--detach` checked out
+    /// the default branch instead of failing).
+    #[test]
+    fn clones_are_shallow_and_references_are_never_options() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        git_in(&src, &["init", "-q", "-b", "main"]);
+        let mut commits = Vec::new();
+        for tag in ["v1.0.0", "v2.0.0", "v3.0.0"] {
+            std::fs::write(src.join("module.yaml"), tag).unwrap();
+            git_in(&src, &["add", "-A"]);
+            git_in(&src, &["commit", "-q", "-m", tag]);
+            git_in(&src, &["tag", tag]);
+            commits.push(git_in(&src, &["rev-parse", "HEAD"]));
+        }
+        let url = format!("file://{}", src.display());
+        let at = |r: Reference| fetch(&Source::Git { url: url.clone(), path: String::new(), reference: r }, false);
+        let count = |f: &Fetched| git_in(&f.root, &["rev-list", "--count", "HEAD"]);
+        let f = at(Reference::Exact("v2.0.0".into())).unwrap();
+        assert_eq!((f.commit.as_deref(), count(&f).as_str()), (Some(commits[1].as_str()), "1"));
+        assert_eq!(git_in(&f.root, &["rev-parse", "--is-shallow-repository"]), "true");
+        let f = at(Reference::Exact(commits[0].clone())).unwrap();
+        assert_eq!((f.commit.as_deref(), count(&f).as_str()), (Some(commits[0].as_str()), "1"));
+        let f = at(Reference::Latest).unwrap();
+        assert_eq!((f.commit.as_deref(), f.version.as_deref()), (Some(commits[2].as_str()), Some("v3.0.0")));
+        // An abbreviated commit still resolves (through a clone without file contents).
+        let f = at(Reference::Exact(commits[1][..10].to_owned())).unwrap();
+        assert_eq!(f.commit.as_deref(), Some(commits[1].as_str()));
+        for bad in ["--detach", "-b", "--orphan=x"] {
+            let e = at(Reference::Exact(bad.into())).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains(bad), "`{bad}` was not refused as a reference: {e}");
+        }
     }
 }

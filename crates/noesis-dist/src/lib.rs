@@ -4,14 +4,16 @@
 //! [`source`] reads what a person types (`github:owner/repo/path@^1.2`, a
 //! git URL, a folder) — pure; [`version`] picks a tag for a range — pure;
 //! [`lock`] is `cognitive.lock` — pure; [`install`] fetches (git through
-//! the `git` program), validates by loading the module, and swaps it in by
-//! rename, so an interrupted install leaves the old module or the new one,
-//! never half of either.
+//! the `git` program), validates by loading the module, and swaps it in
+//! through [`swap`] — staged, committed by a journal, exchanged in one
+//! rename, recovered — so an interrupted install leaves the old module and
+//! lockfile or the new ones, never half of either or a mix.
 
 pub mod install;
 pub mod lock;
 pub mod registry;
 pub mod source;
+pub mod swap;
 pub mod tarball;
 pub mod version;
 

@@ -91,8 +91,16 @@ impl Source {
                 reference: reference(r, typed)?,
             });
         }
-        if crate::registry::is_tarball(typed) {
-            return Ok(Source::Tarball { url: typed.to_owned(), checksum: None });
+        // `URL#sha256:HEX`: the checksum the download must have.
+        let (file, checksum) = match typed.split_once("#sha256:") {
+            Some((u, hex)) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                (u, Some(format!("sha256:{}", hex.to_ascii_lowercase())))
+            }
+            Some(_) => return Err(bad("a checksum is `#sha256:` and 64 hex digits".into())),
+            None => (typed, None),
+        };
+        if crate::registry::is_tarball(file) {
+            return Ok(Source::Tarball { url: file.to_owned(), checksum });
         }
         let is_url = ["https://", "http://", "ssh://", "file://", "git://"].iter().any(|p| typed.starts_with(p))
             || (typed.starts_with("git@") && typed.contains(':'));
@@ -207,6 +215,12 @@ mod tests {
             Source::Tarball { url: "http://127.0.0.1:9/s-1.0.tar.gz".into(), checksum: None }
         );
         assert_eq!(Source::parse("http://h/x/summarizer.tgz", None).unwrap().default_name(), "summarizer");
+        let hex = "AB".repeat(32);
+        assert_eq!(
+            Source::parse(&format!("http://h/s.tar.gz#sha256:{hex}"), None).unwrap(),
+            Source::Tarball { url: "http://h/s.tar.gz".into(), checksum: Some(format!("sha256:{}", "ab".repeat(32))) }
+        );
+        assert!(Source::parse("http://h/s.tar.gz#sha256:abc", None).unwrap_err().why.contains("64 hex digits"));
         let s = Source::parse("summarizer@^2", None).unwrap();
         assert!(matches!(&s, Source::Registry { name, reference: Reference::Range(_) } if name == "summarizer"));
         assert!(valid_name("code-simplifier") && !valid_name("../x") && !valid_name(".hidden") && !valid_name(""));

@@ -24,26 +24,58 @@ pub struct Route {
     /// The model to use; the provider's default when absent.
     #[serde(default)]
     pub model: Option<String>,
+    /// `module` compiled on first use, so routing a call compiles nothing.
+    #[serde(skip)]
+    compiled: Compiled,
 }
+
+impl Route {
+    /// A rule sending modules that match `module` and/or of `tier` to
+    /// `provider` (and `model`).
+    pub fn new(tier: Option<String>, module: Option<String>, provider: String, model: Option<String>) -> Route {
+        Route { tier, module, provider, model, compiled: Compiled::default() }
+    }
+
+    /// The compiled `module` pattern; `None` without one (or when it
+    /// cannot compile, which `*`-only patterns always do).
+    fn matcher(&self) -> Option<&globset::GlobMatcher> {
+        self.compiled.0.get_or_init(|| self.module.as_deref().and_then(compile)).as_ref()
+    }
+}
+
+/// A route's compiled pattern; not part of what the route is (equality,
+/// the config's form).
+#[derive(Debug, Clone, Default)]
+struct Compiled(std::sync::OnceLock<Option<globset::GlobMatcher>>);
+
+impl PartialEq for Compiled {
+    fn eq(&self, _: &Compiled) -> bool {
+        true
+    }
+}
+
+impl Eq for Compiled {}
 
 /// The first rule that matches a module, if any. A rule with neither
 /// `tier` nor `module` matches everything.
 pub fn route<'a>(routes: &'a [Route], module: &str, tier: Option<&str>) -> Option<&'a Route> {
     routes.iter().find(|r| {
-        r.tier.as_deref().is_none_or(|t| Some(t) == tier) && r.module.as_deref().is_none_or(|p| glob(p, module))
+        r.tier.as_deref().is_none_or(|t| Some(t) == tier)
+            && (r.module.is_none() || r.matcher().is_some_and(|m| m.is_match(module)))
     })
 }
 
-/// `*`-only glob matching, anchored at both ends, by `globset`: every other
+/// A `*`-only glob, anchored at both ends, for `globset`: every other
 /// character of the pattern is escaped, so `?`, `[`, `{` and `\` stay
 /// literal, and `*` also crosses `/` (module names are not paths).
-fn glob(pattern: &str, text: &str) -> bool {
+fn compile(pattern: &str) -> Option<globset::GlobMatcher> {
     let escaped: Vec<String> = pattern.split('*').map(globset::escape).collect();
     globset::GlobBuilder::new(&escaped.join("*"))
         .literal_separator(false)
         .backslash_escape(false)
         .build()
-        .is_ok_and(|g| g.compile_matcher().is_match(text))
+        .ok()
+        .map(|g| g.compile_matcher())
 }
 
 /// Providers tried in order: when one fails, the next gets the same request.
@@ -214,12 +246,7 @@ mod tests {
     use super::*;
 
     fn r(tier: Option<&str>, module: Option<&str>, provider: &str) -> Route {
-        Route {
-            tier: tier.map(str::to_owned),
-            module: module.map(str::to_owned),
-            provider: provider.into(),
-            model: None,
-        }
+        Route::new(tier.map(str::to_owned), module.map(str::to_owned), provider.into(), None)
     }
 
     #[test]
@@ -236,6 +263,22 @@ mod tests {
         assert_eq!(pick("code-reviewer", Some("decision")), Some("big"));
         assert_eq!(pick("x", None), Some("default"));
         assert_eq!(route(&routes[..1], "x", Some("exec")), None);
+    }
+
+    /// Issue 31: a route's pattern was compiled again for every call. It
+    /// is compiled on first use and kept with the route (clones share it).
+    #[test]
+    fn a_routes_pattern_is_compiled_once() {
+        let routes = vec![r(None, Some("code-*"), "cheap")];
+        let first = routes[0].matcher().unwrap() as *const globset::GlobMatcher;
+        assert_eq!(route(&routes, "code-x", None).map(|r| r.provider.as_str()), Some("cheap"));
+        assert_eq!(routes[0].matcher().unwrap() as *const globset::GlobMatcher, first);
+        // Equality and the config's form do not see the compiled pattern.
+        assert_eq!(routes[0], r(None, Some("code-*"), "cheap"));
+        assert_eq!(
+            serde_json::to_value(&routes[0]).unwrap(),
+            serde_json::json!({"tier": null, "module": "code-*", "provider": "cheap", "model": null})
+        );
     }
 
     #[test]
@@ -261,7 +304,7 @@ mod tests {
             ("a**b", "axyzb", true),
             ("**", "anything", true),
         ] {
-            assert_eq!(glob(p, t), want, "{p} ~ {t}");
+            assert_eq!(compile(p).is_some_and(|m| m.is_match(t)), want, "{p} ~ {t}");
         }
     }
 }

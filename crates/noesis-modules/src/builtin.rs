@@ -1,5 +1,7 @@
 //! Modules compiled into the binary: the specification's three examples, so a
-//! fresh install can run something with no files of its own, the nodes of
+//! fresh install can run something with no files of its own, an example the
+//! small local model answers well (`meeting-details`, what `scripts/setup.sh`
+//! runs offline), the nodes of
 //! `noesis solve` (PLANNER, REASONER, REFLECTOR) and the model steps of the
 //! frame plugins (`docs-node`, `review-diff`, `testgen-spec`), each
 //! overridable by a module of the same name on the search path.
@@ -22,6 +24,7 @@ pub static BUILTIN: &[(&str, &[(&str, &str)])] = &[
     module!("code-reviewer"),
     module!("code-simplifier"),
     module!("docs-node"),
+    module!("meeting-details"),
     module!("review-diff"),
     module!("task-prioritizer"),
     module!("testgen-spec"),

@@ -146,8 +146,14 @@ pub trait AgentHost: Send + Sync + 'static {
     async fn load(&self, id: &str) -> Result<Option<AgentRun>, String>;
     /// The stored runs, most recent first.
     async fn list(&self, limit: u32) -> Result<Vec<Value>, String>;
-    /// Runs a previous server left unfinished (running or awaiting approval).
+    /// Runs a previous server left unfinished (running or awaiting
+    /// approval) that this one may drive now.
     async fn unfinished(&self) -> Result<Vec<String>, String>;
+    /// Whether stored run `id` may be driven here: false while another
+    /// process drives it.
+    async fn claim(&self, _id: &str) -> Result<bool, String> {
+        Ok(true)
+    }
     /// Chooses each call's provider by its role (`None`: the equipped
     /// provider answers every call).
     fn router(&self, _provider: &Arc<dyn Provider>) -> Option<Arc<dyn noesis_agent::ModelRouter>> {
@@ -431,9 +437,35 @@ impl AgentRuns {
         if matches!(run.outcome, Some(noesis_agent::Outcome::Answer { .. } | noesis_agent::Outcome::Aborted { .. })) {
             return Err((StatusCode::CONFLICT, format!("run `{id}` is {}; there is nothing to resume", status(&run))));
         }
+        match self.host.claim(id).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err((StatusCode::CONFLICT, format!("run `{id}` is being driven by another noesis process")));
+            }
+            Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
+        }
         run.resume();
         self.spawn(run).await;
         Ok(())
+    }
+
+    /// Makes run `id` one to follow here: live already, finished, or (left
+    /// unfinished by a process that ended) resumed here.
+    pub async fn follow(self: &Arc<Self>, id: &str) -> Result<(), (StatusCode, String)> {
+        if self.is_live(id) {
+            return Ok(());
+        }
+        let run = match self.host.load(id).await {
+            Ok(Some(run)) => run,
+            Ok(None) => return Err((StatusCode::NOT_FOUND, format!("no agent run `{id}`"))),
+            Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
+        };
+        let left = match &run.outcome {
+            None => true,
+            Some(noesis_agent::Outcome::Cancelled) => run.host["server_stopped"] == true,
+            Some(_) => false,
+        };
+        if left { self.resume(id).await } else { Ok(()) }
     }
 
     /// Follows run `id` to its end, handing `each` every event as it comes;

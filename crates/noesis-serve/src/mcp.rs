@@ -199,6 +199,11 @@ impl Mcp {
         }
         let drained = tokio::time::timeout(self.grace, async { while tasks.join_next().await.is_some() {} }).await;
         if drained.is_err() {
+            // Agent runs are stopped by the server, not by their clients:
+            // the next session resumes them.
+            if let Some(agents) = &self.agents {
+                agents.shutdown().await;
+            }
             // Runs end promptly once cancelled (the provider call is dropped).
             self.shutdown.cancel();
             while tasks.join_next().await.is_some() {}
@@ -443,8 +448,8 @@ impl Mcp {
             }
             "agent" if self.agents.is_some() => {
                 let progress = params.get("_meta").and_then(|m| m.get("progressToken")).cloned();
-                match agent_request(arguments) {
-                    Ok(request) => Ok(self.delegate(request, progress, &cancel, version).await),
+                match agent_call(arguments) {
+                    Ok(call) => Ok(self.delegate(call, progress, &cancel, version).await),
                     Err(b) => bad(b),
                 }
             }
@@ -455,22 +460,29 @@ impl Mcp {
         }
     }
 
-    /// Runs `request` as an agent run to its end; each step is a progress
-    /// notification when the client gave a token.
+    /// Runs `call` as an agent run to its end (a new one, or an earlier one
+    /// followed, resumed here when a session that ended left it); each step
+    /// is a progress notification when the client gave a token.
     async fn delegate(
         &self,
-        request: crate::agents::AgentRequest,
+        call: AgentCall,
         progress: Option<Value>,
         cancel: &CancellationToken,
         version: &str,
     ) -> Value {
         let Some(agents) = &self.agents else { return tool_result(json!({"error": "no agents"}), true, version) };
-        let id = match agents.start(request).await {
-            Ok(id) => id,
-            Err((_, message)) => {
-                let failure = Failure::new(ErrorCode::E1001, message);
-                return tool_result(refuse(failure, Instant::now()), true, version);
-            }
+        let id = match call {
+            AgentCall::Start(request) => match agents.start(*request).await {
+                Ok(id) => id,
+                Err((_, message)) => {
+                    let failure = Failure::new(ErrorCode::E1001, message);
+                    return tool_result(refuse(failure, Instant::now()), true, version);
+                }
+            },
+            AgentCall::Follow(id) => match agents.follow(&id).await {
+                Ok(()) => id,
+                Err((_, message)) => return tool_result(json!({"run_id": id, "error": message}), true, version),
+            },
         };
         let notify = self.notify.lock().unwrap_or_else(PoisonError::into_inner).clone();
         let mut count = 0u64;
@@ -678,6 +690,27 @@ fn error_response(id: &Value, e: RpcError) -> Value {
 
 /// The tools, as the newest revision describes them; [`Mcp::tools`] drops
 /// what older revisions do not know.
+/// What the `agent` tool is asked: a new run, or an earlier one to follow.
+enum AgentCall {
+    Start(Box<crate::agents::AgentRequest>),
+    Follow(String),
+}
+
+/// The `agent` tool's arguments: `run_id` alone, or a new run's request.
+fn agent_call(arguments: Map<String, Value>) -> Result<AgentCall, BadArgument> {
+    let Some(id) = arguments.get("run_id") else {
+        return agent_request(arguments).map(|r| AgentCall::Start(Box::new(r)));
+    };
+    known_fields(&arguments, &["run_id"]).map_err(|b| BadArgument {
+        message: format!("{} (`run_id` follows an earlier run and takes nothing else)", b.message),
+        ..b
+    })?;
+    match id {
+        Value::String(id) if !id.trim().is_empty() => Ok(AgentCall::Follow(id.clone())),
+        _ => Err(BadArgument { code: ErrorCode::E1003, message: "`run_id` must be a run's id".into() }),
+    }
+}
+
 /// The `agent` tool's request: a task, how calls that change anything are
 /// decided (no person can be asked over MCP), the tools and a turn limit.
 fn agent_request(mut arguments: Map<String, Value>) -> Result<crate::agents::AgentRequest, BadArgument> {
@@ -729,7 +762,7 @@ fn agent_tool() -> Value {
     json!({
         "name": "agent",
         "title": "Delegate a task to an agent",
-        "description": "Runs a noesis agent on a task: it reads, searches and edits the server's workspace, runs allowed commands and modules, and answers. Calls that change anything run only with approve=auto (default never: they are denied and the agent is told). Returns {run_id, status, answer, outcome, usage}; with a progressToken each step is a progress notification.",
+        "description": "Runs a noesis agent on a task: it reads, searches and edits the server's workspace, runs allowed commands and modules, and answers. Calls that change anything run only with approve=auto (default never: they are denied and the agent is told). Returns {run_id, status, answer, outcome, usage}; with a progressToken each step is a progress notification. With run_id instead of a task it follows an earlier run (one a previous session left is resumed here).",
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -737,8 +770,8 @@ fn agent_tool() -> Value {
                 "approve": {"enum": ["auto", "never"], "description": "Whether calls that change anything may run"},
                 "tools": {"type": "array", "items": {"type": "string"}, "description": "Offer only these tools"},
                 "max_turns": {"type": "integer", "minimum": 1, "description": "Most model calls"},
+                "run_id": {"type": "string", "description": "Instead of a task: follow this earlier run to its end, resuming it if a session that ended left it unfinished"},
             },
-            "required": ["task"],
             "additionalProperties": false,
         },
         "annotations": {"readOnlyHint": false, "destructiveHint": true, "openWorldHint": true},

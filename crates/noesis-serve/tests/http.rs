@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use noesis_llm::{EndpointConfig, OpenAiCompatible, Provider, RetryPolicy};
 use noesis_modules::Module;
@@ -34,7 +34,9 @@ impl ProviderSource for Fake {
         cfg.base_url.clone_from(&self.base_url);
         cfg.api_key = Some("sk-test".into());
         cfg.http.retry = RetryPolicy::none();
-        cfg.http.timeout = Duration::from_secs(30);
+        // Longer than any test: a call that ends did so because the server
+        // dropped or cancelled it, never because the client gave up waiting.
+        cfg.http.timeout = Duration::from_secs(3600);
         Ok(Arc::new(OpenAiCompatible::new(cfg).map_err(|e| SourceError::Unavailable(e.to_string()))?))
     }
 }
@@ -345,12 +347,11 @@ async fn stream_sends_text_chunks_then_the_envelope() {
     // Read it as it arrives: the first chunk must come before the run ends.
     let mut resp = resp;
     let mut text = String::new();
-    let mut first_text_at = None;
-    let started = Instant::now();
+    let mut saw_text = false;
     while let Some(bytes) = resp.chunk().await.unwrap() {
         text.push_str(std::str::from_utf8(&bytes).unwrap());
-        if first_text_at.is_none() && text.contains("event: text") {
-            first_text_at = Some(started.elapsed());
+        if !saw_text && text.contains("event: text") {
+            saw_text = true;
             assert!(!text.contains("event: envelope"), "text arrives before the envelope: {text}");
         }
     }
@@ -453,7 +454,7 @@ async fn openapi_describes_every_route() {
 
 /// An upstream that accepts one request and never answers; reports when
 /// the caller closes the connection.
-fn silent_upstream() -> (String, mpsc::Receiver<Instant>) {
+fn silent_upstream() -> (String, mpsc::Receiver<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -470,7 +471,7 @@ fn silent_upstream() -> (String, mpsc::Receiver<Instant>) {
                 }
                 let mut rest = Vec::new();
                 let _ = reader.read_to_end(&mut rest);
-                let _ = tx.send(Instant::now());
+                let _ = tx.send(());
             });
         }
     });
@@ -486,7 +487,6 @@ async fn assert_disconnect_cancels(route: &str) {
         .json(&json!({"module": "code-simplifier", "input": {"code": "x"}}))
         .send()
         .await;
-    let gave_up = Instant::now();
     match resp {
         // The stream's headers come first; the body is cut when dropped.
         Ok(r) => {
@@ -495,12 +495,13 @@ async fn assert_disconnect_cancels(route: &str) {
         }
         Err(e) => assert!(e.is_timeout(), "{e}"),
     }
-    let closed_at = tokio::task::spawn_blocking(move || closed.recv_timeout(Duration::from_secs(5))).await.unwrap();
-    let closed_at = closed_at.unwrap_or_else(|_| panic!("{route}: the upstream call was not dropped"));
-    assert!(closed_at.duration_since(gave_up) < Duration::from_secs(3), "{route}");
-    let deadline = Instant::now() + Duration::from_secs(3);
+    // The upstream never answers and the provider would wait an hour, so
+    // only the server dropping the call closes the connection: waiting for
+    // that close (and then for the run to be counted out) is the check, with
+    // no bound on how long either takes.
+    let closed = tokio::task::spawn_blocking(move || closed.recv()).await.unwrap();
+    assert!(closed.is_ok(), "{route}: the upstream's listener went away");
     while s.service.in_flight() > 0 {
-        assert!(Instant::now() < deadline, "{route}: the run is still in flight");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -625,9 +626,11 @@ async fn compose_runs_calls_through_the_cache_and_lists_the_steps() {
 #[tokio::test]
 async fn shutdown_lets_runs_finish_within_the_grace_then_cancels_them() {
     let slow = Reply::Delay(Duration::from_millis(300), Box::new(Reply::Chat(good_reply())));
+    // The second run's reply would come after an hour: the stop can only
+    // end it by cancelling it, which its envelope says.
     let fake = FakeServer::start(vec![
         slow.clone(),
-        Reply::Delay(Duration::from_secs(10), Box::new(Reply::Chat(good_reply()))),
+        Reply::Delay(Duration::from_secs(3600), Box::new(Reply::Chat(good_reply()))),
     ])
     .unwrap();
     let s = start_with(&fake.base_url(), SearchPath::default(), |c| c.grace = Duration::from_millis(800)).await;
@@ -642,15 +645,14 @@ async fn shutdown_lets_runs_finish_within_the_grace_then_cancels_them() {
         async move { post(&url, &json!({"module": "code-simplifier", "input": {"code": "b"}})).await }
     });
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let started = Instant::now();
     let addr = s.addr;
     s.stop().await.unwrap();
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
     let (status, env) = quick.await.unwrap();
     assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
     let (status, env) = stuck.await.unwrap();
     assert_eq!(status, 504, "{env}");
     assert_failure(&env, "E2002");
+    assert!(env["error"]["message"].as_str().unwrap().contains("cancelled"), "{env}");
     assert!(std::net::TcpStream::connect(addr).is_err(), "no longer accepting");
 }
 

@@ -75,7 +75,15 @@ fn opted_out_by(value: Option<&str>) -> bool {
 /// caller returns early; otherwise it panics, naming the opt-out.
 #[track_caller]
 pub fn missing(dependency: Dependency, test: &str, why: &str) {
-    if !dependency.opted_out() {
+    let log = std::env::var_os("NOESIS_SKIP_LOG").filter(|p| !p.is_empty()).map(std::path::PathBuf::from);
+    decide(dependency, dependency.opted_out(), log.as_deref(), test, why);
+}
+
+/// [`missing`] with the environment read by the caller, so both outcomes
+/// are tested whatever the suite's own variables say.
+#[track_caller]
+fn decide(dependency: Dependency, opted_out: bool, log: Option<&std::path::Path>, test: &str, why: &str) {
+    if !opted_out {
         panic!(
             "{test} needs {}: {why}\n(scripts/test.sh installs it; set {}=1 to skip these tests instead)",
             dependency.name(),
@@ -84,7 +92,7 @@ pub fn missing(dependency: Dependency, test: &str, why: &str) {
     }
     let line = skip_line(dependency, test, why);
     let _ = writeln!(std::io::stderr(), "SKIPPED {line}");
-    if let Some(path) = std::env::var_os("NOESIS_SKIP_LOG").filter(|p| !p.is_empty()) {
+    if let Some(path) = log {
         // One `write` of one short line in append mode: lines written by
         // concurrent test processes do not interleave.
         if let Ok(mut file) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
@@ -118,17 +126,30 @@ mod tests {
         assert_eq!(line, "postgres\tNOESIS_SKIP_PG\ta test\tdown: refused");
     }
 
+    /// Issue 31: this test returned early, silently, whenever the suite
+    /// had the browser opted out. Both outcomes are checked whatever the
+    /// environment says.
     #[test]
-    fn a_missing_dependency_without_the_opt_out_fails_naming_it() {
-        // NOESIS_SKIP_BROWSER is not set by the suite (no browser tests yet).
-        if Dependency::Browser.opted_out() {
-            return;
-        }
-        let panic = std::panic::catch_unwind(|| missing(Dependency::Browser, "t", "not found")).unwrap_err();
+    fn a_missing_dependency_fails_naming_its_opt_out_unless_opted_out() {
+        let panic =
+            std::panic::catch_unwind(|| decide(Dependency::Browser, false, None, "t", "not found")).unwrap_err();
         let message = panic.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(
             message.contains("t needs browser: not found") && message.contains("NOESIS_SKIP_BROWSER=1"),
             "{message}"
         );
+    }
+
+    #[test]
+    fn an_opted_out_skip_is_logged_one_line_each() {
+        let dir = std::env::temp_dir().join(format!("noesis-skip-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("skips");
+        let _ = std::fs::remove_file(&log);
+        decide(Dependency::Postgres, true, Some(&log), "a", "down");
+        decide(Dependency::Pytest, true, Some(&log), "b", "no\npytest");
+        let text = std::fs::read_to_string(&log).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(text, "postgres\tNOESIS_SKIP_PG\ta\tdown\npytest\tNOESIS_SKIP_PYTEST\tb\tno pytest\n");
     }
 }

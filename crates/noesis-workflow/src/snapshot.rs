@@ -6,7 +6,8 @@
 //! the files' contents in a content-addressed blob folder. A file whose
 //! metadata matches the previous snapshot's is not read again (its blob is
 //! there already), so after the first snapshot of a tree, taking one costs a
-//! metadata walk plus the changed files. Restoring walks the metadata,
+//! metadata walk plus the changed files; a file modified just before a
+//! snapshot is always read again, as git treats a racily clean entry. Restoring walks the metadata,
 //! rewrites only what differs (contents, modes and times back, created files
 //! and folders removed, deleted ones restored) and then checks the tree
 //! against the manifest again: a restore that did not take is an error,
@@ -174,8 +175,51 @@ fn walk(root: &Path) -> Result<BTreeMap<String, Seen>, SnapshotError> {
     Ok(found)
 }
 
+/// Whether a file at `rel` (`/`-separated, existing or not) is outside
+/// what a snapshot of `root` keeps, as the snapshot's walk decides: under a
+/// `.git`, or ignored by a `.gitignore` or `.ignore` on its way down (the
+/// deepest rule that speaks decides, `.ignore` before `.gitignore`; an
+/// ignored folder takes everything in it, as in git). A user's global git
+/// excludes are not consulted.
+pub fn outside(root: &Path, rel: &str) -> bool {
+    use ignore::gitignore::Gitignore;
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty() && *p != ".").collect();
+    if parts.contains(&".git") {
+        return true;
+    }
+    let mut rules: Vec<Gitignore> = Vec::new();
+    let mut dir = root.to_path_buf();
+    for (i, part) in parts.iter().enumerate() {
+        for name in [".gitignore", ".ignore"] {
+            let file = dir.join(name);
+            if file.is_file() {
+                rules.push(Gitignore::new(&file).0);
+            }
+        }
+        let path = dir.join(part);
+        let is_dir = i + 1 < parts.len() || path.is_dir();
+        for r in rules.iter().rev() {
+            match r.matched(&path, is_dir) {
+                ignore::Match::Ignore(_) => return true,
+                ignore::Match::Whitelist(_) => break,
+                ignore::Match::None => {}
+            }
+        }
+        dir = path;
+    }
+    false
+}
+
+/// How close before a snapshot a file's modification time makes it racily
+/// clean. Git compares with its index file's own time on the same file
+/// system; a snapshot has no file in the tree, so it compares with the
+/// clock, leaving room for file systems whose times are coarse (FAT's 2 s)
+/// and for the kernel's file times lagging the clock by a tick.
+const RACY_NS: i64 = 2_000_000_000;
+
 /// Whether `meta` is the file `entry` recorded, by metadata alone (git's
-/// index rule: same size, time, inode and mode).
+/// index rule: same size, time, inode and mode). A file recorded racily
+/// clean has the time -1 and never matches (see [`take`]).
 fn unchanged(meta: &std::fs::Metadata, entry: &Entry) -> bool {
     match entry {
         Entry::File { size, mtime_ns: t, ino, mode, .. } => {
@@ -206,8 +250,15 @@ fn keep(path: &Path, blobs: &Path, blake3: &str) -> Result<(), SnapshotError> {
 
 /// Takes a snapshot of `root`, keeping contents in `blobs` (made when
 /// missing). Files unchanged since `previous` (by metadata) are not read.
+///
+/// A file modified within [`RACY_NS`] of the snapshot is racily clean, as
+/// git calls it: an edit later in the same timestamp tick that keeps its
+/// size and inode would leave its metadata as recorded. It is recorded with
+/// the time -1, so the next comparison reads it (git's "smudging").
 pub fn take(root: &Path, blobs: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, SnapshotError> {
     std::fs::create_dir_all(blobs).map_err(io(blobs))?;
+    let started =
+        SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     let mut snap = Snapshot::default();
     for (rel, seen) in walk(root)? {
         match seen {
@@ -229,7 +280,9 @@ pub fn take(root: &Path, blobs: &Path, previous: Option<&Snapshot>) -> Result<Sn
                         // snapshot must read it again, so record a time
                         // that cannot match.
                         let after = std::fs::symlink_metadata(&path).map_err(io(&path))?;
-                        let mtime = if mtime_ns(&after) == mtime_ns(&meta) { mtime_ns(&meta) } else { -1 };
+                        let steady = mtime_ns(&after) == mtime_ns(&meta);
+                        let racy = mtime_ns(&meta) >= started.saturating_sub(RACY_NS);
+                        let mtime = if steady && !racy { mtime_ns(&meta) } else { -1 };
                         Entry::File {
                             size: meta.len(),
                             mtime_ns: mtime,
@@ -465,6 +518,11 @@ mod tests {
         std::fs::create_dir_all(r.join("build")).unwrap();
         std::fs::write(r.join("build/out.o"), "obj").unwrap();
         std::os::unix::fs::symlink("src/a.py", r.join("link")).unwrap();
+        // Made an hour ago: not racily clean (see `unchanged`).
+        let past = SystemTime::now() - Duration::from_secs(3600);
+        for f in ["src/a.py", "src/deep/b.py", "run.sh", ".gitignore", "build/out.o"] {
+            std::fs::File::options().write(true).open(r.join(f)).unwrap().set_modified(past).unwrap();
+        }
         (root, tempfile::tempdir().unwrap())
     }
 
@@ -514,6 +572,79 @@ mod tests {
         assert!(c.modified.is_empty(), "{c:?}");
         restore(r, blobs.path(), &snap).unwrap();
         assert_eq!(std::fs::metadata(r.join("run.sh")).unwrap().mode() & 0o777, 0o755);
+    }
+
+    /// Issue 31: CODER's writes into git-ignored paths were outside the
+    /// snapshot and never restored; solve refuses them, asking this. Its
+    /// answer agrees with the snapshot's own walk on every file there is,
+    /// and covers files not written yet.
+    #[test]
+    fn what_the_snapshot_leaves_out_is_known_for_any_path() {
+        let (root, _blobs) = tree();
+        let r = root.path();
+        std::fs::write(r.join(".gitignore"), "build/\n*.log\n!keep.log\n.venv/\n").unwrap();
+        std::fs::create_dir_all(r.join("sub/local")).unwrap();
+        std::fs::write(r.join("sub/.gitignore"), "local/\n!*.log\n").unwrap();
+        std::fs::write(r.join(".ignore"), "tmp/\n").unwrap();
+        for f in ["x.log", "keep.log", "sub/a.log", "sub/local/x.py", "tmp/t.py", ".venv/lib/site.py", ".git/config"] {
+            std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        let walked = walk(r).unwrap();
+        let mut files = Vec::new();
+        let mut stack = vec![r.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap() {
+                let p = e.unwrap().path();
+                if p.is_dir() && !p.is_symlink() {
+                    stack.push(p.clone());
+                }
+                files.push(p.strip_prefix(r).unwrap().to_string_lossy().into_owned());
+            }
+        }
+        assert!(files.len() > 15);
+        for rel in &files {
+            assert_eq!(outside(r, rel), !walked.contains_key(rel), "{rel}");
+        }
+        for (rel, out) in [
+            ("build/new.o", true),
+            ("new.log", true),
+            ("keep.log", false),
+            ("sub/new.log", false),
+            ("sub/local/new.py", true),
+            (".venv/lib/python3/site-packages/x.py", true),
+            (".git/hooks/pre-commit", true),
+            ("src/new/mod.py", false),
+            ("tmp/new", true),
+        ] {
+            assert_eq!(outside(r, rel), out, "{rel}");
+        }
+    }
+
+    /// Issue 31, git's racy-clean case: a file written just before a
+    /// snapshot and edited again within the same timestamp tick, same size,
+    /// in place (same inode), looks unchanged by metadata. Such a file is
+    /// recorded as to be read again, so the edit is seen.
+    #[test]
+    fn an_edit_within_the_same_tick_and_size_is_seen() {
+        let (root, blobs) = tree();
+        let r = root.path();
+        std::fs::write(r.join("src/a.py"), "a = 1\n").unwrap();
+        let snap = take(r, blobs.path(), None).unwrap();
+        let was = std::fs::metadata(r.join("src/a.py")).unwrap();
+        let mut f = std::fs::File::options().write(true).open(r.join("src/a.py")).unwrap();
+        f.write_all(b"a = 9\n").unwrap();
+        f.set_modified(was.modified().unwrap()).unwrap();
+        drop(f);
+        let now = std::fs::metadata(r.join("src/a.py")).unwrap();
+        assert_eq!((now.len(), now.ino(), mtime_ns(&now)), (was.len(), was.ino(), mtime_ns(&was)));
+        assert_eq!(diff(r, &snap).unwrap().modified, ["src/a.py"]);
+        let next = take(r, blobs.path(), Some(&snap)).unwrap();
+        assert_ne!(next.entries["src/a.py"], snap.entries["src/a.py"]);
+        restore(r, blobs.path(), &snap).unwrap();
+        assert_eq!(std::fs::read_to_string(r.join("src/a.py")).unwrap(), "a = 1\n");
+        // A file last changed well before the snapshot is trusted by its metadata.
+        assert!(matches!(snap.entries["src/deep/b.py"], Entry::File { mtime_ns, .. } if mtime_ns > 0));
     }
 
     #[test]

@@ -129,6 +129,7 @@ fn installer(at: &Where) -> anyhow::Result<Installer> {
         lock_path: base.join("cognitive.lock"),
         locked: at.locked,
         registry: registry(at.registry.as_deref())?,
+        observe: Some(crate::stop::observe_swap),
     })
 }
 

@@ -44,8 +44,18 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let grace = std::time::Duration::from_secs(a.grace);
     // The `agent` tool, when the store opens (agent runs are kept there).
-    let mcp = match super::serve::agent_runs(&rt, search, agent_config, &providers, "mcp")? {
-        Some(agents) => Mcp::with_agents(Arc::new(service), grace, agents),
+    let agents = super::serve::agent_runs(&rt, search, agent_config, &providers, "mcp")?;
+    let mcp = match agents.clone() {
+        Some(agents) => {
+            // What an earlier session left unfinished (it ended, or was
+            // killed) goes on here; `agent` with `run_id` follows it.
+            match rt.block_on(agents.resume_unfinished()) {
+                Ok(0) => {}
+                Ok(n) => out::note(&format!("resuming {n} agent run(s) an earlier session left unfinished")),
+                Err(e) => out::note(&format!("warning: unfinished agent runs were not resumed: {e}")),
+            }
+            Mcp::with_agents(Arc::new(service), grace, agents)
+        }
         None => Mcp::with_grace(Arc::new(service), grace),
     };
 
@@ -93,7 +103,14 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         default.name(),
         default.model()
     ));
-    rt.block_on(mcp.serve(lines, answers));
+    rt.block_on(async {
+        mcp.serve(lines, answers).await;
+        if let Some(agents) = &agents {
+            // Runs no request waits on (resumed ones) stop as the server's
+            // doing, so the next session resumes them.
+            agents.shutdown().await;
+        }
+    });
     // Blocking module loads may still be finishing; the answers are sent.
     rt.shutdown_timeout(std::time::Duration::from_secs(5));
     if let Some(w) = frames {

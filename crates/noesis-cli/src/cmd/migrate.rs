@@ -2,19 +2,19 @@
 //!
 //! Nothing the user has is touched until the new module exists in full and
 //! has loaded as v2.2 with the same prompt and rules. The order is:
-//! 1. stage the new module in `<search dir>/.noesis-migrate/<stamp>/new/<name>`
-//!    (the same file system as the module, so the swap is two renames);
+//! 1. with the module's folder locked against other processes, stage the new
+//!    module in its work area (`noesis_dist::swap`: `<search dir>/.noesis-swap/`,
+//!    the same file system as the module);
 //! 2. load it and compare it with the original;
 //! 3. copy the original to `$NOESIS_HOME/backups/<name>-<stamp>/` (outside
 //!    every search path, so the backup is never picked up as a module),
 //!    under a temporary name renamed into place when complete;
-//! 4. rename the original to `…/<stamp>/old/<name>`, rename the staged module
-//!    into its place, then delete `…/old`.
+//! 4. commit and swap: the staged folder and the original are exchanged in
+//!    one rename, and the original goes with the work area.
 //!
 //! The module folder is therefore always either the complete original or the
-//! complete new module. An interruption between the two renames of step 4
-//! leaves it absent for that instant; the next `noesis migrate` puts the
-//! original back from `…/old` (and the backup holds it regardless).
+//! complete new module, and a run cut short is finished (committed) or
+//! dropped (not yet) by the next `noesis migrate` or install in that folder.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -40,9 +40,6 @@ pub(crate) struct Args {
 }
 
 const MARKERS: [&str; 3] = ["module.yaml", "MODULE.md", "module.md"];
-/// The work area beside the modules of a search folder; hidden and holding
-/// no module marker itself, so `noesis list` never shows it.
-const WORK: &str = ".noesis-migrate";
 
 fn is_module_dir(p: &Path) -> bool {
     MARKERS.iter().any(|m| p.join(m).is_file())
@@ -64,7 +61,12 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         if let Some(name) = &a.module {
             parents.extend(Path::new(name).parent().filter(|p| !p.as_os_str().is_empty()).map(Path::to_path_buf));
         }
-        recover(&parents);
+        for parent in &parents {
+            let area = noesis_dist::swap::Area::new(parent).observed(Some(crate::stop::observe_swap));
+            for done in area.recover().with_context(|| format!("{}: cannot recover", parent.display()))? {
+                out::note(&format!("note: {done}"));
+            }
+        }
     }
     let dirs = match (&a.module, a.all) {
         (Some(name), _) => match search.resolve(name)? {
@@ -160,43 +162,29 @@ fn one(search: &SearchPath, dir: &Path, dry_run: bool) -> anyhow::Result<bool> {
     }
     let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let folder = dir.file_name().ok_or_else(|| anyhow!("{}: not a module folder", dir.display()))?;
-    let stamp = stamp();
-    let work = unique(&parent.join(WORK).join(&stamp));
-    let staged = work.join("new").join(folder);
-    let result = stage(dir, &staged, &plan).and_then(|()| check(&module, &staged));
-    if let Err(e) = result {
-        let _ = std::fs::remove_dir_all(&work);
-        remove_if_empty(&parent.join(WORK));
-        return Err(e.context(format!("cannot migrate {}; nothing was changed", dir.display())));
+    let area = noesis_dist::swap::Area::new(parent).observed(Some(crate::stop::observe_swap));
+    let held = area.lock().with_context(|| format!("{}: cannot lock", parent.display()))?;
+    for done in held.recover()? {
+        out::note(&format!("note: {done}"));
     }
-    let backup = match back_up(search, dir, &plan.name, &stamp) {
+    let staged = held.stage(&folder.to_string_lossy())?;
+    let result = stage(dir, staged.path(), &plan)
+        .and_then(|()| check(&module, staged.path()))
+        .and_then(|()| back_up(search, dir, &plan.name, &stamp()));
+    let backup = match result {
         Ok(b) => b,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&work);
-            remove_if_empty(&parent.join(WORK));
+            held.discard(staged);
             return Err(e.context(format!("cannot migrate {}; nothing was changed", dir.display())));
         }
     };
-    let old = work.join("old").join(folder);
-    std::fs::create_dir_all(work.join("old")).with_context(|| format!("{}: cannot create", work.display()))?;
-    std::fs::rename(dir, &old).with_context(|| format!("{}: cannot move aside; nothing was changed", dir.display()))?;
-    if let Err(e) = std::fs::rename(&staged, dir) {
-        // Put the original back; the backup has it if even that fails.
-        let restored = std::fs::rename(&old, dir).is_ok();
-        return Err(anyhow!(e)).with_context(|| {
-            format!(
-                "{}: cannot move the migrated module into place; {}",
-                dir.display(),
-                if restored {
-                    "the original was put back".to_owned()
-                } else {
-                    format!("the original is at {} and in {}", old.display(), backup.display())
-                }
-            )
-        });
-    }
-    let _ = std::fs::remove_dir_all(&work);
-    remove_if_empty(&parent.join(WORK));
+    held.replace(staged, Vec::new()).with_context(|| {
+        format!(
+            "{}: cannot move the migrated module into place; the next `noesis migrate` finishes it, and {} holds the original",
+            dir.display(),
+            backup.display()
+        )
+    })?;
     out::data(&format!("migrated {} to v2.2 at {}", plan.name, dir.display()))?;
     out::data(&format!("backup: {}", backup.display()))?;
     Ok(true)
@@ -211,10 +199,6 @@ fn unique(path: &Path) -> PathBuf {
         n += 1;
     }
     candidate
-}
-
-fn remove_if_empty(dir: &Path) {
-    let _ = std::fs::remove_dir(dir);
 }
 
 /// A copy of the module with the legacy files left out and the new files
@@ -317,32 +301,4 @@ fn back_up(search: &SearchPath, dir: &Path, name: &str, stamp: &str) -> anyhow::
     }
     std::fs::rename(&partial, &target).with_context(|| format!("{}: cannot create the backup", target.display()))?;
     Ok(target)
-}
-
-/// Puts back a module an interrupted swap left at `.noesis-migrate/*/old/`
-/// and drops abandoned staging folders.
-fn recover(parents: &[PathBuf]) {
-    for parent in parents {
-        let work = parent.join(WORK);
-        let Ok(runs) = std::fs::read_dir(&work) else { continue };
-        for run in runs.filter_map(Result::ok).map(|e| e.path()) {
-            if let Ok(olds) = std::fs::read_dir(run.join("old")) {
-                for old in olds.filter_map(Result::ok).map(|e| e.path()) {
-                    let Some(folder) = old.file_name() else { continue };
-                    let home = parent.join(folder);
-                    if !home.exists() && std::fs::rename(&old, &home).is_ok() {
-                        out::note(&format!("note: {} was restored from an interrupted migration", home.display()));
-                    }
-                }
-            }
-            // A run younger than this may belong to a migration still going on.
-            let stale = std::fs::metadata(&run)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > std::time::Duration::from_secs(600)));
-            if stale {
-                let _ = std::fs::remove_dir_all(&run);
-            }
-        }
-        remove_if_empty(&work);
-    }
 }

@@ -296,6 +296,7 @@ pub(crate) fn agent_runs(
         search: search.clone(),
         mcp,
         origin,
+        leases: Arc::new(crate::cmd::agent::lease::Leases::new(crate::memory::home()?.join("agent-leases"))?),
     };
     Ok(Some(noesis_serve::agents::AgentRuns::new(Arc::new(host), noesis_agent::events::EventBus::new(1024))))
 }

@@ -14,9 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, Decision, Driver, Permissions, RunConfig, Toolbox, Verdict, Workspace,
-};
+use noesis_agent::{Action, AgentRun, ApprovalPolicy, Decision, Driver, Permissions, RunConfig, Toolbox, Workspace};
 use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_store::{Store, WorkflowVersion};
@@ -233,6 +231,25 @@ fn judging_files(workspace: &Path, tests: &[String], anchors: &[String]) -> Vec<
         }
     }
     out
+}
+
+/// What VERIFIER found, kept in the episode before a restore so a crash
+/// after it cannot lose the regression.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct Verdict {
+    /// The `--test` commands' results.
+    public: Vec<Value>,
+    /// The failing tests, with their output's end.
+    failed: Vec<Value>,
+    /// Every passing test's name.
+    passing: Vec<String>,
+    /// Anchors that no longer pass.
+    broken: Vec<String>,
+    /// CODER's own tests.
+    ai: Vec<Value>,
+    /// What the restore undoes (taken before it), when there is one.
+    #[serde(default)]
+    reverting: Value,
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -462,11 +479,11 @@ impl Solver<'_> {
         // CODER's commands may not change what judges it either: the same
         // paths are read-only in its sandbox.
         let protected: Vec<PathBuf> = run.config.permissions.extra_protected().iter().map(PathBuf::from).collect();
-        let tools = Arc::new(
+        let tools = Arc::new(tracked_only(
             Toolbox::with_permissions(workspace, run.config.permissions.clone())
                 .with_sandbox(self.sandbox.clone(), protected)
                 .with_redactor(Arc::clone(&self.redactor)),
-        );
+        ));
         if run.outcome.is_none() {
             let prices = Arc::clone(&self.prices);
             let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
@@ -489,7 +506,7 @@ impl Solver<'_> {
                         call_id: p.call_id,
                         tool: p.tool,
                         arguments_hash: p.arguments_hash,
-                        verdict: Verdict::Deny { message: message.clone() },
+                        verdict: noesis_agent::Verdict::Deny { message: message.clone() },
                     })
                     .collect();
                 run.decide(&denied).with_context(|| format!("CODER's run {run_id}"))?;
@@ -548,6 +565,90 @@ impl Solver<'_> {
 
     /// Runs the tests; `Some(exit)` when the episode ends here.
     async fn verifier(&self, head: &WorkflowVersion) -> anyhow::Result<Option<ExitCode>> {
+        // A regression found before a crash is on record: the tree may be
+        // restored already, so the tests would no longer show it.
+        let verdict = match head.episode.get("regression").filter(|r| !r.is_null()) {
+            Some(recorded) => serde_json::from_value(recorded.clone()).context("the recorded regression")?,
+            None => self.verdict(head).await?,
+        };
+        let Verdict { public, failed, passing, broken, ai, reverting } = verdict;
+        let mut reverted = Value::Null;
+        if !broken.is_empty()
+            && let Some(path) = head.episode["snapshot"].as_str()
+        {
+            let snap = load_manifest(Some(path))?;
+            if head.episode["regression"].is_null() {
+                // The verdict and what the restore will undo, before it does.
+                let record = Verdict {
+                    public: public.clone(),
+                    failed: failed.clone(),
+                    passing: passing.clone(),
+                    broken: broken.clone(),
+                    ai: ai.clone(),
+                    reverting: serde_json::to_value(snapshot::diff(&self.workspace, &snap)?)?,
+                };
+                let record = serde_json::to_value(&record)?;
+                self.step("VERIFIER (regression)", |_, e| {
+                    e["regression"] = record.clone();
+                    Ok(())
+                })
+                .await??;
+            }
+            let undone = snapshot::restore(&self.workspace, &self.blobs, &snap)?;
+            crate::stop::point("verifier-restored");
+            self.note(&format!("    anchor regression: {} path(s) restored", undone.count()));
+            // Restored already before a crash: what was undone is on record.
+            reverted = if undone.is_empty() { reverting } else { serde_json::to_value(&undone)? };
+        }
+        let solved = failed.is_empty() && broken.is_empty();
+        let ai_json = ai;
+        let v = self
+            .step("VERIFIER", |s, e| {
+                noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
+                // A reverted change took its test files with it.
+                let ai = if broken.is_empty() { json!(ai_json) } else { json!([]) };
+                noesis_workflow::set(s, "test_results.ai_tests", ai)?;
+                if broken.is_empty() {
+                    // A test that passes after a change is an anchor from now on.
+                    let mut all = strings(&s["test_results"]["anchor_tests"]);
+                    all.extend(passing.iter().filter(|p| !all.contains(p)).cloned().collect::<Vec<_>>());
+                    noesis_workflow::set(s, "test_results.anchor_tests", json!(all))?;
+                }
+                if solved {
+                    return noesis_workflow::transition(s, "CONSOLIDATOR", &now()).map(|_| ());
+                }
+                let entry = if broken.is_empty() {
+                    json!({"type": "tests_failed", "tests": failed})
+                } else {
+                    json!({"type": "anchor_regression", "reason": "anchor regression", "anchors": broken,
+                           "reverted": reverted, "tests": failed})
+                };
+                noesis_workflow::append(s, "error_log", entry)?;
+                e["failing"] = json!(failed);
+                e["reverted"] = json!(!broken.is_empty());
+                e["regression"] = Value::Null;
+                e["attempt"] = json!(e["attempt"].as_u64().unwrap_or(0) + 1);
+                e["coder_run"] = Value::Null;
+                e["snapshot"] = Value::Null;
+                match noesis_workflow::transition(s, "REFLECTOR", &now()) {
+                    Ok(_) => Ok(()),
+                    // No retry left: the episode stops here for a person.
+                    Err(StateError::Escalate { .. }) => {
+                        e["escalated"] = json!(true);
+                        Ok(())
+                    }
+                    Err(other) => Err(other),
+                }
+            })
+            .await??;
+        if v.episode["escalated"] == json!(true) && v.state["current_node"] == "VERIFIER" {
+            return Ok(Some(ExitCode::from(EXIT_ESCALATED)));
+        }
+        Ok(None)
+    }
+
+    /// Runs the tests (and CODER's own) and judges them against the anchors.
+    async fn verdict(&self, head: &WorkflowVersion) -> anyhow::Result<Verdict> {
         let tests = strings(&head.episode["tests"]);
         let mut results = self.run_tests(head, &tests, self.junit(head).as_deref()).await?;
         // CODER's own tests run with the project's pytest, when it has one.
@@ -595,63 +696,17 @@ impl Solver<'_> {
             anchors.len(),
             if broken.is_empty() { String::new() } else { format!(", {} broken", broken.len()) }
         ));
-        let mut reverted = Value::Null;
-        if !broken.is_empty()
-            && let Some(path) = head.episode["snapshot"].as_str()
-        {
-            let snap = load_manifest(Some(path))?;
-            let undone = snapshot::restore(&self.workspace, &self.blobs, &snap)?;
-            self.note(&format!("    anchor regression: {} path(s) restored", undone.count()));
-            reverted = serde_json::to_value(&undone)?;
-        }
-        let public: Vec<Value> = results.iter().filter(|r| tests.contains(&r.command)).map(TestRun::json).collect();
-        let failed: Vec<Value> = failing
-            .iter()
-            .map(|r| json!({"test": r.name, "command": r.command, "exit_code": r.exit, "message": r.message, "tail": r.tail}))
-            .collect();
-        let solved = failing.is_empty() && broken.is_empty();
-        let v = self
-            .step("VERIFIER", |s, e| {
-                noesis_workflow::set(s, "test_results.public_tests", json!(public))?;
-                // A reverted change took its test files with it.
-                let ai = if broken.is_empty() { json!(ai_json) } else { json!([]) };
-                noesis_workflow::set(s, "test_results.ai_tests", ai)?;
-                if broken.is_empty() {
-                    // A test that passes after a change is an anchor from now on.
-                    let mut all = strings(&s["test_results"]["anchor_tests"]);
-                    all.extend(passing.iter().filter(|p| !all.contains(p)).cloned().collect::<Vec<_>>());
-                    noesis_workflow::set(s, "test_results.anchor_tests", json!(all))?;
-                }
-                if solved {
-                    return noesis_workflow::transition(s, "CONSOLIDATOR", &now()).map(|_| ());
-                }
-                let entry = if broken.is_empty() {
-                    json!({"type": "tests_failed", "tests": failed})
-                } else {
-                    json!({"type": "anchor_regression", "reason": "anchor regression", "anchors": broken,
-                           "reverted": reverted, "tests": failed})
-                };
-                noesis_workflow::append(s, "error_log", entry)?;
-                e["failing"] = json!(failed);
-                e["reverted"] = json!(!broken.is_empty());
-                e["attempt"] = json!(e["attempt"].as_u64().unwrap_or(0) + 1);
-                e["coder_run"] = Value::Null;
-                e["snapshot"] = Value::Null;
-                match noesis_workflow::transition(s, "REFLECTOR", &now()) {
-                    Ok(_) => Ok(()),
-                    // No retry left: the episode stops here for a person.
-                    Err(StateError::Escalate { .. }) => {
-                        e["escalated"] = json!(true);
-                        Ok(())
-                    }
-                    Err(other) => Err(other),
-                }
-            })
-            .await??;
-        if v.episode["escalated"] == json!(true) && v.state["current_node"] == "VERIFIER" {
-            return Ok(Some(ExitCode::from(EXIT_ESCALATED)));
-        }
-        Ok(None)
+        Ok(Verdict {
+            public: results.iter().filter(|r| tests.contains(&r.command)).map(TestRun::json).collect(),
+            failed: failing
+                .iter()
+                .map(|r| json!({"test": r.name, "command": r.command, "exit_code": r.exit, "message": r.message, "tail": r.tail}))
+                .collect(),
+            passing,
+            broken,
+            ai: ai_json,
+            reverting: Value::Null,
+        })
     }
 
     async fn reflector(&self, head: &WorkflowVersion) -> anyhow::Result<()> {
@@ -687,6 +742,49 @@ impl Solver<'_> {
 
 fn now() -> String {
     noesis_frames::Timestamp::now().to_string()
+}
+
+/// CODER's `write_file` and `edit_file`, refusing paths the snapshot leaves
+/// out (git-ignored ones, `.git`): a change there could not be restored if
+/// it broke an anchor. Commands CODER may run (the tests, `[agent]
+/// allow_commands`) can still write there — caches and build output, which
+/// the tests make again.
+fn tracked_only(tools: Toolbox) -> Toolbox {
+    let workspace = tools.workspace().clone();
+    let permissions = tools.permissions().clone();
+    let mut tools = tools;
+    for decl in noesis_agent::builtin::file_tools() {
+        if decl.name != "write_file" && decl.name != "edit_file" {
+            continue;
+        }
+        let (ws, name, rules) = (workspace.clone(), decl.name.clone(), permissions.clone());
+        let run: noesis_agent::ToolFn = Arc::new(move |args: Value| {
+            let (ws, name, rules) = (ws.clone(), name.clone(), rules.clone());
+            Box::pin(async move {
+                tokio::task::spawn_blocking(move || {
+                    let path = args["path"].as_str().unwrap_or_default();
+                    // A path the workspace refuses gets the tool's own message.
+                    if let Ok(real) = ws.confine(path) {
+                        // The rules by the real path, as the built-in checks them.
+                        if let Err(why) = rules.check_path(&name, &ws.shown(&real)) {
+                            return noesis_agent::ToolOutput::error(why);
+                        }
+                        if snapshot::outside(ws.root(), &ws.shown(&real)) {
+                            return noesis_agent::ToolOutput::error(format!(
+                                "`{path}` is git-ignored (or under .git): it is outside the snapshot solve restores when a change breaks a test, so it may not be changed here; change tracked files only"
+                            ));
+                        }
+                    }
+                    noesis_agent::builtin::run_file_tool(&ws, &name, &args)
+                        .unwrap_or_else(|| noesis_agent::ToolOutput::error(format!("no tool `{name}`")))
+                })
+                .await
+                .unwrap_or_else(|e| noesis_agent::ToolOutput::error(format!("the tool failed: {e}")))
+            })
+        });
+        tools = tools.with_tool(decl, run);
+    }
+    tools
 }
 
 fn load_manifest(path: Option<&str>) -> anyhow::Result<Snapshot> {
@@ -961,7 +1059,20 @@ impl Solver<'_> {
         loop {
             let head = self.states.head().await?.context("the workflow state is gone")?;
             let node = noesis_workflow::current(&head.state)?;
-            self.note(&format!("==> {node} (retry {} of {})", head.state["retry_count"], head.state["max_retries"]));
+            // The heading only where the node has work to do: not before the
+            // baseline (it has its own), nor for an episode that only ends.
+            let ends = match node {
+                Node::Planner => head.episode["baseline"].is_null(),
+                Node::Verifier => head.episode["escalated"] == json!(true),
+                Node::Consolidator => head.episode["archived"] == json!(true),
+                _ => false,
+            };
+            if !ends {
+                self.note(&format!(
+                    "==> {node} (retry {} of {})",
+                    head.state["retry_count"], head.state["max_retries"]
+                ));
+            }
             match node {
                 Node::Planner => {
                     if head.episode["baseline"].is_null() {

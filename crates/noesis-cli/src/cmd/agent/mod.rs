@@ -4,6 +4,7 @@
 
 mod drive;
 mod frames;
+pub(crate) mod lease;
 mod manage;
 mod route;
 pub(crate) mod rules;

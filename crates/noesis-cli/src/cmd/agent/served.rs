@@ -29,9 +29,11 @@ pub(crate) struct ServedAgents {
     pub(crate) mcp: Option<Arc<noesis_mcp::McpServers>>,
     /// How the runs' commands are confined (the operator's settings).
     pub(crate) sandbox: noesis_sandbox::Settings,
-    /// Who starts the runs: `http` (a server resumes its unfinished ones)
-    /// or `mcp` (a client's session; not resumed by a server).
+    /// Who starts the runs: `http` (`noesis serve`) or `mcp` (`noesis
+    /// mcp`); each resumes the unfinished runs of its own kind.
     pub(crate) origin: &'static str,
+    /// Which runs this process may drive (see [`super::lease`]).
+    pub(crate) leases: Arc<super::lease::Leases>,
 }
 
 impl ServedAgents {
@@ -149,6 +151,7 @@ impl AgentHost for ServedAgents {
             "project_id": self.project.project_id,
             "origin": self.origin,
             "sandbox": self.sandbox,
+            "lease": self.leases.own(),
         });
         Ok(run)
     }
@@ -195,21 +198,38 @@ impl AgentHost for ServedAgents {
     async fn unfinished(&self) -> Result<Vec<String>, String> {
         let runs = self.store.agent_runs(&self.project.project_id, 1000).await.map_err(|e| e.to_string())?;
         let mut ids = Vec::new();
+        let mut named = std::collections::BTreeSet::new();
         for r in runs {
-            // Only runs a server started: a run of `noesis agent` that
-            // stopped is its owner's to resume.
+            // Only runs a process of this kind started: a run of `noesis
+            // agent` that stopped is its owner's to resume.
             let open = matches!(r.status.as_str(), "running" | "awaiting_approval" | "cancelled");
             if !open {
                 continue;
             }
-            if let Some(run) = self.load(&r.run_id).await?
-                && run.host["origin"] == "http"
-                && (r.status != "cancelled" || run.host["server_stopped"] == true)
-            {
-                ids.push(r.run_id);
+            let Some(run) = self.load(&r.run_id).await? else { continue };
+            if run.host["origin"] != self.origin || (r.status == "cancelled" && run.host["server_stopped"] != true) {
+                continue;
+            }
+            match run.host["lease"].as_str() {
+                Some(lease) => {
+                    named.insert(lease.to_owned());
+                    // A run whose process lives is that process's.
+                    if self.leases.take(lease) {
+                        ids.push(r.run_id);
+                    }
+                }
+                // Started before leases: only a server resumed those.
+                None if self.origin == "http" => ids.push(r.run_id),
+                None => {}
             }
         }
+        self.leases.sweep(&named);
         Ok(ids)
+    }
+
+    async fn claim(&self, id: &str) -> Result<bool, String> {
+        let Some(run) = self.load(id).await? else { return Ok(true) };
+        Ok(run.host["lease"].as_str().is_none_or(|lease| self.leases.take(lease)))
     }
 
     fn price(&self, reply: &ChatResponse) -> f64 {
