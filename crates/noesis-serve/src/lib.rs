@@ -36,10 +36,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod access;
+pub mod admission;
 pub mod agents;
 pub mod http;
 pub mod mcp;
 pub mod service;
+pub mod tls;
 
 pub use noesis_runtime::{CancellationToken, OnText};
 pub use service::{
