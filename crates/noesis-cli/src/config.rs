@@ -198,6 +198,10 @@ pub(crate) struct ServeEntry {
     /// `provider[:model]` entries requests may choose besides the default.
     #[serde(default)]
     pub allow_models: Vec<String>,
+    /// Host names requests may give besides the loopback names and the
+    /// bound address (`--allow-host` adds to them).
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
 }
 
 /// `[policies]`.
@@ -310,6 +314,9 @@ impl Config {
         if !over.serve.allow_models.is_empty() {
             self.serve.allow_models = over.serve.allow_models;
         }
+        if !over.serve.allow_hosts.is_empty() {
+            self.serve.allow_hosts = over.serve.allow_hosts;
+        }
         if !over.agent.allow_commands.is_empty() {
             self.agent.allow_commands = over.agent.allow_commands;
         }
@@ -395,6 +402,11 @@ impl Config {
             && !(0.0..=1.0).contains(&t)
         {
             return Err(bad("frames.promote_at: must be a number from 0 to 1".into()));
+        }
+        for (i, h) in self.serve.allow_hosts.iter().enumerate() {
+            if let Err(e) = noesis_serve::access::host_name(h) {
+                return Err(bad(format!("serve.allow_hosts[{i}]: {e}")));
+            }
         }
         if let Some(a) = &self.agent.approve
             && !matches!(a.as_str(), "ask" | "auto" | "never")

@@ -498,8 +498,10 @@ fn login_response(status: StatusCode, problem: Option<&str>) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
     );
-    // The one-time link is in this page's URL: never pass it on.
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // A one-time link may be in this page's URL: never pass it to another
+    // site. Not `no-referrer`: under it Chromium sends `Origin: null` with
+    // the form's own post, which is refused as cross-site.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
