@@ -344,8 +344,8 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     };
     let scheme = if config.tls.is_some() { "https" } else { "http" };
     rt.block_on(async {
-        // Named after the port, so it is written once the port is known.
         let server = Server::bind(service, config).await?;
+        // Named after the port, so it is written once the port is known.
         let token_at = match token.as_deref().filter(|_| generated) {
             Some(token) => {
                 let path = token_file(server.local_addr())?;
