@@ -309,6 +309,10 @@ pub(crate) struct ServeEntry {
     /// `provider[:model]` entries requests may choose besides the default.
     #[serde(default)]
     pub allow_models: Vec<String>,
+    /// Host names requests may give besides the loopback names and the
+    /// bound address (`--allow-host` adds to them).
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
 }
 
 /// `[policies]`.
@@ -420,6 +424,9 @@ impl Config {
         }
         if !over.serve.allow_models.is_empty() {
             self.serve.allow_models = over.serve.allow_models;
+        }
+        if !over.serve.allow_hosts.is_empty() {
+            self.serve.allow_hosts = over.serve.allow_hosts;
         }
         if !over.agent.allow_commands.is_empty() {
             self.agent.allow_commands = over.agent.allow_commands;
@@ -537,6 +544,11 @@ impl Config {
                     "redact.values[{i}]: a value shorter than {} characters would blank ordinary text",
                     noesis_sandbox::MIN_NAMED_LEN
                 )));
+            }
+        }
+        for (i, h) in self.serve.allow_hosts.iter().enumerate() {
+            if let Err(e) = noesis_serve::access::host_name(h) {
+                return Err(bad(format!("serve.allow_hosts[{i}]: {e}")));
             }
         }
         if let Some(a) = &self.agent.approve

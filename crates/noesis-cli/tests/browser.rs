@@ -98,8 +98,13 @@ fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_an
     ])
     .unwrap();
     let s = agent_serve(&work, &fake);
-    let (_, started) =
-        http(&s.addr, "POST", "/agents/runs", Some(&serde_json::json!({"task": "Write from-browser.txt"})), None);
+    let (_, started) = http(
+        &s.addr,
+        "POST",
+        "/agents/runs",
+        Some(&serde_json::json!({"task": "Write from-browser.txt"})),
+        Some(&s.token),
+    );
     let id = started["run_id"].as_str().unwrap().to_owned();
     wait_status(&s.addr, &id, "awaiting_approval");
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
@@ -112,6 +117,9 @@ fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_an
         .arg(&shots)
         .env("NOESIS_PLAYWRIGHT", &playwright)
         .env("NOESIS_CHROMIUM", &chromium)
+        // The page signs in with it through the /login form (an env
+        // variable: argv is visible to other users).
+        .env("NOESIS_TOKEN", &s.token)
         .output()
         .unwrap();
     assert!(out.status.success(), "the browser script failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -123,6 +131,7 @@ fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_an
     );
     assert_eq!(report["dialogs"], serde_json::json!([]), "{report}");
     assert_eq!(report["checks"]["approve_buttons"], 1, "{report}");
+    assert_eq!(report["checks"]["session_cookie"], true, "signed in with a session id, not the token: {report}");
     assert_eq!(report["checks"]["live_after"], 0, "the finished run's page has no live view: {report}");
     assert_eq!(std::fs::read_to_string(work.path().join("from-browser.txt")).unwrap(), "ok");
     let done = wait_status(&s.addr, &id, "done");

@@ -39,6 +39,26 @@ pub(crate) fn get(base: &str, path: &str) -> Page {
 
 pub(crate) struct Running(Child);
 
+/// A `noesis ui`: its process, its base URL, and the one-time sign-in link
+/// it printed.
+pub(crate) struct Ui {
+    _running: Running,
+    pub(crate) base: String,
+    pub(crate) link: String,
+}
+
+impl Ui {
+    /// Opens the sign-in link as a browser would: the session cookie
+    /// (`noesis_session=ID`).
+    pub(crate) fn sign_in(&self) -> String {
+        let path = self.link.trim_start_matches(&self.base);
+        let page = http(&self.base, "GET", path, &[("accept", "text/html")], "");
+        assert_eq!(page.status, 303, "{}", page.body);
+        let line = page.headers.lines().find(|l| l.starts_with("set-cookie:")).unwrap();
+        line.split_once(':').unwrap().1.trim().split(';').next().unwrap().to_owned()
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -46,13 +66,15 @@ impl Drop for Running {
     }
 }
 
-/// Starts `noesis ui --port 0` and returns its URL.
-pub(crate) fn ui(work: &Work) -> (Running, String) {
-    ui_with(work, &[])
+/// Starts `noesis ui --port 0`: it and its base URL.
+pub(crate) fn ui(work: &Work) -> (Ui, String) {
+    let ui = ui_with(work, &[]);
+    let base = ui.base.clone();
+    (ui, base)
 }
 
 /// [`ui`] with more arguments.
-fn ui_with(work: &Work, extra: &[&str]) -> (Running, String) {
+fn ui_with(work: &Work, extra: &[&str]) -> Ui {
     let mut child = work
         .noesis_std()
         .args(["ui", "--port", "0"])
@@ -63,8 +85,10 @@ fn ui_with(work: &Work, extra: &[&str]) -> (Running, String) {
         .unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    assert!(line.starts_with("http://127.0.0.1:"), "{line}");
-    (Running(child), line.trim().trim_end_matches('/').to_owned())
+    assert!(line.starts_with("http://127.0.0.1:") && line.contains("/login?once="), "{line}");
+    let link = line.trim().to_owned();
+    let base = link.split("/login").next().unwrap().to_owned();
+    Ui { _running: Running(child), base, link }
 }
 
 fn frames(work: &Work) -> Vec<serde_json::Value> {
@@ -226,24 +250,32 @@ fn off_loopback_rules_every_page_and_api_needs_the_token_and_a_browser_signs_in(
         http(&base, "POST", "/login", &[("content-type", "application/x-www-form-urlencoded")], "token=s3cret-token");
     assert_eq!(signed.status, 303);
     assert!(
-        signed.headers.contains("set-cookie: noesis_token=")
+        signed.headers.contains("set-cookie: noesis_session=")
             && signed.headers.contains("httponly")
-            && signed.headers.contains("samesite=strict"),
+            && signed.headers.contains("samesite=strict")
+            && !signed.headers.contains("secure"),
         "{}",
         signed.headers
     );
-    let page = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", "noesis_token=s3cret-token")], "");
+    // The cookie holds a session id the server made, never the token.
+    assert!(!signed.headers.contains("s3cret-token"), "{}", signed.headers);
+    let line = signed.headers.lines().find(|l| l.starts_with("set-cookie:")).unwrap();
+    let session = line.split_once(':').unwrap().1.trim().split(';').next().unwrap().to_owned();
+    let page = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", &session)], "");
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.headers.contains("content-security-policy"));
-    let stale = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", "noesis_token=old")], "");
-    assert_eq!(stale.status, 401);
+    for stale in ["noesis_session=old", "noesis_session=s3cret-token", "noesis_token=s3cret-token"] {
+        let page = http(&base, "GET", "/", &[("accept", "text/html"), ("cookie", stale)], "");
+        assert_eq!(page.status, 401, "{stale}");
+    }
 }
 
 #[test]
 fn a_module_runs_from_a_form_generated_from_its_input_schema() {
     let work = Work::new();
     let modules = crate::support::example_module("code-simplifier").parent().unwrap().to_string_lossy().into_owned();
-    let (_ui, base) = ui_with(&work, &["--modules", &modules, "--provider", "test"]);
+    let ui = ui_with(&work, &["--modules", &modules, "--provider", "test"]);
+    let (base, cookie) = (ui.base.clone(), ui.sign_in());
     let list = get(&base, "/catalog");
     assert_eq!(list.status, 200);
     assert!(
@@ -261,14 +293,28 @@ fn a_module_runs_from_a_form_generated_from_its_input_schema() {
     assert!(form.body.contains("<textarea name=\"code\""), "a field per input property: {}", form.body);
     assert!(form.body.contains("Input schema") && form.body.contains("Data schema"));
     let form_type = ("content-type", "application/x-www-form-urlencoded");
-    let ran = http(&base, "POST", "/catalog/code-simplifier", &[form_type], "code=x+%3D+1+%2B+0&language=python");
+    // Not signed in: the sign-in page, and nothing runs.
+    let refused = http(&base, "POST", "/catalog/code-simplifier", &[form_type, ("accept", "text/html")], "code=x");
+    assert!(refused.status == 401 && refused.body.contains("name=\"token\""), "{}", refused.body);
+    let ran = http(
+        &base,
+        "POST",
+        "/catalog/code-simplifier",
+        &[form_type, ("cookie", &cookie)],
+        "code=x+%3D+1+%2B+0&language=python",
+    );
     assert_eq!(ran.status, 200, "{}", ran.body);
     assert!(ran.body.contains("status-completed\">ok<"), "{}", ran.body);
     assert!(ran.body.contains("&quot;ok&quot;: true"), "the envelope, escaped: {}", ran.body);
     assert!(ran.body.contains(">x = 1 + 0</textarea>"), "the form keeps what was sent");
     // From another site: refused before anything runs.
-    let evil =
-        http(&base, "POST", "/catalog/code-simplifier", &[form_type, ("origin", "https://evil.example")], "code=x");
+    let evil = http(
+        &base,
+        "POST",
+        "/catalog/code-simplifier",
+        &[form_type, ("cookie", &cookie), ("origin", "https://evil.example")],
+        "code=x",
+    );
     assert_eq!(evil.status, 403);
     assert_eq!(get(&base, "/catalog/no-such-module").status, 404);
 }
@@ -292,18 +338,27 @@ fn a_suspended_frame_is_resumed_from_its_page() {
         store.insert_frames(std::slice::from_ref(&frame)).await.unwrap();
         frame.frame_id.to_string()
     });
-    let (_ui, base) = ui(&work);
+    let (ui, base) = ui(&work);
+    let cookie = ui.sign_in();
     let page = get(&base, &format!("/frames/{id}"));
     assert!(page.body.contains(&format!("action=\"/frames/{id}/resume\"")), "{}", page.body);
-    let cross = http(&base, "POST", &format!("/frames/{id}/resume"), &[("origin", "https://evil.example")], "");
+    let cross = http(
+        &base,
+        "POST",
+        &format!("/frames/{id}/resume"),
+        &[("cookie", &cookie), ("origin", "https://evil.example")],
+        "",
+    );
     assert_eq!(cross.status, 403);
-    let resumed = http(&base, "POST", &format!("/frames/{id}/resume"), &[], "");
+    let unsigned = http(&base, "POST", &format!("/frames/{id}/resume"), &[], "");
+    assert_eq!(unsigned.status, 401, "no credential, no change");
+    let resumed = http(&base, "POST", &format!("/frames/{id}/resume"), &[("cookie", &cookie)], "");
     assert_eq!(resumed.status, 303);
     assert!(resumed.headers.contains(&format!("location: /frames/{id}")), "{}", resumed.headers);
     let shown = output(work.noesis_bare().args(["frames", "show", &id, "--json"])).json();
     assert_eq!(shown["status"], "active");
     assert_eq!(shown["timestamps"]["history"].as_array().unwrap().last().unwrap()["reason"], "resumed");
-    let again = http(&base, "POST", &format!("/frames/{id}/resume"), &[], "");
+    let again = http(&base, "POST", &format!("/frames/{id}/resume"), &[("cookie", &cookie)], "");
     assert_eq!(again.status, 409, "only a suspended frame resumes");
 }
 
@@ -331,4 +386,38 @@ fn module_runs_count_in_the_usage_page() {
     // 7 out per call.
     assert!(page.body.contains("2 model call(s), 22 input and 14 output tokens"), "{}", page.body);
     assert!(page.body.contains("<svg class=\"chart\""), "{}", page.body);
+}
+
+/// `noesis ui` prints a link that trades itself, once, for a session
+/// cookie; the cookie is a session id, neither that link's secret nor the
+/// server's token.
+#[test]
+fn the_ui_link_signs_a_browser_in_once_with_a_session_cookie() {
+    let work = Work::new();
+    let (ui, _) = ui(&work);
+    let secret = ui.link.split("once=").nth(1).unwrap().to_owned();
+    assert_eq!(secret.len(), 64, "{}", ui.link);
+    let path = ui.link.trim_start_matches(&ui.base).to_owned();
+    let first = http(&ui.base, "GET", &path, &[("accept", "text/html")], "");
+    assert_eq!(first.status, 303, "{}", first.body);
+    assert!(first.headers.contains("location: /"), "{}", first.headers);
+    let line = first.headers.lines().find(|l| l.starts_with("set-cookie:")).unwrap().to_owned();
+    assert!(line.contains("httponly") && line.contains("samesite=strict") && line.contains("path=/"), "{line}");
+    let cookie = line.split_once(':').unwrap().1.trim().split(';').next().unwrap().to_owned();
+    let session = cookie.strip_prefix("noesis_session=").unwrap();
+    assert_eq!(session.len(), 64, "{line}");
+    let token_dir = work.path().join(".noesis/serve");
+    let token_file = std::fs::read_dir(&token_dir).unwrap().next().unwrap().unwrap().path();
+    let token = std::fs::read_to_string(token_file).unwrap().trim().to_owned();
+    assert!(session != secret && session != token, "the cookie is a session id: {line}");
+    let again = http(&ui.base, "GET", &path, &[("accept", "text/html")], "");
+    assert_eq!(again.status, 401, "the link works once");
+    assert!(!again.headers.contains("set-cookie"), "{}", again.headers);
+    // The session changes what the link's secret cannot.
+    let form_type = ("content-type", "application/x-www-form-urlencoded");
+    let with = http(&ui.base, "POST", "/frames/nope/resume", &[form_type, ("cookie", &cookie)], "");
+    assert_eq!(with.status, 409, "signed in, the frame is looked up: {}", with.body);
+    let with_secret = format!("noesis_session={secret}");
+    let without = http(&ui.base, "POST", "/frames/nope/resume", &[form_type, ("cookie", &with_secret)], "");
+    assert_eq!(without.status, 401);
 }

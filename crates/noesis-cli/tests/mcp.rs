@@ -140,9 +140,11 @@ fn mcp_agent_tool_delegates_a_task_and_reports_each_step_as_progress() {
                "arguments": {"task": "x", "approve": "ask"}}}),
     ];
     let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    // The operator allows `auto`; without it the client's `auto` would be
+    // narrowed to the operator's `ask`, which over MCP means `never`.
     let o = w
         .noesis_bare()
-        .args(["mcp"])
+        .args(["mcp", "--approve", "auto"])
         .env("OPENAI_BASE_URL", fake.base_url())
         .env("OPENAI_API_KEY", "sk-test")
         .write_stdin(input)
@@ -250,7 +252,8 @@ impl Session {
 fn a_new_mcp_session_resumes_the_agent_run_a_killed_one_left() {
     use noesis_testkit::{FakeServer, Reply};
     let w = Work::new();
-    w.write("noesis.toml", "[agent]\nallow_commands = [\"sh count.sh\"]\n");
+    // The operator lets the agent tool's `approve: auto` stand.
+    w.write("noesis.toml", "[agent]\nallow_commands = [\"sh count.sh\"]\napprove = \"auto\"\n");
     w.write("count.sh", "echo ran >> count.txt\n");
     let call = noesis_testkit::tool_call_completion("c1", "run_command", &json!({"command": "sh count.sh"}));
     let fake = FakeServer::start(vec![
@@ -287,4 +290,49 @@ fn a_new_mcp_session_resumes_the_agent_run_a_killed_one_left() {
     assert!(said.contains("resuming 1 agent run"), "{said}");
     assert_eq!(std::fs::read_to_string(w.path().join("count.txt")).unwrap(), "ran\n");
     assert_eq!(fake.received().len(), 3);
+}
+
+/// An MCP client's `approve: auto` only narrows: under the operator's
+/// default (`ask`), and with nobody to ask over MCP, the write is denied
+/// and the agent is told.
+#[test]
+fn mcp_agent_tool_cannot_raise_the_operators_approval_policy() {
+    let w = Work::new();
+    let fake = noesis_testkit::FakeServer::start(vec![
+        noesis_testkit::Reply::Status(
+            200,
+            noesis_testkit::tool_call_completion("w1", "write_file", &json!({"path": "note.txt", "content": "hi"}))
+                .to_string(),
+            vec![],
+        ),
+        noesis_testkit::Reply::Chat("Could not write note.txt.".into()),
+    ])
+    .unwrap();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "agent",
+               "arguments": {"task": "Write note.txt", "approve": "auto"}}}),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let o = w
+        .noesis_bare()
+        .args(["mcp"])
+        .env("OPENAI_BASE_URL", fake.base_url())
+        .env("OPENAI_API_KEY", "sk-test")
+        .write_stdin(input)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out: Vec<Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let result = &out.iter().find(|m| m["id"] == 2).unwrap()["result"];
+    assert_eq!(result["structuredContent"]["status"], "done", "{result}");
+    assert!(!w.path().join("note.txt").exists(), "the write was denied");
+    let id = result["structuredContent"]["run_id"].as_str().unwrap();
+    let shown = w.noesis_bare().args(["agent", "show", id, "--json"]).output().unwrap();
+    let shown: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(shown["calls"][0]["status"], "denied", "{shown}");
+    assert_eq!(shown["config"]["approval"], "never", "{shown}");
 }

@@ -16,6 +16,11 @@ use crate::support::{Work, assert_valid_envelope, output};
 pub(crate) struct Serving {
     child: Child,
     pub(crate) addr: String,
+    /// The bearer token: the one it was given, or the one it made and
+    /// wrote to the file it named.
+    pub(crate) token: String,
+    /// That file, when it made one.
+    token_file: Option<std::path::PathBuf>,
     stderr: Arc<Mutex<String>>,
 }
 
@@ -43,15 +48,25 @@ fn serve(work: &Work, args: &[&str], envs: &[(&str, &str)]) -> Serving {
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap());
     let mut seen = String::new();
+    let mut token_file = None;
     let addr = loop {
         let mut line = String::new();
         if lines.read_line(&mut line).unwrap() == 0 {
             panic!("noesis serve ended before listening: {seen}");
         }
         seen.push_str(&line);
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
+        if let Some(path) = line.split("the token is in ").nth(1) {
+            token_file = Some(std::path::PathBuf::from(path.trim()));
         }
+        if let Some(rest) = line.split("listening on http").nth(1) {
+            break rest.trim_start_matches('s').trim_start_matches("://").split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    let given = args.iter().position(|a| *a == "--token").map(|i| args[i + 1].to_owned());
+    let from_env = envs.iter().find(|(k, _)| *k == "NOESIS_SERVE_TOKEN").map(|(_, v)| (*v).to_owned());
+    let token = match &token_file {
+        Some(path) => std::fs::read_to_string(path).unwrap().trim().to_owned(),
+        None => given.or(from_env).expect("a server with neither --token nor a token file"),
     };
     let stderr = Arc::new(Mutex::new(seen));
     let sink = Arc::clone(&stderr);
@@ -63,7 +78,7 @@ fn serve(work: &Work, args: &[&str], envs: &[(&str, &str)]) -> Serving {
             all.push('\n');
         }
     });
-    Serving { child, addr, stderr }
+    Serving { child, addr, token, token_file, stderr }
 }
 
 /// One HTTP/1.1 request on its own connection: (status, body as JSON).
@@ -105,14 +120,14 @@ fn serve_runs_a_module_over_http_and_stops_on_sigterm() {
     assert_eq!((status, &health["status"]), (200, &json!("ok")));
 
     let run = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
-    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), None);
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), Some(&s.token));
     assert_eq!(status, 200, "{env}");
     assert_valid_envelope(&env);
     assert_eq!(env["ok"], true, "{env}");
     assert_eq!(env["meta"]["model"], "openai/gpt-4o-mini");
     assert_eq!(fake.received()[0].header("authorization"), Some("Bearer sk-secret-key"));
 
-    let (status, env) = http(&s.addr, "POST", "/run", Some(&json!({"module": "nope"})), None);
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&json!({"module": "nope"})), Some(&s.token));
     assert_eq!(status, 404);
     assert_valid_envelope(&env);
     assert_eq!(env["error"]["code"], "E4006");
@@ -201,7 +216,7 @@ fn serve_keeps_emitted_context_only_when_asked() {
     {
         let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--keep-context"], &envs);
         for _ in 0..2 {
-            let (status, env) = http(&s.addr, "POST", "/run", Some(&run), None);
+            let (status, env) = http(&s.addr, "POST", "/run", Some(&run), Some(&s.token));
             assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
             assert!(!env.to_string().contains("STATE-MARKER"), "emitted context never reaches the caller: {env}");
         }
@@ -211,7 +226,7 @@ fn serve_keeps_emitted_context_only_when_asked() {
     assert!(prompt(1).contains("STATE-MARKER"), "the second run was served the first's context: {}", prompt(1));
     // Without --keep-context the same store is neither read nor written.
     let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini"], &envs);
-    let (status, _) = http(&s.addr, "POST", "/run", Some(&run), None);
+    let (status, _) = http(&s.addr, "POST", "/run", Some(&run), Some(&s.token));
     assert_eq!(status, 200);
     assert!(!prompt(2).contains("STATE-MARKER"), "{}", prompt(2));
 }
@@ -230,12 +245,12 @@ fn serve_records_frames_only_when_asked() {
     };
     {
         let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini"], &envs);
-        let (status, _) = http(&s.addr, "POST", "/run", Some(&run), None);
+        let (status, _) = http(&s.addr, "POST", "/run", Some(&run), Some(&s.token));
         assert_eq!(status, 200);
     }
     assert!(frames().is_empty(), "no frames without --frames");
     let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--frames"], &envs);
-    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), None);
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), Some(&s.token));
     assert_eq!(status, 200, "{env}");
     // The frame is written off the request's thread: wait for it.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -266,7 +281,7 @@ fn requests_choose_only_among_the_models_the_operator_allows() {
     let run = |extra: Value| {
         let mut body = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
         body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
-        http(&s.addr, "POST", "/run", Some(&body), None)
+        http(&s.addr, "POST", "/run", Some(&body), Some(&s.token))
     };
     let model_of = |i: usize| fake.received()[i].json()["model"].as_str().unwrap().to_owned();
     assert_eq!(run(json!({})).0, 200);
@@ -296,10 +311,10 @@ fn every_run_a_client_saw_finish_is_recorded_before_the_server_exits() {
     let addr = s.addr.clone();
     let clients: Vec<_> = (0..runs)
         .map(|i| {
-            let addr = addr.clone();
+            let (addr, token) = (addr.clone(), s.token.clone());
             std::thread::spawn(move || {
                 let run = json!({"module": "code-simplifier", "input": {"code": format!("x = {i} + 0")}});
-                http(&addr, "POST", "/run", Some(&run), None).0
+                http(&addr, "POST", "/run", Some(&run), Some(&token)).0
             })
         })
         .collect();
@@ -349,11 +364,19 @@ fn follow_events(addr: &str, run: &str, last_id: Option<u64>, until: &str) -> Ve
     }
 }
 
+/// `noesis serve --agents` on the fake's OpenAI wire.
 pub(crate) fn agent_serve(work: &Work, fake: &FakeServer) -> Serving {
+    agent_serve_with(work, fake, &[])
+}
+
+/// [`agent_serve`] with more arguments.
+pub(crate) fn agent_serve_with(work: &Work, fake: &FakeServer, args: &[&str]) -> Serving {
     let base_url = fake.base_url();
+    let mut all = vec!["--agents"];
+    all.extend_from_slice(args);
     serve(
         work,
-        &[],
+        &all,
         &[
             ("LLM_PROVIDER", "openai"),
             ("LLM_MODEL", "gpt-test"),
@@ -377,13 +400,15 @@ fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finis
     .unwrap();
     let s = agent_serve(&work, &fake);
     // Bad requests are refused with an envelope naming the field.
-    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "strategy": "magic"})), None);
+    let (status, env) =
+        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "strategy": "magic"})), Some(&s.token));
     assert_eq!(status, 400, "{env}");
     assert!(env["error"]["message"].as_str().unwrap().contains("`strategy`"), "{env}");
-    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "bogus": 1})), None);
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "bogus": 1})), Some(&s.token));
     assert_eq!(status, 400, "{env}");
 
-    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write out.txt"})), None);
+    let (status, started) =
+        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write out.txt"})), Some(&s.token));
     assert_eq!(status, 201, "{started}");
     let id = started["run_id"].as_str().unwrap().to_owned();
     let events = follow_events(&s.addr, &id, None, "approval_needed");
@@ -398,10 +423,15 @@ fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finis
 
     // A wrong call id is refused; the batch decision goes through.
     let wrong = json!({"decisions": [{"call_id": "nope", "verdict": "approve"}]});
-    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/approvals"), Some(&wrong), None);
+    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/approvals"), Some(&wrong), Some(&s.token));
     assert_eq!(status, 400);
-    let (status, body) =
-        http(&s.addr, "POST", &format!("/agents/runs/{id}/approvals"), Some(&json!({"approve_all": true})), None);
+    let (status, body) = http(
+        &s.addr,
+        "POST",
+        &format!("/agents/runs/{id}/approvals"),
+        Some(&json!({"approve_all": true})),
+        Some(&s.token),
+    );
     assert_eq!(status, 200, "{body}");
     // Resumed after the last event seen: only what came since.
     let last = events.last().unwrap().0;
@@ -420,7 +450,7 @@ fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finis
     // The same run, seen by `noesis agent show` in another process.
     let o = output(work.noesis_bare().args(["agent", "show", &id, "--json"]));
     assert_eq!(o.json()["calls"][0]["status"], "completed", "{}", o.stderr);
-    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/cancel"), None, None);
+    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/cancel"), None, Some(&s.token));
     assert_eq!(status, 409, "a finished run cannot be cancelled");
     let (status, _) = http(&s.addr, "GET", "/agents/runs/does-not-exist", None, None);
     assert_eq!(status, 404);
@@ -445,14 +475,14 @@ fn a_requests_permissions_narrow_the_operators_and_never_widen_them() {
     .unwrap();
     let s = agent_serve(&work, &fake);
     let bad = json!({"task": "x", "permissions": {"deny": ["run_command("]}});
-    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&bad), None);
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&bad), Some(&s.token));
     assert_eq!(status, 400, "{env}");
     assert!(env["error"]["message"].as_str().unwrap().contains("permissions.deny[0]"), "{env}");
     let request = json!({"task": "Write files", "permissions": {
         "allow": ["write_file(secret.txt)", "write_file(ask.txt)", "run_command"],
         "deny": ["write_file(other.txt)"],
     }});
-    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&request), None);
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&request), Some(&s.token));
     assert_eq!(status, 201, "{started}");
     let id = started["run_id"].as_str().unwrap().to_owned();
     let shown = wait_status(&s.addr, &id, "awaiting_approval");
@@ -477,9 +507,10 @@ fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
         Reply::Chat("Counted once.".into()),
     ])
     .unwrap();
-    let mut s = agent_serve(&work, &fake);
+    // The operator allows `auto`; the request asks for it.
+    let mut s = agent_serve_with(&work, &fake, &["--approve", "auto"]);
     let (status, started) =
-        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Count", "approve": "auto"})), None);
+        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Count", "approve": "auto"})), Some(&s.token));
     assert_eq!(status, 201, "{started}");
     let id = started["run_id"].as_str().unwrap().to_owned();
     let seen = follow_events(&s.addr, &id, None, "tool_result");
@@ -496,7 +527,7 @@ fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
     let o = output(work.noesis_bare().args(["agent", "show", &id, "--json"]));
     assert_eq!(o.json()["outcome"], Value::Null, "left unfinished: {}", o.stdout);
 
-    let s2 = agent_serve(&work, &fake);
+    let s2 = agent_serve_with(&work, &fake, &["--approve", "auto"]);
     let events = follow_events(&s2.addr, &id, None, "done");
     assert_eq!(events.last().unwrap().2["text"], "Counted once.", "{events:?}");
     assert!(s2.stderr.lock().unwrap().contains("resuming 1 agent run"), "{}", s2.stderr.lock().unwrap());
@@ -505,12 +536,13 @@ fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
     assert_eq!(fake.received().len(), 3);
 }
 
-/// One raw request with a form body; (status, headers and body as text).
-fn form(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+/// One raw request with a form body and the browser's session cookie
+/// (`cookie`: `name=value`); (status, headers and body as text).
+fn form(addr: &str, cookie: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     let req = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\naccept: text/html\r\n\
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\naccept: text/html\r\ncookie: {cookie}\r\n\
          content-type: application/x-www-form-urlencoded\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     );
@@ -518,6 +550,17 @@ fn form(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut raw = String::new();
     conn.read_to_string(&mut raw).unwrap();
     (raw.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), raw)
+}
+
+/// Signs in at `/login` with the server's token, as a browser would: the
+/// session cookie (`noesis_session=ID`), checked not to be the token.
+pub(crate) fn sign_in(s: &Serving) -> String {
+    let (status, raw) = form(&s.addr, "", "POST", "/login", &format!("token={}", s.token));
+    assert_eq!(status, 303, "{raw}");
+    let line = raw.lines().find(|l| l.to_ascii_lowercase().starts_with("set-cookie:")).unwrap();
+    let cookie = line.split_once(':').unwrap().1.trim().split(';').next().unwrap().to_owned();
+    assert!(cookie.starts_with("noesis_session=") && !cookie.contains(&s.token), "{line}");
+    cookie
 }
 
 pub(crate) fn wait_status(addr: &str, id: &str, want: &str) -> Value {
@@ -546,39 +589,41 @@ fn the_dashboard_follows_a_live_run_and_decides_cancels_and_resumes_it() {
     ])
     .unwrap();
     let s = agent_serve(&work, &fake);
-    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write page.txt"})), None);
+    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write page.txt"})), Some(&s.token));
     let id = started["run_id"].as_str().unwrap().to_owned();
     let shown = wait_status(&s.addr, &id, "awaiting_approval");
     let hash = shown["pending"][0]["arguments_hash"].as_str().unwrap().to_owned();
+    let cookie = sign_in(&s);
     // The page: live steps from the event stream, a form per pending call.
-    let (status, page) = form(&s.addr, "GET", &format!("/runs/{id}"), "");
+    let (status, page) = form(&s.addr, &cookie, "GET", &format!("/runs/{id}"), "");
     assert_eq!(status, 200, "{page}");
     assert!(page.contains(&format!("data-events=\"/agents/runs/{id}/events?after=")), "{page}");
     assert!(page.contains(&format!("action=\"/runs/{id}/decide\"")) && page.contains(&hash), "{page}");
     // A decision on arguments the person did not see is refused.
-    let (status, _) = form(&s.addr, "POST", &format!("/runs/{id}/decide"), "call=w1&hash=0000&verdict=approve");
+    let (status, _) =
+        form(&s.addr, &cookie, "POST", &format!("/runs/{id}/decide"), "call=w1&hash=0000&verdict=approve");
     assert_eq!(status, 409);
     assert!(!work.path().join("page.txt").exists());
     let (status, raw) =
-        form(&s.addr, "POST", &format!("/runs/{id}/decide"), &format!("call=w1&hash={hash}&verdict=approve"));
+        form(&s.addr, &cookie, "POST", &format!("/runs/{id}/decide"), &format!("call=w1&hash={hash}&verdict=approve"));
     assert_eq!(status, 303, "{raw}");
     assert!(raw.to_lowercase().contains(&format!("location: /runs/{id}")), "{raw}");
     wait_status(&s.addr, &id, "done");
     assert_eq!(std::fs::read_to_string(work.path().join("page.txt")).unwrap(), "approved in the page");
-    let (_, page) = form(&s.addr, "GET", &format!("/runs/{id}"), "");
+    let (_, page) = form(&s.addr, &cookie, "GET", &format!("/runs/{id}"), "");
     assert!(!page.contains("id=\"live\"") && !page.contains("/decide"), "a finished run has no live view: {page}");
 
-    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Slow"})), None);
+    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Slow"})), Some(&s.token));
     let slow = started["run_id"].as_str().unwrap().to_owned();
     let deadline = Instant::now() + Duration::from_secs(30);
     while fake.received().len() < 3 {
         assert!(Instant::now() < deadline, "the slow model call never came");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let (status, _) = form(&s.addr, "POST", &format!("/runs/{slow}/cancel"), "");
+    let (status, _) = form(&s.addr, &cookie, "POST", &format!("/runs/{slow}/cancel"), "");
     assert_eq!(status, 303);
     wait_status(&s.addr, &slow, "cancelled");
-    let (_, page) = form(&s.addr, "GET", &format!("/runs/{slow}"), "");
+    let (_, page) = form(&s.addr, &cookie, "GET", &format!("/runs/{slow}"), "");
     assert!(page.contains(&format!("action=\"/runs/{slow}/resume\"")), "{page}");
     // A cross-site form cannot resume it.
     let mut conn = TcpStream::connect(&s.addr).unwrap();
@@ -590,8 +635,287 @@ fn the_dashboard_follows_a_live_run_and_decides_cancels_and_resumes_it() {
     let mut raw = String::new();
     conn.read_to_string(&mut raw).unwrap();
     assert!(raw.starts_with("HTTP/1.1 403"), "{raw}");
-    let (status, _) = form(&s.addr, "POST", &format!("/runs/{slow}/resume"), "");
+    let (status, _) = form(&s.addr, &cookie, "POST", &format!("/runs/{slow}/resume"), "");
     assert_eq!(status, 303);
     let done = wait_status(&s.addr, &slow, "done");
     assert_eq!(done["outcome"]["text"], "Resumed and done.");
+}
+
+/// A raw request with a `Host` of our choosing (and any other header
+/// lines); (status, whole answer).
+fn raw(addr: &str, method: &str, path: &str, headers: &str, body: &str) -> (u16, String) {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\n{headers}connection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    (answer.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0), answer)
+}
+
+#[test]
+fn serve_without_a_token_makes_one_only_its_owner_can_read_and_nothing_changes_without_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let work = Work::new();
+    let mut s = serve(&work, &["--provider", "test"], &[]);
+    let file = s.token_file.clone().expect("the server names its token file");
+    let port = s.addr.rsplit(':').next().unwrap().to_owned();
+    assert_eq!(file, work.path().join(format!(".noesis/serve/127.0.0.1-{port}.token")));
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::metadata(file.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(s.token.len(), 64, "256 random bits");
+    assert!(!s.stderr.lock().unwrap().contains(&s.token), "the token is never printed");
+    // Reading needs nothing on loopback; running a module does.
+    let (status, _) = http(&s.addr, "GET", "/modules", None, None);
+    assert_eq!(status, 200);
+    let run = json!({"module": "code-simplifier", "input": {"code": "x"}});
+    for token in [None, Some("wrong")] {
+        let (status, env) = http(&s.addr, "POST", "/run", Some(&run), token);
+        assert_eq!(status, 401, "{env}");
+        assert_valid_envelope(&env);
+        assert_eq!(env["error"]["code"], "E4007");
+    }
+    let (status, env) = http(&s.addr, "POST", "/run", Some(&run), Some(&s.token));
+    assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+    // Each server makes its own.
+    let other = serve(&work, &["--provider", "test"], &[]);
+    assert_ne!(other.token, s.token);
+    let (status, _) = http(&other.addr, "POST", "/run", Some(&run), Some(&s.token));
+    assert_eq!(status, 401);
+    assert!(Command::new("kill").args(["-TERM", &s.child.id().to_string()]).status().unwrap().success());
+    assert!(s.child.wait().unwrap().success());
+    assert!(!file.exists(), "a stopped server takes its token file away");
+}
+
+/// DNS rebinding through the binary: a page whose name now points at
+/// 127.0.0.1 sends `Host` and `Origin` of its own name. The server would
+/// write the file for a request that names it (the operator allows
+/// `auto`): this one is refused, nothing is written, no run is stored.
+#[test]
+fn a_dns_rebound_page_cannot_start_an_agent_run() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![
+        tool_reply("w1", "write_file", &json!({"path": "rebound.txt", "content": "pwned"})),
+        Reply::Chat("Written.".into()),
+    ])
+    .unwrap();
+    let s = agent_serve_with(&work, &fake, &["--approve", "auto"]);
+    let task = json!({"task": "Write rebound.txt", "approve": "auto"}).to_string();
+    let port = s.addr.rsplit(':').next().unwrap();
+    for host in ["attacker.example".to_owned(), format!("attacker.example:{port}")] {
+        for path in ["/agents/runs", "/run", "/login"] {
+            let headers = format!("host: {host}\r\norigin: http://{host}\r\n");
+            let (status, answer) = raw(&s.addr, "POST", path, &headers, &task);
+            assert_eq!(status, 421, "{path} {host}: {answer}");
+            let env: Value = serde_json::from_str(answer.split_once("\r\n\r\n").unwrap().1).unwrap();
+            assert_valid_envelope(&env);
+            assert_eq!(env["error"]["code"], "E4007");
+        }
+        let (status, _) = raw(&s.addr, "GET", "/agents/runs", &format!("host: {host}\r\n"), "");
+        assert_eq!(status, 421, "reads too");
+    }
+    assert!(fake.received().is_empty(), "no model was called");
+    assert!(!work.path().join("rebound.txt").exists());
+    let o = output(work.noesis_bare().args(["agent", "list", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.json(), json!([]), "the store holds no run");
+    // Named as itself (with the credential), the same request runs.
+    let (status, started) =
+        http(&s.addr, "POST", "/agents/runs", Some(&serde_json::from_str(&task).unwrap()), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    wait_status(&s.addr, started["run_id"].as_str().unwrap(), "done");
+    assert_eq!(std::fs::read_to_string(work.path().join("rebound.txt")).unwrap(), "pwned");
+}
+
+#[test]
+fn a_request_only_narrows_the_operators_approval_policy_and_limits() {
+    let work = Work::new();
+    work.write("noesis.toml", "[agent]\nmax_iterations = 3\n\n[budget]\nmax_cost_usd = 0.5\n");
+    let fake = FakeServer::start(vec![
+        tool_reply("w1", "write_file", &json!({"path": "asked.txt", "content": "x"})),
+        Reply::Chat("Done.".into()),
+    ])
+    .unwrap();
+    // The operator's policy is `ask` (the default).
+    let s = agent_serve(&work, &fake);
+    let asked = json!({"task": "Write asked.txt", "approve": "auto",
+                       "limits": {"max_turns": 500, "max_tool_calls": 10000, "max_cost_usd": 100}});
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&asked), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let shown = wait_status(&s.addr, &id, "awaiting_approval");
+    assert!(!work.path().join("asked.txt").exists(), "`auto` under `ask` still waits for a person");
+    let config = &shown["run"]["config"];
+    assert_eq!(config["approval"], "ask", "{config}");
+    assert_eq!(config["limits"]["max_turns"], 3, "{config}");
+    assert_eq!(config["limits"]["max_tool_calls"], 50, "{config}");
+    assert_eq!(config["limits"]["max_cost_usd"], 0.5, "{config}");
+    // Asking for less is kept.
+    let less = json!({"task": "x", "approve": "never", "limits": {"max_turns": 2, "max_cost_usd": 0.1}});
+    let (_, started) = http(&s.addr, "POST", "/agents/runs", Some(&less), Some(&s.token));
+    let (_, shown) = http(&s.addr, "GET", &format!("/agents/runs/{}", started["run_id"].as_str().unwrap()), None, None);
+    let config = &shown["run"]["config"];
+    assert_eq!((config["approval"].as_str(), config["limits"]["max_turns"].as_u64()), (Some("never"), Some(2)));
+    assert_eq!(config["limits"]["max_cost_usd"], 0.1);
+    // A tool the operator does not offer cannot be asked for.
+    let (status, env) =
+        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x", "tools": ["shell"]})), Some(&s.token));
+    assert_eq!(status, 400, "{env}");
+    assert!(env["error"]["message"].as_str().unwrap().contains("no tool `shell`"), "{env}");
+}
+
+#[test]
+fn without_agents_no_client_starts_or_steers_a_run() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![]).unwrap();
+    let base_url = fake.base_url();
+    let s =
+        serve(&work, &[], &[("LLM_PROVIDER", "openai"), ("OPENAI_BASE_URL", &base_url), ("OPENAI_API_KEY", "sk-test")]);
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "x"})), Some(&s.token));
+    assert_eq!(status, 403, "{env}");
+    assert_valid_envelope(&env);
+    assert!(env["error"]["message"].as_str().unwrap().contains("--agents"), "{env}");
+    let (status, listed) = http(&s.addr, "GET", "/agents/runs", None, None);
+    assert_eq!((status, &listed["runs"]), (200, &json!([])), "reading still works");
+    // The pages cannot steer a run either.
+    let cookie = sign_in(&s);
+    let (status, page) = form(&s.addr, &cookie, "POST", "/runs/some-run/resume", "");
+    assert_eq!(status, 403, "{page}");
+    assert!(page.contains("--agents"), "{page}");
+    assert!(fake.received().is_empty());
+}
+
+#[test]
+fn allow_host_admits_a_name_and_anything_else_is_refused() {
+    let work = Work::new();
+    work.write("noesis.toml", "[serve]\nallow_hosts = [\"from-config.test\"]\n");
+    let s = serve(&work, &["--provider", "test", "--allow-host", "noesis.test"], &[]);
+    let port = s.addr.rsplit(':').next().unwrap();
+    for (host, want) in [
+        (format!("noesis.test:{port}"), 200),
+        ("from-config.test".to_owned(), 200),
+        (format!("localhost:{port}"), 200),
+        ("attacker.example".to_owned(), 421),
+    ] {
+        let (status, answer) = raw(&s.addr, "GET", "/modules", &format!("host: {host}\r\n"), "");
+        assert_eq!(status, want, "{host}: {answer}");
+    }
+    let (status, answer) = raw(&s.addr, "GET", "/health", "", "");
+    assert_eq!(status, 421, "no Host at all: {answer}");
+    // A server that starts anyway would never end: the timeout fails it.
+    let o = output(
+        work.noesis().args(["serve", "--port", "0", "--allow-host", "http://x.test/"]).timeout(Duration::from_secs(60)),
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("http://x.test/"), "{}", o.stderr);
+    work.write("noesis.toml", "[serve]\nallow_hosts = [\"a b\"]\n");
+    let o = output(work.noesis().args(["serve", "--port", "0"]).timeout(Duration::from_secs(60)));
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("serve.allow_hosts[0]"), "{}", o.stderr);
+}
+
+#[test]
+fn serve_over_tls_with_the_files_given_and_names_a_file_it_cannot_use() {
+    let work = Work::new();
+    let dir = work.path();
+    let openssl = |args: &[&str], input: Option<&str>| {
+        let mut child = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("this test needs the openssl CLI (apt-get install openssl): {e}"));
+        child.stdin.take().unwrap().write_all(input.unwrap_or("").as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    for args in [
+        [&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=test CA"]]
+            .concat(),
+        [&["req"][..], &ec, &["-keyout", "key.pem", "-out", "leaf.csr", "-subj", "/CN=localhost"]].concat(),
+    ] {
+        let o = openssl(&args, None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    work.write("ext.cnf", "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n");
+    let o = openssl(
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "cert.pem",
+            "-days",
+            "2",
+            "-extfile",
+            "ext.cnf",
+        ],
+        None,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s = serve(&work, &["--provider", "test", "--tls-cert", "cert.pem", "--tls-key", "key.pem"], &[]);
+    assert!(s.stderr.lock().unwrap().contains("listening on https://"), "{}", s.stderr.lock().unwrap());
+    let request = "GET /health HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n";
+    let o = openssl(
+        &[
+            "s_client",
+            "-quiet",
+            "-connect",
+            &s.addr,
+            "-servername",
+            "localhost",
+            "-CAfile",
+            "ca.pem",
+            "-verify_return_error",
+            "-verify_hostname",
+            "localhost",
+        ],
+        Some(request),
+    );
+    let answer = String::from_utf8_lossy(&o.stdout);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}\n{}", String::from_utf8_lossy(&o.stderr));
+    // Plain HTTP on that port gets no answer.
+    let mut conn = TcpStream::connect(&s.addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    conn.write_all(format!("GET /health HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n", s.addr).as_bytes())
+        .unwrap();
+    let mut plain = Vec::new();
+    let _ = conn.read_to_end(&mut plain);
+    assert!(!String::from_utf8_lossy(&plain).contains("HTTP/1.1 200"), "{}", String::from_utf8_lossy(&plain));
+
+    let o = output(
+        work.noesis()
+            .args(["serve", "--port", "0", "--tls-cert", "missing.pem", "--tls-key", "key.pem"])
+            .timeout(Duration::from_secs(60)),
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("missing.pem") && o.stderr.contains("cannot read"), "{}", o.stderr);
+    let o = output(
+        work.noesis()
+            .args(["serve", "--port", "0", "--tls-cert", "cert.pem", "--tls-key", "ca.key"])
+            .timeout(Duration::from_secs(60)),
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("ca.key") && o.stderr.contains("does not go with"), "{}", o.stderr);
+    let o =
+        output(work.noesis().args(["serve", "--port", "0", "--tls-cert", "cert.pem"]).timeout(Duration::from_secs(60)));
+    assert_eq!(o.code, 2, "--tls-cert needs --tls-key: {}", o.stderr);
+    let o = output(
+        work.noesis()
+            .args(["serve", "--bind", "0.0.0.0", "--port", "0", "--tls-cert", "cert.pem", "--tls-key", "key.pem"])
+            .timeout(Duration::from_secs(60)),
+    );
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("without a token"), "TLS is no credential: {}", o.stderr);
 }

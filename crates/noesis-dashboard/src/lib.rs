@@ -385,12 +385,27 @@ fn no_agents() -> Response {
     html_response(StatusCode::NOT_FOUND, html::not_found("this server runs no agents"))
 }
 
+/// The server's runs, when its operator lets pages steer them
+/// (`--agents`); otherwise the page that says why not.
+fn steerable(d: &Dashboard) -> Result<&Arc<noesis_serve::agents::AgentRuns>, Box<Response>> {
+    match &d.agents {
+        None => Err(Box::new(no_agents())),
+        Some(a) if !a.serves_http() => {
+            Err(Box::new(html_response(StatusCode::FORBIDDEN, html::not_found(noesis_serve::agents::AGENTS_OFF))))
+        }
+        Some(a) => Ok(a),
+    }
+}
+
 /// A decision from the run's page: `call` (or `all`), `verdict`
 /// (`approve`, `deny`, `approve_edited`, `abort`), the `hash` the person
 /// saw, a `message` for a denial and `arguments` (JSON) for an edit.
 async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
     use noesis_agent::{Decision, Verdict};
-    let Some(agents) = &d.agents else { return no_agents() };
+    let agents = match steerable(&d) {
+        Ok(a) => a,
+        Err(r) => return *r,
+    };
     let form: std::collections::HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
     let field = |k: &str| form.get(k).map(String::as_str).unwrap_or_default();
     let message = Some(field("message").trim().to_owned()).filter(|m| !m.is_empty());
@@ -431,7 +446,10 @@ async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -
 }
 
 async fn cancel_run(State(d): St, Path(id): Path<String>) -> Response {
-    let Some(agents) = &d.agents else { return no_agents() };
+    let agents = match steerable(&d) {
+        Ok(a) => a,
+        Err(r) => return *r,
+    };
     if agents.cancel(&id) {
         to_run(&id)
     } else {
@@ -440,7 +458,10 @@ async fn cancel_run(State(d): St, Path(id): Path<String>) -> Response {
 }
 
 async fn resume_run(State(d): St, Path(id): Path<String>) -> Response {
-    let Some(agents) = &d.agents else { return no_agents() };
+    let agents = match steerable(&d) {
+        Ok(a) => a,
+        Err(r) => return *r,
+    };
     match agents.resume(&id).await {
         Ok(()) => to_run(&id),
         Err((status, m)) => html_response(status, html::not_found(&m)),

@@ -79,6 +79,9 @@ fn main() {
     server.stop();
 }
 
+/// The bearer token the benchmarked server is started with.
+const TOKEN: &str = "bench-token";
+
 struct Server {
     child: Child,
     addr: String,
@@ -95,9 +98,11 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH", "NOESIS_CONFIG", "NOESIS_SERVE_TOKEN"] {
+        for v in ["LLM_PROVIDER", "LLM_MODEL", "COGNITIVE_MODULES_PATH", "NOESIS_CONFIG"] {
             cmd.env_remove(v);
         }
+        // Every request that changes anything needs a credential.
+        cmd.env("NOESIS_SERVE_TOKEN", TOKEN);
         let mut child = cmd.spawn().expect("start noesis serve");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr"));
         let addr = loop {
@@ -221,7 +226,7 @@ struct Outcome {
 async fn load(addr: &str, total: usize, clients: usize) -> Outcome {
     let body = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}}).to_string();
     let request: Arc<[u8]> = format!(
-        "POST /run HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        "POST /run HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
     .into_bytes()

@@ -12,6 +12,12 @@
 //! decision or a cancel. [`AgentRuns::resume_unfinished`] continues, when
 //! the server starts, every run its last process left running: finished
 //! calls are kept, never run twice.
+//!
+//! The operator's [`RunsPolicy`] bounds all of it: without `http` the
+//! routes that start or steer a run answer 403; at most `max_runs` runs
+//! are live (a start beyond is 429 with `Retry-After`); every run is
+//! clamped to the [`Ceiling`] however its host made it, so a request can
+//! narrow the approval policy and limits, never widen them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
@@ -33,7 +39,9 @@ use noesis_modules::{ErrorCode, Failure};
 use noesis_runtime::CancellationToken;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+
+pub use crate::admission::{Ceiling, RunsPolicy};
 
 /// Events a run's log keeps for late readers; older ones are dropped (a
 /// reader resuming before them gets a `gap` event).
@@ -213,11 +221,25 @@ pub struct AgentRuns {
     stop: CancellationToken,
     tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
     tool_timeout: Duration,
+    policy: RunsPolicy,
+    /// One permit per live run (`policy.max_runs`).
+    slots: Arc<Semaphore>,
 }
 
+/// What a client is told when the HTTP routes may not start or steer runs.
+pub const AGENTS_OFF: &str =
+    "agent runs over HTTP are off on this server: its operator starts it with --agents to allow them";
+
 impl AgentRuns {
-    /// Runs through `host`, publishing on `bus`.
+    /// Runs through `host`, publishing on `bus`, under the default
+    /// [`RunsPolicy`] (HTTP clients may not start runs).
     pub fn new(host: Arc<dyn AgentHost>, bus: EventBus) -> Arc<AgentRuns> {
+        AgentRuns::with_policy(host, bus, RunsPolicy::default())
+    }
+
+    /// Runs through `host`, publishing on `bus`, under `policy`.
+    pub fn with_policy(host: Arc<dyn AgentHost>, bus: EventBus, policy: RunsPolicy) -> Arc<AgentRuns> {
+        let slots = Arc::new(Semaphore::new(policy.max_runs.max(1)));
         Arc::new(AgentRuns {
             host,
             bus,
@@ -225,6 +247,27 @@ impl AgentRuns {
             stop: CancellationToken::new(),
             tasks: tokio::sync::Mutex::new(tokio::task::JoinSet::new()),
             tool_timeout: noesis_agent::TOOL_TIMEOUT,
+            policy,
+            slots,
+        })
+    }
+
+    /// Whether clients of the HTTP routes and pages may start, decide,
+    /// cancel and resume runs (`serve --agents`).
+    pub fn serves_http(&self) -> bool {
+        self.policy.http
+    }
+
+    /// A slot for one more live run, or the refusal (429).
+    fn slot(&self) -> Result<OwnedSemaphorePermit, (StatusCode, String)> {
+        Arc::clone(&self.slots).try_acquire_owned().map_err(|_| {
+            (
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "{} agent runs are live on this server, its most (--max-runs); try again when one ends",
+                    self.policy.max_runs.max(1)
+                ),
+            )
         })
     }
 
@@ -248,14 +291,17 @@ impl AgentRuns {
         if request.task.trim().is_empty() {
             return Err((StatusCode::BAD_REQUEST, "`task` is empty: say what the agent should do".into()));
         }
+        let slot = self.slot()?;
         let id = uuid::Uuid::now_v7().to_string();
         let mut run = self.host.create(&id, &request).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
         // The request's own rules narrow the operator's, whatever the host.
         if let Some(p) = &request.permissions {
             run.config.permissions.push(p.layer().map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?);
         }
+        // Whatever the host made of the request, never more than the operator allows.
+        self.policy.ceiling.clamp(&mut run.config);
         self.host.save(&run).await.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
-        self.spawn(run).await;
+        self.spawn(run, Some(slot)).await;
         Ok(id)
     }
 
@@ -269,14 +315,18 @@ impl AgentRuns {
                 if let Some(host) = run.host.as_object_mut() {
                     host.remove("server_stopped");
                 }
-                self.spawn(run).await;
+                self.policy.ceiling.clamp(&mut run.config);
+                // Admitted by an earlier server: they take a slot when
+                // there is one, and go on beyond the cap when there is not.
+                let slot = Arc::clone(&self.slots).try_acquire_owned().ok();
+                self.spawn(run, slot).await;
                 n += 1;
             }
         }
         Ok(n)
     }
 
-    async fn spawn(self: &Arc<Self>, run: AgentRun) {
+    async fn spawn(self: &Arc<Self>, run: AgentRun, slot: Option<OwnedSemaphorePermit>) {
         let (tx, rx) = mpsc::channel(4);
         let live = Arc::new(Live {
             log: Mutex::new(Log::default()),
@@ -287,7 +337,10 @@ impl AgentRuns {
         });
         self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), Arc::clone(&live));
         let me = Arc::clone(self);
-        self.tasks.lock().await.spawn(async move { me.drive(run, live, rx).await });
+        self.tasks.lock().await.spawn(async move {
+            me.drive(run, live, rx).await;
+            drop(slot);
+        });
     }
 
     fn publish(&self, live: &Live, event: Event) {
@@ -444,8 +497,10 @@ impl AgentRuns {
             }
             Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
         }
+        let slot = self.slot()?;
         run.resume();
-        self.spawn(run).await;
+        self.policy.ceiling.clamp(&mut run.config);
+        self.spawn(run, Some(slot)).await;
         Ok(())
     }
 
@@ -560,7 +615,21 @@ fn status(run: &AgentRun) -> &'static str {
     run.status()
 }
 
+/// 403 naming `--agents` when the operator did not allow HTTP clients to
+/// start or steer runs.
+fn agents_off(runs: &AgentRuns) -> Option<Response> {
+    (!runs.policy.http).then(|| {
+        crate::http::refusal(
+            StatusCode::FORBIDDEN,
+            Failure::new(ErrorCode::E4007, AGENTS_OFF).suggest("read runs with GET /agents/runs; start them elsewhere"),
+        )
+    })
+}
+
 async fn start_run(State(runs): St, body: Bytes) -> Response {
+    if let Some(refused) = agents_off(&runs) {
+        return refused;
+    }
     let request: AgentRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => return bad_request(format!("the request body is not a valid agent request: {e}")),
@@ -571,6 +640,11 @@ async fn start_run(State(runs): St, body: Bytes) -> Response {
             &json!({"run_id": id, "status": "running", "events": format!("/agents/runs/{id}/events")}),
         ),
         Err((StatusCode::BAD_REQUEST, m)) => bad_request(m),
+        Err((StatusCode::TOO_MANY_REQUESTS, m)) => {
+            let mut resp = refusal(StatusCode::TOO_MANY_REQUESTS, ErrorCode::E4002, m);
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, crate::admission::RETRY_AFTER_SECS.into());
+            resp
+        }
         Err((_, m)) => store_failed(&m),
     }
 }
@@ -636,6 +710,9 @@ struct ClientDecision {
 }
 
 async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Response {
+    if let Some(refused) = agents_off(&runs) {
+        return refused;
+    }
     let body: ApprovalsBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
         Err(e) => return bad_request(format!("the request body is not a valid decision: {e}")),
@@ -693,6 +770,9 @@ async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Resp
 }
 
 async fn cancel(State(runs): St, Path(id): Path<String>) -> Response {
+    if let Some(refused) = agents_off(&runs) {
+        return refused;
+    }
     match runs.live(&id) {
         Some(live) => {
             live.cancel.cancel();

@@ -24,6 +24,18 @@
 //! wrong bearer token `401` (E4007); an unknown route `404` and a wrong
 //! method `405` (E1004).
 //!
+//! Who may ask, checked in front of every route (the pages and `/health`
+//! included), in this order: the `Host` must name this server
+//! ([`crate::access`]: the loopback names, the bound address and
+//! [`ServeConfig::allow_hosts`]), else `421` (E4007) — a page that points a
+//! name of its own at 127.0.0.1 (DNS rebinding) reaches no route; a request
+//! that would change something from another site (`Origin` not the `Host`,
+//! or `Sec-Fetch-Site: cross-site`) is `403` (E4007); then a credential —
+//! the bearer token, or the session cookie `/login` hands out — is needed
+//! by every request that changes anything (any method but GET, HEAD and
+//! OPTIONS), on every server, and by reads too unless
+//! [`ServeConfig::open_reads`] (honoured on loopback only).
+//!
 //! A client that disconnects drops its request, and with it the run and
 //! the in-flight provider call. On shutdown the server stops accepting,
 //! lets runs finish for [`ServeConfig::grace`], then cancels the rest
@@ -51,6 +63,7 @@ use noesis_runtime::{CancellationToken, Instant, OnText};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::access::{HostRule, Sessions};
 use crate::service::{RunRequest, Service, error_code, refuse};
 
 /// The OpenAPI 3.1 document served at `GET /openapi.json`.
@@ -75,9 +88,21 @@ impl std::fmt::Debug for AccessLog {
 pub struct ServeConfig {
     /// Address to bind; port 0 picks a free one ([`Server::local_addr`]).
     pub addr: SocketAddr,
-    /// Bearer token every route but `/health` requires. Required when
-    /// `addr` is not a loopback address.
+    /// The bearer token (also what `POST /login` takes for a session).
+    /// Required when `addr` is not a loopback address. Without one, only a
+    /// one-time link ([`Server::login_link`]) gives a credential.
     pub token: Option<String>,
+    /// GET and HEAD need no credential (on a loopback address only; off
+    /// loopback every route but `/health` needs one). Requests that change
+    /// anything always need one.
+    pub open_reads: bool,
+    /// Host names a request may give besides the loopback names and the
+    /// bound address (checked by [`ServeConfig::check`]: a name, no scheme
+    /// or port).
+    pub allow_hosts: Vec<String>,
+    /// Serve HTTPS with this certificate and key; session cookies are then
+    /// `Secure`.
+    pub tls: Option<crate::tls::TlsFiles>,
     /// Largest request body accepted, in bytes.
     pub max_body: usize,
     /// How long runs may go on after a shutdown signal before they are
@@ -98,6 +123,9 @@ impl std::fmt::Debug for ServeConfig {
         f.debug_struct("ServeConfig")
             .field("addr", &self.addr)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("open_reads", &self.open_reads)
+            .field("allow_hosts", &self.allow_hosts)
+            .field("tls", &self.tls)
             .field("max_body", &self.max_body)
             .field("grace", &self.grace)
             .field("access_log", &self.access_log.is_some())
@@ -112,6 +140,9 @@ impl Default for ServeConfig {
         ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 8787)),
             token: None,
+            open_reads: false,
+            allow_hosts: Vec::new(),
+            tls: None,
             max_body: DEFAULT_MAX_BODY,
             grace: Duration::from_secs(10),
             access_log: None,
@@ -147,12 +178,29 @@ pub enum ServeError {
     /// Accepting connections failed.
     #[error("the server stopped: {0}")]
     Serve(#[source] std::io::Error),
+    /// A name given as an allowed host is not a host name.
+    #[error("allowed hosts: {0}")]
+    BadHost(String),
+    /// A TLS certificate or key file cannot be used.
+    #[error("{}: {reason}", path.display())]
+    Tls {
+        /// The file at fault.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The OS gave no random bytes for a secret.
+    #[error("cannot make a secret: {0}")]
+    Random(#[source] std::io::Error),
 }
 
 impl ServeConfig {
     /// Checks the rules that do not need a socket: a token off loopback,
-    /// and no empty token.
+    /// no empty token, allowed hosts that are host names.
     pub fn check(&self) -> Result<(), ServeError> {
+        for name in &self.allow_hosts {
+            crate::access::host_name(name).map_err(ServeError::BadHost)?;
+        }
         match &self.token {
             Some(t) if t.trim().is_empty() => Err(ServeError::EmptyToken),
             None if !self.addr.ip().is_loopback() => Err(ServeError::TokenRequired { addr: self.addr }),
@@ -164,41 +212,84 @@ impl ServeConfig {
 struct AppState {
     service: Arc<Service>,
     token: Option<String>,
+    /// Reads need no credential (loopback only).
+    open_reads: bool,
+    hosts: HostRule,
+    sessions: Sessions,
+    /// Served over TLS: cookies are `Secure`.
+    tls: bool,
     /// Cancelled after the shutdown grace period; every run holds a child.
     stop_runs: CancellationToken,
     log: Option<AccessLog>,
 }
 
+enum Listening {
+    Plain(tokio::net::TcpListener),
+    Tls(crate::tls::TlsListener),
+}
+
 /// A bound server, not yet accepting.
 pub struct Server {
-    listener: tokio::net::TcpListener,
+    listener: Listening,
     app: Router,
+    state: Arc<AppState>,
     grace: Duration,
     stop_runs: CancellationToken,
 }
 
 impl std::fmt::Debug for Server {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Server").field("addr", &self.listener.local_addr().ok()).finish_non_exhaustive()
+        f.debug_struct("Server").field("addr", &self.local_addr()).finish_non_exhaustive()
     }
 }
 
 impl Server {
-    /// Checks `config` and binds its address.
+    /// Checks `config`, reads its TLS files and binds its address.
     pub async fn bind(service: Arc<Service>, config: ServeConfig) -> Result<Server, ServeError> {
         config.check()?;
-        let listener = tokio::net::TcpListener::bind(config.addr)
+        let tls = config.tls.as_ref().map(crate::tls::server_config).transpose()?;
+        let tcp = tokio::net::TcpListener::bind(config.addr)
             .await
             .map_err(|source| ServeError::Bind { addr: config.addr, source })?;
+        let listener = match tls {
+            Some(tls) => Listening::Tls(crate::tls::TlsListener { tcp, acceptor: tls.into() }),
+            None => Listening::Plain(tcp),
+        };
         let stop_runs = CancellationToken::new();
-        let app = router(service, &config, stop_runs.clone());
-        Ok(Server { listener, app, grace: config.grace, stop_runs })
+        let mut names = Vec::new();
+        for name in &config.allow_hosts {
+            names.push(crate::access::host_name(name).map_err(ServeError::BadHost)?);
+        }
+        let state = Arc::new(AppState {
+            service,
+            token: config.token.clone(),
+            open_reads: config.open_reads && config.addr.ip().is_loopback(),
+            hosts: HostRule::new(config.addr.ip(), &names),
+            sessions: Sessions::default(),
+            tls: config.tls.is_some(),
+            stop_runs: stop_runs.clone(),
+            log: config.access_log.clone(),
+        });
+        let app = router(&state, &config);
+        Ok(Server { listener, app, state, grace: config.grace, stop_runs })
     }
 
     /// The address actually bound (the port chosen for port 0).
     pub fn local_addr(&self) -> SocketAddr {
+        let addr = match &self.listener {
+            Listening::Plain(l) => l.local_addr(),
+            Listening::Tls(l) => l.tcp.local_addr(),
+        };
         // A bound listener always has an address; the fallback is unreachable.
-        self.listener.local_addr().unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+        addr.unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// A sign-in link that works once: opening it gives the browser a
+    /// session cookie (`/login?once=…`, on this server's address).
+    pub fn login_link(&self) -> Result<String, ServeError> {
+        let secret = self.state.sessions.link().map_err(ServeError::Random)?;
+        let scheme = if self.state.tls { "https" } else { "http" };
+        Ok(format!("{scheme}://{}/login?once={secret}", self.local_addr()))
     }
 
     /// Serves until `shutdown` completes, then drains: no new connections,
@@ -212,12 +303,15 @@ impl Server {
                 stop_runs.cancel();
             });
         };
-        axum::serve(self.listener, self.app).with_graceful_shutdown(signal).await.map_err(ServeError::Serve)
+        match self.listener {
+            Listening::Plain(l) => axum::serve(l, self.app).with_graceful_shutdown(signal).await,
+            Listening::Tls(l) => axum::serve(l, self.app).with_graceful_shutdown(signal).await,
+        }
+        .map_err(ServeError::Serve)
     }
 }
 
-fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationToken) -> Router {
-    let state = Arc::new(AppState { service, token: config.token.clone(), stop_runs, log: config.access_log.clone() });
+fn router(state: &Arc<AppState>, config: &ServeConfig) -> Router {
     let mut app = Router::new()
         .route("/health", get(health))
         .route("/modules", get(modules))
@@ -227,7 +321,7 @@ fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationTo
         .route("/compose", post(compose))
         .route("/openapi.json", get(openapi))
         .route("/login", get(login_page).post(login))
-        .with_state(Arc::clone(&state));
+        .with_state(Arc::clone(state));
     if let Some(pages) = &config.pages {
         app = app.merge(pages.clone());
     }
@@ -237,8 +331,9 @@ fn router(service: Arc<Service>, config: &ServeConfig, stop_runs: CancellationTo
     app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(config.max_body))
-        .layer(middleware::from_fn_with_state(Arc::clone(&state), auth))
-        .layer(middleware::from_fn_with_state(Arc::clone(&state), access_log))
+        .layer(middleware::from_fn_with_state(Arc::clone(state), auth))
+        .layer(middleware::from_fn_with_state(Arc::clone(state), host_guard))
+        .layer(middleware::from_fn_with_state(Arc::clone(state), access_log))
 }
 
 type St = State<Arc<AppState>>;
@@ -282,14 +377,15 @@ fn envelope_response(envelope: &Value) -> Response {
     json_response(status_of(envelope), envelope)
 }
 
-/// The cookie a browser holds after signing in at `/login`.
-const COOKIE: &str = "noesis_token";
+/// The cookie a browser holds after signing in: a session id (random, kept
+/// by the server), never the token itself.
+const COOKIE: &str = "noesis_session";
 
 /// Whether a browser sent this request from another site: an `Origin`
 /// whose host is not the `Host` asked for, or `Sec-Fetch-Site: cross-site`.
 /// Such a request may not change anything (run a module, sign in): a page
-/// elsewhere must not spend the operator's provider account through a
-/// server on loopback that needs no token.
+/// elsewhere must not spend the operator's provider account through this
+/// server, even with the operator's own session cookie.
 fn cross_site(req: &Request) -> bool {
     let h = req.headers();
     if h.get("sec-fetch-site").and_then(|v| v.to_str().ok()).is_some_and(|v| v == "cross-site") {
@@ -301,8 +397,45 @@ fn cross_site(req: &Request) -> bool {
     origin == "null" || !origin_host.eq_ignore_ascii_case(host)
 }
 
+/// Refuses, before any route runs, a request whose `Host` (and absolute
+/// URI, when it has one) does not name this server: a DNS-rebound page
+/// reaches nothing. 421 Misdirected Request says just that — this server
+/// does not answer for that name — and a browser shows the page nothing.
+async fn host_guard(State(st): St, req: Request, next: Next) -> Response {
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    let authority = req.uri().authority().map(axum::http::uri::Authority::as_str);
+    let admitted = match (host, authority) {
+        (Some(h), Some(a)) => st.hosts.admits(h) && st.hosts.admits(a),
+        (Some(h), None) => st.hosts.admits(h),
+        // HTTP/1.1 requires Host; a request without one names nothing.
+        (None, _) => false,
+    };
+    if admitted {
+        return next.run(req).await;
+    }
+    refusal(
+        StatusCode::MISDIRECTED_REQUEST,
+        Failure::new(ErrorCode::E4007, "this server does not answer for the host this request names")
+            .details(json!({"host": host.map(|h| h.chars().take(200).collect::<String>())}))
+            .suggest("use the address the server listens on, or start it with --allow-host NAME"),
+    )
+}
+
+/// Whether the request carries a credential: the bearer token, or a
+/// session cookie this server handed out.
+fn signed_in(st: &AppState, req: &Request) -> bool {
+    let bearer = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
+    if let (Some(given), Some(token)) = (bearer, &st.token)
+        && constant_time_eq(given.as_bytes(), token.as_bytes())
+    {
+        return true;
+    }
+    cookie(req.headers(), COOKIE).is_some_and(|id| st.sessions.holds(id))
+}
+
 async fn auth(State(st): St, req: Request, next: Next) -> Response {
-    if !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) && cross_site(&req) {
+    let changes = !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    if changes && cross_site(&req) {
         return refusal(
             StatusCode::FORBIDDEN,
             Failure::new(ErrorCode::E4007, "a request from another site may not change anything here")
@@ -310,35 +443,28 @@ async fn auth(State(st): St, req: Request, next: Next) -> Response {
         );
     }
     let path = req.uri().path();
-    if let Some(token) = &st.token
-        && path != "/health"
-        && path != "/login"
-    {
-        let given = req
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer)
-            .or_else(|| cookie(req.headers(), COOKIE));
-        if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
-            let wants_page = req
-                .headers()
-                .get(header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|a| a.contains("text/html"));
-            if wants_page {
-                return login_response(StatusCode::UNAUTHORIZED, false);
-            }
-            let mut resp = refusal(
-                StatusCode::UNAUTHORIZED,
-                Failure::new(ErrorCode::E4007, "this server needs `Authorization: Bearer <token>`")
-                    .suggest("send the token the server was started with"),
-            );
-            resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            return resp;
-        }
+    // `/login` checks what it is given itself.
+    if path == "/health" || path == "/login" || (!changes && st.open_reads) || signed_in(&st, &req) {
+        return next.run(req).await;
     }
-    next.run(req).await
+    let wants_page =
+        req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"));
+    if wants_page {
+        return login_response(StatusCode::UNAUTHORIZED, None);
+    }
+    let message = if changes {
+        "a request that changes anything needs `Authorization: Bearer <token>`"
+    } else {
+        "this server needs `Authorization: Bearer <token>`"
+    };
+    let mut resp = refusal(
+        StatusCode::UNAUTHORIZED,
+        Failure::new(ErrorCode::E4007, message).suggest(
+            "send the token the server was started with (--token or NOESIS_SERVE_TOKEN, or the one in the token file `noesis serve` names on stderr)",
+        ),
+    );
+    resp.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    resp
 }
 
 /// A cookie's value from the request's `Cookie` headers.
@@ -353,47 +479,75 @@ fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Option<&'a str>
         .map(|(_, v)| v)
 }
 
-/// The sign-in page (no user text on it, no inline script or style).
-fn login_response(status: StatusCode, wrong: bool) -> Response {
-    let note = if wrong { "<p>That is not the token this server was started with.</p>" } else { "" };
+/// The sign-in page (no user text on it, no inline script or style), with
+/// `problem` said above the form.
+fn login_response(status: StatusCode, problem: Option<&str>) -> Response {
+    let note = problem.map(|p| format!("<p>{p}</p>")).unwrap_or_default();
     let body = format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign in · noesis</title></head><body>\
-         <main><h1>noesis</h1><p>This server needs the token it was started with (<code>--token</code> or \
-         <code>NOESIS_SERVE_TOKEN</code>).</p>{note}<form method=\"post\" action=\"/login\">\
+         <main><h1>noesis</h1><p>Sign in with the token this server was started with (<code>--token</code> or \
+         <code>NOESIS_SERVE_TOKEN</code>, or the token file <code>noesis serve</code> names), or open the \
+         one-time link <code>noesis ui</code> prints.</p>{note}<form method=\"post\" action=\"/login\">\
          <label>Token <input type=\"password\" name=\"token\" autocomplete=\"current-password\" required></label> \
          <button>Sign in</button></form></main></body></html>\n"
     );
     let mut resp =
         (status, [(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"))], body).into_response();
-    resp.headers_mut().insert(
+    let h = resp.headers_mut();
+    h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static("default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"),
     );
+    // A one-time link may be in this page's URL: never pass it to another
+    // site. Not `no-referrer`: under it Chromium sends `Origin: null` with
+    // the form's own post, which is refused as cross-site.
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     resp
 }
 
-async fn login_page(State(st): St) -> Response {
-    if st.token.is_none() {
-        return redirect("/", None);
+/// `GET /login`: the form; with `?once=SECRET` (a link from
+/// [`Server::login_link`]) the secret is used up and the browser gets a
+/// session.
+async fn login_page(State(st): St, uri: axum::http::Uri) -> Response {
+    let once = form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
+        .find(|(k, _)| k == "once")
+        .map(|(_, v)| v.into_owned());
+    match once {
+        Some(secret) if st.sessions.redeem(&secret) => session_response(&st),
+        Some(_) => login_response(
+            StatusCode::UNAUTHORIZED,
+            Some("That sign-in link has been used already or is not this server's: each link works once."),
+        ),
+        None => login_response(StatusCode::OK, None),
     }
-    login_response(StatusCode::OK, false)
 }
 
-/// `POST /login` with `token=…`: the right token gets a cookie (HttpOnly,
-/// SameSite=Strict, so no other site can send it) and a way back to `/`.
+/// `POST /login` with `token=…`: the right token gets a session.
 async fn login(State(st): St, body: Bytes) -> Response {
-    let Some(token) = &st.token else { return redirect("/", None) };
     let given = form_urlencoded::parse(&body).find(|(k, _)| k == "token").map(|(_, v)| v.into_owned());
-    if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), token.as_bytes())) {
-        return login_response(StatusCode::UNAUTHORIZED, true);
+    let right = match (&given, &st.token) {
+        (Some(g), Some(t)) => constant_time_eq(g.as_bytes(), t.as_bytes()),
+        _ => false,
+    };
+    if !right {
+        return login_response(StatusCode::UNAUTHORIZED, Some("That is not the token this server was started with."));
     }
-    // The token is the session: a cookie value needs no encoding for the
-    // characters a token holds, and one that needs it cannot sign in.
-    if !token.bytes().all(|b| b.is_ascii_graphic() && b != b';' && b != b',' && b != b'"' && b != b'\\') {
-        return login_response(StatusCode::UNAUTHORIZED, true);
-    }
-    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
-    redirect("/", Some(cookie))
+    session_response(&st)
+}
+
+/// A new session in a cookie no script can read (HttpOnly) and no other
+/// site can make the browser send (SameSite=Strict), `Secure` over TLS;
+/// then back to `/`.
+fn session_response(st: &AppState) -> Response {
+    let id = match st.sessions.open() {
+        Ok(id) => id,
+        Err(e) => {
+            return refusal(StatusCode::INTERNAL_SERVER_ERROR, Failure::new(ErrorCode::E4000, e.to_string()));
+        }
+    };
+    let secure = if st.tls { "; Secure" } else { "" };
+    redirect("/", Some(format!("{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/{secure}")))
 }
 
 fn redirect(to: &'static str, cookie: Option<String>) -> Response {
@@ -415,7 +569,7 @@ fn bearer(value: &str) -> Option<&str> {
 /// Compares in constant time (for equal lengths; the length is not a
 /// secret worth hiding), so the time taken does not tell how much of a
 /// guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     use subtle::ConstantTimeEq;
     bool::from(a.ct_eq(b))
 }

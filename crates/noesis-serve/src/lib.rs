@@ -4,7 +4,10 @@
 //! cache of loaded modules (reloaded when a module's files change), a
 //! [`ProviderSource`] the embedding binary implements, and runs that always
 //! end in a v2.2 envelope — refusals included, each with its E-code.
-//! [`http`] puts it on an axum router (`noesis serve`).
+//! [`http`] puts it on an axum router (`noesis serve`), behind
+//! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
+//! certificate, [`tls`]; [`agents`] runs agents for its clients within the
+//! operator's [`admission`] policy.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No
@@ -36,10 +39,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod access;
+pub mod admission;
 pub mod agents;
 pub mod http;
 pub mod mcp;
 pub mod service;
+pub mod tls;
 
 pub use noesis_runtime::{CancellationToken, OnText};
 pub use service::{

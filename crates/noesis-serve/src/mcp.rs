@@ -762,7 +762,7 @@ fn agent_tool() -> Value {
     json!({
         "name": "agent",
         "title": "Delegate a task to an agent",
-        "description": "Runs a noesis agent on a task: it reads, searches and edits the server's workspace, runs allowed commands and modules, and answers. Calls that change anything run only with approve=auto (default never: they are denied and the agent is told). Returns {run_id, status, answer, outcome, usage}; with a progressToken each step is a progress notification. With run_id instead of a task it follows an earlier run (one a previous session left is resumed here).",
+        "description": "Runs a noesis agent on a task: it reads, searches and edits the server's workspace, runs allowed commands and modules, and answers. Calls that change anything run only with approve=auto, and only when the server's operator allows it (`noesis mcp --approve auto`); otherwise they are denied and the agent is told. Returns {run_id, status, answer, outcome, usage}; with a progressToken each step is a progress notification. With run_id instead of a task it follows an earlier run (one a previous session left is resumed here).",
         "inputSchema": {
             "type": "object",
             "properties": {

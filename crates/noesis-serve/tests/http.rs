@@ -6,11 +6,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use noesis_llm::{EndpointConfig, OpenAiCompatible, Provider, RetryPolicy};
 use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
+use noesis_serve::agents::RunsPolicy;
 use noesis_serve::http::{ServeConfig, ServeError, Server};
 use noesis_serve::{ProviderSource, Service, SourceError};
 use noesis_testkit::{FakeServer, Reply, sse};
@@ -42,7 +43,9 @@ impl ProviderSource for Fake {
 }
 
 /// Agent runs kept in memory, on the fake's OpenAI wire, with the
-/// built-in tools over a temporary folder.
+/// built-in tools over a temporary folder. Naive on purpose: it takes the
+/// request's `approve` and `limits` as they come, so what holds them to
+/// the operator's ceiling is the server.
 struct Agents {
     base_url: String,
     dir: tempfile::TempDir,
@@ -53,7 +56,16 @@ struct Agents {
 impl noesis_serve::agents::AgentHost for Agents {
     fn create(&self, id: &str, request: &noesis_serve::agents::AgentRequest) -> Result<noesis_agent::AgentRun, String> {
         let tools = noesis_agent::Toolbox::new(noesis_agent::Workspace::new(self.dir.path()).unwrap(), vec![]);
-        let config = noesis_agent::RunConfig { tools: tools.decls(), ..noesis_agent::RunConfig::default() };
+        let approval = match request.approve.as_deref() {
+            Some("auto") => noesis_agent::ApprovalPolicy::Auto,
+            Some("never") => noesis_agent::ApprovalPolicy::Never,
+            _ => noesis_agent::ApprovalPolicy::Ask,
+        };
+        let mut limits = noesis_agent::Limits::default();
+        limits.max_turns = request.limits.max_turns.unwrap_or(limits.max_turns);
+        limits.max_cost_usd = request.limits.max_cost_usd;
+        let config =
+            noesis_agent::RunConfig { tools: tools.decls(), approval, limits, ..noesis_agent::RunConfig::default() };
         Ok(noesis_agent::AgentRun::new(id, request.task.clone(), config, 0))
     }
     async fn equip(
@@ -90,17 +102,29 @@ fn good_reply() -> String {
     .to_string()
 }
 
+/// The bearer token of the test servers ([`client`] sends it).
+const TOKEN: &str = "test-token";
+
 /// A running server; stops (gracefully) when dropped.
 struct Running {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<Result<(), ServeError>>>,
     service: Arc<Service>,
+    /// The agent host: what runs it holds.
+    host: Arc<Agents>,
+    /// A one-time sign-in link, made before the server ran.
+    link: String,
 }
 
 impl Running {
     fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// The agent-run ids the host holds.
+    fn runs(&self) -> Vec<String> {
+        self.host.runs.lock().unwrap().keys().cloned().collect()
     }
 
     async fn stop(mut self) -> Result<(), ServeError> {
@@ -117,34 +141,66 @@ impl Drop for Running {
     }
 }
 
+/// HTTP clients may run agents, within the default ceiling (ask, the
+/// default limits).
+fn agents_on() -> RunsPolicy {
+    RunsPolicy { http: true, ..RunsPolicy::default() }
+}
+
 async fn start_with(base_url: &str, search: SearchPath, tweak: impl FnOnce(&mut ServeConfig)) -> Running {
+    start_full(base_url, search, agents_on(), tweak).await
+}
+
+/// A server on 127.0.0.1:0 with the bearer [`TOKEN`], its agent runs under
+/// `policy`, then `tweak`ed.
+async fn start_full(
+    base_url: &str,
+    search: SearchPath,
+    policy: RunsPolicy,
+    tweak: impl FnOnce(&mut ServeConfig),
+) -> Running {
     let service = Arc::new(Service::new(search, Arc::new(Fake { base_url: base_url.to_owned() })));
-    let agents = noesis_serve::agents::AgentRuns::new(
-        Arc::new(Agents {
-            base_url: base_url.to_owned(),
-            dir: tempfile::tempdir().unwrap(),
-            runs: std::sync::Mutex::default(),
-        }),
+    let host = Arc::new(Agents {
+        base_url: base_url.to_owned(),
+        dir: tempfile::tempdir().unwrap(),
+        runs: std::sync::Mutex::default(),
+    });
+    let agents = noesis_serve::agents::AgentRuns::with_policy(
+        Arc::clone(&host) as Arc<dyn noesis_serve::agents::AgentHost>,
         noesis_agent::events::EventBus::new(64),
+        policy,
     );
-    let mut config =
-        ServeConfig { addr: "127.0.0.1:0".parse().unwrap(), agents: Some(agents.router()), ..ServeConfig::default() };
+    let mut config = ServeConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        token: Some(TOKEN.into()),
+        agents: Some(agents.router()),
+        ..ServeConfig::default()
+    };
     tweak(&mut config);
     let server = Server::bind(Arc::clone(&service), config).await.unwrap();
     let addr = server.local_addr();
+    let link = server.login_link().unwrap();
     let (tx, rx) = oneshot::channel::<()>();
     let done = tokio::spawn(server.run(async move {
         let _ = rx.await;
     }));
-    Running { addr, stop: Some(tx), done: Some(done), service }
+    Running { addr, stop: Some(tx), done: Some(done), service, host, link }
 }
 
 async fn start(fake: &FakeServer) -> Running {
     start_with(&fake.base_url(), SearchPath::default(), |_| {}).await
 }
 
+/// A client that sends the test servers' token.
 fn client() -> reqwest::Client {
-    reqwest::Client::new()
+    let mut auth = reqwest::header::HeaderMap::new();
+    auth.insert(reqwest::header::AUTHORIZATION, format!("Bearer {TOKEN}").parse().unwrap());
+    reqwest::Client::builder().default_headers(auth).build().unwrap()
+}
+
+/// A client that sends no credential (and follows no redirect).
+fn bare() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap()
 }
 
 async fn body(resp: reqwest::Response) -> (u16, Value) {
@@ -382,7 +438,7 @@ async fn token_is_required_off_loopback_and_checked_when_set() {
     let (status, _) = body(client().get(s.url("/health")).send().await.unwrap()).await;
     assert_eq!(status, 200, "/health needs no token");
     for auth in [None, Some("Bearer wrong"), Some("Bearer s3cret-toke"), Some("Basic s3cret-token")] {
-        let mut req = client().get(s.url("/modules"));
+        let mut req = bare().get(s.url("/modules"));
         if let Some(a) = auth {
             req = req.header("authorization", a);
         }
@@ -393,10 +449,11 @@ async fn token_is_required_off_loopback_and_checked_when_set() {
         assert_failure(&env, "E4007");
         assert!(!env.to_string().contains("s3cret"), "the token is never echoed");
     }
-    let (status, env) = post(&s.url("/run"), &json!({"module": "code-simplifier"})).await;
+    let resp = bare().post(s.url("/run")).json(&json!({"module": "code-simplifier"})).send().await.unwrap();
+    let (status, env) = body(resp).await;
     assert_eq!(status, 401);
     assert_failure(&env, "E4007");
-    let resp = client().get(s.url("/modules")).bearer_auth("s3cret-token").send().await.unwrap();
+    let resp = bare().get(s.url("/modules")).bearer_auth("s3cret-token").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
 }
 
@@ -681,4 +738,433 @@ async fn a_request_from_another_site_changes_nothing() {
     assert_ne!(resp.status().as_u16(), 403);
     let resp = client().get(s.url("/modules")).header("origin", "https://evil.example").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+}
+
+/// One raw HTTP/1.1 request on its own connection (so the `Host` header
+/// can be anything, or missing): (status, headers lower-cased, body).
+async fn raw(addr: SocketAddr, request: &str) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut bytes = Vec::new();
+    conn.read_to_end(&mut bytes).await.unwrap();
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// `method path` with these extra header lines and a JSON body, closing
+/// the connection after.
+fn request(method: &str, path: &str, headers: &str, body: &str) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\n{headers}connection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn write_file_reply(path: &str) -> Reply {
+    Reply::Status(
+        200,
+        noesis_testkit::tool_call_completion("w1", "write_file", &json!({"path": path, "content": "pwned"}))
+            .to_string(),
+        vec![],
+    )
+}
+
+/// Waits until the run's stored status is `want` (ordering, not time: the
+/// deadline only stops a hung test).
+async fn wait_run(s: &Running, id: &str, want: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, shown) = body(client().get(s.url(&format!("/agents/runs/{id}"))).send().await.unwrap()).await;
+        let waiting = want != "awaiting_approval" || shown["pending"].as_array().is_some_and(|p| !p.is_empty());
+        if shown["status"] == want && waiting {
+            return shown;
+        }
+        assert!(Instant::now() < deadline, "run {id} never became {want}: {shown}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// DNS rebinding: a page at attacker.example whose name now points at
+/// 127.0.0.1 makes the browser send `Host: attacker.example` with its own
+/// `Origin`, which pass the cross-site check. Refused on every route before
+/// anything runs, even with a valid credential and a ceiling of `auto`.
+#[tokio::test]
+async fn a_dns_rebound_request_is_refused_on_every_route_and_writes_nothing() {
+    let fake = FakeServer::start(vec![write_file_reply("rebound.txt"), Reply::Chat("done".into())]).unwrap();
+    let auto = RunsPolicy {
+        http: true,
+        ceiling: noesis_serve::agents::Ceiling {
+            approve: noesis_agent::ApprovalPolicy::Auto,
+            ..noesis_serve::agents::Ceiling::default()
+        },
+        ..RunsPolicy::default()
+    };
+    let s = start_full(&fake.base_url(), SearchPath::default(), auto, |c| c.open_reads = true).await;
+    let run = json!({"task": "write rebound.txt", "approve": "auto"}).to_string();
+    let module = json!({"module": "code-simplifier", "input": {"code": "x"}}).to_string();
+    let routes = [
+        ("GET", "/health", ""),
+        ("GET", "/modules", ""),
+        ("GET", "/openapi.json", ""),
+        ("GET", "/agents/runs", ""),
+        ("GET", "/login", ""),
+        ("GET", "/", ""),
+        ("GET", "/no/such/route", ""),
+        ("POST", "/run", module.as_str()),
+        ("POST", "/run/stream", module.as_str()),
+        ("POST", "/compose", module.as_str()),
+        ("POST", "/agents/runs", run.as_str()),
+        ("POST", "/login", "token=test-token"),
+    ];
+    for host in ["attacker.example", "attacker.example:80", &format!("attacker.example:{}", s.addr.port())] {
+        for (method, path, body) in routes {
+            for auth in ["", "authorization: Bearer test-token\r\n"] {
+                let headers = format!("host: {host}\r\norigin: http://{host}\r\n{auth}");
+                let (status, head, text) = raw(s.addr, &request(method, path, &headers, body)).await;
+                assert_eq!(status, 421, "{method} {path} Host {host}: {text}");
+                assert!(head.contains("content-type: application/json"), "{head}");
+                let env: Value = serde_json::from_str(&text).unwrap();
+                assert_failure(&env, "E4007");
+                assert!(env["error"]["message"].as_str().unwrap().contains("host"), "{env}");
+            }
+        }
+    }
+    // An absolute URI naming another host is refused as well.
+    let headers = format!("host: {}\r\n", s.addr);
+    let (status, _, _) = raw(s.addr, &request("POST", "http://attacker.example/agents/runs", &headers, &run)).await;
+    assert_eq!(status, 421);
+    assert!(fake.received().is_empty(), "no model was called");
+    assert!(s.runs().is_empty(), "no run was stored: {:?}", s.runs());
+    assert!(!s.host.dir.path().join("rebound.txt").exists(), "nothing was written");
+
+    // The same request naming this server does what it says (so the
+    // refusals above are the Host check, not a broken run).
+    let resp = client().post(s.url("/agents/runs")).body(run).send().await.unwrap();
+    let (status, started) = body(resp).await;
+    assert_eq!(status, 201, "{started}");
+    wait_run(&s, started["run_id"].as_str().unwrap(), "done").await;
+    assert_eq!(std::fs::read_to_string(s.host.dir.path().join("rebound.txt")).unwrap(), "pwned");
+}
+
+#[tokio::test]
+async fn a_request_without_a_host_is_refused_and_allowed_names_are_admitted() {
+    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |c| {
+        c.open_reads = true;
+        c.allow_hosts = vec!["Noesis.Test".into()];
+    })
+    .await;
+    let (status, _, text) = raw(s.addr, "GET /health HTTP/1.1\r\nconnection: close\r\n\r\n").await;
+    assert_eq!(status, 421, "HTTP/1.1 without Host: {text}");
+    let (status, _, _) = raw(s.addr, "GET /health HTTP/1.0\r\n\r\n").await;
+    assert_eq!(status, 421, "HTTP/1.0 without Host");
+    let port = s.addr.port();
+    for (host, want) in [
+        ("noesis.test".to_owned(), 200),
+        (format!("noesis.test:{port}"), 200),
+        ("NOESIS.TEST.".to_owned(), 200),
+        (format!("localhost:{port}"), 200),
+        (format!("app.localhost:{port}"), 200),
+        (format!("127.0.0.1:{port}"), 200),
+        (format!("[::1]:{port}"), 200),
+        ("other.test".to_owned(), 421),
+        ("noesis.test.other.test".to_owned(), 421),
+        ("10.1.2.3".to_owned(), 421),
+    ] {
+        let (status, _, text) = raw(s.addr, &request("GET", "/modules", &format!("host: {host}\r\n"), "")).await;
+        assert_eq!(status, want, "Host {host}: {text}");
+    }
+    let bad = ServeConfig { allow_hosts: vec!["https://x.example:1/".into()], ..ServeConfig::default() };
+    let service = Arc::clone(&s.service);
+    let err = Server::bind(service, bad).await.unwrap_err();
+    assert!(matches!(err, ServeError::BadHost(_)) && err.to_string().contains("https://x.example:1/"), "{err}");
+}
+
+#[tokio::test]
+async fn on_loopback_reads_are_open_and_nothing_changes_without_a_credential() {
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let s = start_with(&fake.base_url(), SearchPath::default(), |c| c.open_reads = true).await;
+    let resp = bare().get(s.url("/modules")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200, "reading needs nothing on loopback");
+    let module = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
+    for (path, payload) in [
+        ("/run", module.clone()),
+        ("/run/stream", module.clone()),
+        ("/compose", module.clone()),
+        ("/agents/runs", json!({"task": "anything"})),
+        ("/agents/runs/x/cancel", json!({})),
+        ("/agents/runs/x/approvals", json!({"approve_all": true})),
+    ] {
+        for auth in [None, Some("Bearer nope"), Some("Bearer")] {
+            let mut req = bare().post(s.url(path)).json(&payload);
+            if let Some(a) = auth {
+                req = req.header("authorization", a);
+            }
+            let resp = req.send().await.unwrap();
+            assert_eq!(resp.headers()["www-authenticate"], "Bearer", "{path}");
+            let (status, env) = body(resp).await;
+            assert_eq!(status, 401, "{path} {auth:?}: {env}");
+            assert_failure(&env, "E4007");
+        }
+    }
+    // A browser is shown the sign-in page instead.
+    let resp = bare().post(s.url("/run")).header("accept", "text/html").json(&module).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    assert!(resp.text().await.unwrap().contains("name=\"token\""));
+    assert!(fake.received().is_empty() && s.runs().is_empty(), "nothing ran");
+    let (status, env) = post(&s.url("/run"), &module).await;
+    assert_eq!((status, &env["ok"]), (200, &json!(true)), "with the token: {env}");
+}
+
+#[tokio::test]
+async fn a_one_time_link_signs_in_once_and_the_cookie_is_a_session_not_the_token() {
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let s = start_with(&fake.base_url(), SearchPath::default(), |c| c.open_reads = true).await;
+    let secret = s.link.split("once=").nth(1).unwrap().to_owned();
+    assert!(s.link.starts_with(&format!("http://{}/login?once=", s.addr)), "{}", s.link);
+    assert_eq!(secret.len(), 64, "256 random bits: {secret}");
+    let resp = bare().get(&s.link).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    assert_eq!(resp.headers()["location"], "/");
+    let set = resp.headers()["set-cookie"].to_str().unwrap().to_owned();
+    for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(part), "{part}: {set}");
+    }
+    assert!(!set.contains("Secure"), "no Secure over plain HTTP: {set}");
+    let session = set.split(';').next().unwrap().strip_prefix("noesis_session=").unwrap().to_owned();
+    assert_eq!(session.len(), 64, "{set}");
+    assert!(session != secret && session != TOKEN, "the cookie holds a session id, not a secret: {set}");
+    // The session does what the token does.
+    let module = json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}});
+    let resp =
+        bare().post(s.url("/run")).header("cookie", format!("noesis_session={session}")).json(&module).send().await;
+    let (status, env) = body(resp.unwrap()).await;
+    assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+    // The link works once.
+    let again = bare().get(&s.link).send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 401);
+    assert!(again.headers().get("set-cookie").is_none());
+    assert!(again.text().await.unwrap().contains("works once"));
+    // Neither the link's secret nor a made-up id is a session.
+    for fake_id in [secret.as_str(), TOKEN, "0000"] {
+        let resp = bare().post(s.url("/run")).header("cookie", format!("noesis_session={fake_id}")).json(&module);
+        assert_eq!(resp.send().await.unwrap().status().as_u16(), 401, "{fake_id}");
+    }
+    // The token's sign-in form also gives a session id, never the token.
+    let resp = bare()
+        .post(s.url("/login"))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={TOKEN}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    let set = resp.headers()["set-cookie"].to_str().unwrap().to_owned();
+    assert!(set.starts_with("noesis_session=") && !set.contains(TOKEN), "{set}");
+    let wrong = bare().post(s.url("/login")).body("token=nope").send().await.unwrap();
+    assert_eq!(wrong.status().as_u16(), 401);
+    assert!(wrong.headers().get("set-cookie").is_none());
+}
+
+#[tokio::test]
+async fn agent_runs_over_http_are_refused_unless_the_operator_allows_them() {
+    let fake = FakeServer::start(vec![]).unwrap();
+    let s = start_full(&fake.base_url(), SearchPath::default(), RunsPolicy::default(), |_| {}).await;
+    for (path, payload) in [
+        ("/agents/runs", json!({"task": "write a file", "approve": "auto"})),
+        ("/agents/runs/x/approvals", json!({"approve_all": true})),
+        ("/agents/runs/x/cancel", json!({})),
+    ] {
+        let (status, env) = post(&s.url(path), &payload).await;
+        assert_eq!(status, 403, "{path}: {env}");
+        assert_failure(&env, "E4007");
+        assert!(env["error"]["message"].as_str().unwrap().contains("--agents"), "{env}");
+    }
+    let (status, listed) = body(client().get(s.url("/agents/runs")).send().await.unwrap()).await;
+    assert_eq!((status, &listed["runs"]), (200, &json!([])), "reading runs still works");
+    assert!(s.runs().is_empty() && fake.received().is_empty());
+}
+
+#[tokio::test]
+async fn a_request_cannot_raise_the_approval_policy_or_the_limits() {
+    let fake = FakeServer::start(vec![write_file_reply("asked.txt")]).unwrap();
+    let ceiling = noesis_serve::agents::Ceiling {
+        approve: noesis_agent::ApprovalPolicy::Ask,
+        limits: noesis_agent::Limits { max_turns: 3, max_cost_usd: Some(0.25), ..noesis_agent::Limits::default() },
+    };
+    let policy = RunsPolicy { http: true, ceiling, ..RunsPolicy::default() };
+    let s = start_full(&fake.base_url(), SearchPath::default(), policy, |_| {}).await;
+    let asked = json!({"task": "write asked.txt", "approve": "auto",
+                       "limits": {"max_turns": 500, "max_cost_usd": 100.0}});
+    let (status, started) = post(&s.url("/agents/runs"), &asked).await;
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap();
+    // `auto` under the operator's `ask`: the write waits for a person.
+    let shown = wait_run(&s, id, "awaiting_approval").await;
+    assert_eq!(shown["pending"][0]["tool"], "write_file", "{shown}");
+    assert!(!s.host.dir.path().join("asked.txt").exists(), "nothing written before a decision");
+    let config = &shown["run"]["config"];
+    assert_eq!(config["approval"], "ask", "{config}");
+    assert_eq!(config["limits"]["max_turns"], 3, "{config}");
+    assert_eq!(config["limits"]["max_cost_usd"], 0.25, "{config}");
+    let stored = s.host.runs.lock().unwrap()[id].config.clone();
+    assert_eq!((stored.approval, stored.limits.max_turns), (noesis_agent::ApprovalPolicy::Ask, 3));
+}
+
+#[tokio::test]
+async fn runs_beyond_the_cap_are_refused_with_retry_after() {
+    let fake = FakeServer::start(vec![write_file_reply("one.txt"), Reply::Chat("second".into())]).unwrap();
+    let policy = RunsPolicy { http: true, max_runs: 1, ..RunsPolicy::default() };
+    let s = start_full(&fake.base_url(), SearchPath::default(), policy, |_| {}).await;
+    let (status, first) = post(&s.url("/agents/runs"), &json!({"task": "one"})).await;
+    assert_eq!(status, 201, "{first}");
+    let first = first["run_id"].as_str().unwrap().to_owned();
+    wait_run(&s, &first, "awaiting_approval").await;
+    let resp = client().post(s.url("/agents/runs")).json(&json!({"task": "two"})).send().await.unwrap();
+    assert_eq!(resp.headers()["retry-after"], "10");
+    let (status, env) = body(resp).await;
+    assert_eq!(status, 429, "{env}");
+    assert_failure(&env, "E4002");
+    assert!(env["error"]["message"].as_str().unwrap().contains("--max-runs"), "{env}");
+    assert_eq!(s.runs(), std::slice::from_ref(&first), "the refused run was never stored");
+    // When the live run ends, its slot is free again.
+    let (status, _) = post(&s.url(&format!("/agents/runs/{first}/cancel")), &json!({})).await;
+    assert_eq!(status, 202);
+    wait_run(&s, &first, "cancelled").await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let second = loop {
+        let (status, started) = post(&s.url("/agents/runs"), &json!({"task": "two"})).await;
+        if status == 201 {
+            break started["run_id"].as_str().unwrap().to_owned();
+        }
+        // The run's task lets go of its slot just after its last event.
+        assert_eq!(status, 429, "{started}");
+        assert!(Instant::now() < deadline, "the slot never came free");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let done = wait_run(&s, &second, "done").await;
+    assert_eq!(done["outcome"]["text"], "second", "{done}");
+}
+
+/// A throwaway CA and a certificate for localhost/127.0.0.1 signed by it,
+/// made with the openssl CLI: (folder, CA file, cert file, key file).
+fn certificates() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str| dir.path().join(name);
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap_or_else(|e| panic!("these tests need the openssl CLI (apt-get install openssl): {e}"));
+        assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=noesis test CA"],
+        ]
+        .concat(),
+    );
+    openssl(&[&["req"][..], &ec, &["-keyout", "key.pem", "-out", "leaf.csr", "-subj", "/CN=localhost"]].concat());
+    std::fs::write(p("ext.cnf"), "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "leaf.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "cert.pem",
+        "-days",
+        "2",
+        "-extfile",
+        "ext.cnf",
+    ]);
+    let (ca, cert, key) = (p("ca.pem"), p("cert.pem"), p("key.pem"));
+    (dir, ca, cert, key)
+}
+
+#[tokio::test]
+async fn tls_serves_https_with_secure_cookies_and_a_plain_client_gets_nothing() {
+    let (_dir, ca, cert, key) = certificates();
+    let fake = FakeServer::start(vec![Reply::Chat(good_reply())]).unwrap();
+    let files = noesis_serve::tls::TlsFiles { cert: cert.clone(), key: key.clone() };
+    let s = start_with(&fake.base_url(), SearchPath::default(), |c| c.tls = Some(files)).await;
+    let trusted = reqwest::Certificate::from_pem(&std::fs::read(&ca).unwrap()).unwrap();
+    let https = reqwest::Client::builder()
+        .tls_certs_only([trusted])
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let url = |path: &str| format!("https://localhost:{}{path}", s.addr.port());
+    let resp = https.get(url("/health")).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let resp = https
+        .post(url("/run"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"module": "code-simplifier", "input": {"code": "x = 1 + 0"}}))
+        .send()
+        .await
+        .unwrap();
+    let (status, env) = body(resp).await;
+    assert_eq!((status, &env["ok"]), (200, &json!(true)), "{env}");
+    assert!(s.link.starts_with("https://"), "{}", s.link);
+    let link = s.link.replace(&format!("https://{}", s.addr), &url(""));
+    let resp = https.get(&link).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 303);
+    let set = resp.headers()["set-cookie"].to_str().unwrap();
+    assert!(set.contains("; Secure") && set.contains("HttpOnly"), "{set}");
+    // Plain HTTP on the TLS port: no answer at all, nothing run.
+    let plain = bare()
+        .post(s.url("/run"))
+        .bearer_auth(TOKEN)
+        .json(&json!({"module": "code-simplifier", "input": {"code": "y"}}))
+        .send()
+        .await;
+    assert!(plain.is_err(), "{plain:?}");
+    assert_eq!(fake.received().len(), 1, "only the HTTPS run reached the model");
+    // A client that does not trust the certificate is refused by its own TLS.
+    assert!(bare().get(url("/health")).send().await.is_err());
+}
+
+#[tokio::test]
+async fn tls_files_that_cannot_be_used_are_named_and_off_loopback_still_needs_a_token() {
+    let (dir, _ca, cert, key) = certificates();
+    let service =
+        Arc::new(Service::new(SearchPath::default(), Arc::new(Fake { base_url: "http://127.0.0.1:9".into() })));
+    let bind = |cert: &Path, key: &Path, addr: &str| {
+        let config = ServeConfig {
+            addr: addr.parse().unwrap(),
+            tls: Some(noesis_serve::tls::TlsFiles { cert: cert.to_path_buf(), key: key.to_path_buf() }),
+            ..ServeConfig::default()
+        };
+        Server::bind(Arc::clone(&service), config)
+    };
+    let missing = dir.path().join("missing.pem");
+    let garbage = dir.path().join("garbage.pem");
+    std::fs::write(&garbage, "not a pem file\n").unwrap();
+    let other_key = dir.path().join("ca.key");
+    for (c, k, file, words) in [
+        (&missing, &key, &missing, "cannot read"),
+        (&cert, &missing, &missing, "cannot read"),
+        (&garbage, &key, &garbage, "BEGIN CERTIFICATE"),
+        (&cert, &garbage, &garbage, "private key"),
+        (&cert, &other_key, &other_key, "does not go with"),
+    ] {
+        let err = bind(c, k, "127.0.0.1:0").await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ServeError::Tls { .. }), "{text}");
+        assert!(text.contains(&file.display().to_string()) && text.contains(words), "{text}");
+    }
+    let err = bind(&cert, &key, "0.0.0.0:0").await.unwrap_err();
+    assert!(matches!(err, ServeError::TokenRequired { .. }), "TLS is no credential: {err}");
 }

@@ -25,10 +25,29 @@ pub(crate) struct Args {
     /// Port; 0 picks a free one (the address is printed on stderr).
     #[arg(long, value_name = "N", default_value_t = 8787)]
     port: u16,
-    /// Bearer token every route but /health requires. Prefer the variable:
-    /// a flag is visible to other users in the process list.
+    /// Bearer token every route but /health then requires. Prefer the
+    /// variable: a flag is visible to other users in the process list.
+    /// Without it (loopback only) reads need nothing and a token for
+    /// requests that change anything is made and written to a file only
+    /// you can read (named on stderr).
     #[arg(long, value_name = "T", env = "NOESIS_SERVE_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// A host name requests may give besides the loopback names and the
+    /// bound address (repeatable; `[serve] allow_hosts` in noesis.toml too).
+    /// Any other `Host` is refused (421) before a route runs: no web page
+    /// can reach the server by pointing its own name at it.
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_host: Vec<String>,
+    /// Let clients start, decide, cancel and resume agent runs over HTTP
+    /// (`/agents/runs`, the dashboard's run pages). Off: those answer 403.
+    #[arg(long)]
+    agents: bool,
+    /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
     /// Largest request body accepted, in bytes (a larger one is 413).
     #[arg(long, value_name = "BYTES", default_value_t = noesis_serve::http::DEFAULT_MAX_BODY)]
     max_body: usize,
@@ -76,9 +95,39 @@ pub(crate) struct HostArgs {
     /// refused with 403 (E4007), since runs are billed to the operator's keys.
     #[arg(long = "allow-model", value_name = "PROVIDER[:MODEL]")]
     pub(crate) allow_model: Vec<String>,
+    /// The loosest approval policy an agent run may have: `ask` (default:
+    /// calls that change anything wait for a decision), `auto` or `never`
+    /// [default: `[agent] approve`, else ask]. A request may ask for a
+    /// stricter one, never a looser one.
+    #[arg(long, value_name = "POLICY", value_parser = ["ask", "auto", "never"])]
+    pub(crate) approve: Option<String>,
+    /// Most agent runs live at once; a start beyond is refused (429).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..))]
+    pub(crate) max_runs: u16,
 }
 
 impl HostArgs {
+    /// What agent runs get at most, and how many may be live: the
+    /// operator's `--approve` (else `[agent] approve`, else ask), `[agent]
+    /// max_iterations` and `[budget]`.
+    pub(crate) fn runs_policy(&self, config: &Config, http: bool) -> anyhow::Result<noesis_serve::agents::RunsPolicy> {
+        let approve = match self.approve.as_deref().or(config.agent.approve.as_deref()) {
+            Some(text) => noesis_serve::admission::parse_approval(text).map_err(anyhow::Error::msg)?,
+            None => noesis_agent::ApprovalPolicy::Ask,
+        };
+        let limits = noesis_agent::Limits {
+            max_turns: config.agent.max_iterations.unwrap_or(noesis_agent::Limits::default().max_turns),
+            max_tokens: config.budget.max_tokens,
+            max_cost_usd: config.budget.max_cost_usd,
+            ..noesis_agent::Limits::default()
+        };
+        Ok(noesis_serve::agents::RunsPolicy {
+            http,
+            max_runs: usize::from(self.max_runs),
+            ceiling: noesis_serve::agents::Ceiling { approve, limits },
+        })
+    }
+
     /// The frame writer `--frames` asks for: one thread, one store.
     pub(crate) fn frame_writer(&self) -> Option<Arc<crate::memory::FrameWriter>> {
         self.frames.then(|| Arc::new(crate::memory::FrameWriter::start()))
@@ -136,6 +185,12 @@ pub(crate) struct UiArgs {
     /// Port on 127.0.0.1 (0 picks a free one).
     #[arg(long, value_name = "N", default_value_t = 8788)]
     port: u16,
+    /// A host name requests may give besides the loopback names (repeatable).
+    #[arg(long = "allow-host", value_name = "NAME")]
+    allow_host: Vec<String>,
+    /// Let the run pages decide, cancel and resume agent runs.
+    #[arg(long)]
+    agents: bool,
     #[command(flatten)]
     host: HostArgs,
 }
@@ -145,6 +200,10 @@ pub(crate) fn ui(search: &SearchPath, a: UiArgs) -> anyhow::Result<ExitCode> {
         bind: IpAddr::from([127, 0, 0, 1]),
         port: a.port,
         token: None,
+        allow_host: a.allow_host,
+        agents: a.agents,
+        tls_cert: None,
+        tls_key: None,
         max_body: noesis_serve::http::DEFAULT_MAX_BODY,
         grace: 2,
         access_log: false,
@@ -194,10 +253,47 @@ fn dashboard(
     }
 }
 
+/// Where a server without `--token` keeps the token it made:
+/// `$NOESIS_HOME/serve/ADDR-PORT.token`, readable by its owner only.
+fn token_file(addr: SocketAddr) -> anyhow::Result<std::path::PathBuf> {
+    let dir = crate::memory::home()
+        .map_err(|_| anyhow::anyhow!("no place for the server's token (set NOESIS_HOME or HOME), or pass --token"))?
+        .join("serve");
+    let name = format!("{}-{}.token", addr.ip().to_string().replace(':', "_"), addr.port());
+    Ok(dir.join(name))
+}
+
+/// Writes `token` to `path`, created fresh with mode 0600 in a folder only
+/// its owner can enter.
+fn write_token(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(path);
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|e| anyhow::anyhow!("{}: cannot create the folder: {e}", dir.display()))?;
+    // A stale file (a server killed earlier) may have other permissions:
+    // start from nothing rather than inherit them.
+    let _ = std::fs::remove_file(path);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file =
+        options.open(path).map_err(|e| anyhow::anyhow!("{}: cannot write the token: {e}", path.display()))?;
+    file.write_all(token.as_bytes())
+        .and_then(|()| file.write_all(b"\n"))
+        .map_err(|e| anyhow::anyhow!("{}: cannot write the token: {e}", path.display()))
+}
+
 fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
     let writer = a.host.frame_writer();
     let settings = a.host.settings(&config, writer.clone())?;
+    let policy = a.host.runs_policy(&config, a.agents)?;
+    let mut allow_hosts = config.serve.allow_hosts.clone();
+    allow_hosts.extend(a.allow_host.iter().cloned());
     let agent_config = config.clone();
     let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: say so now
@@ -214,9 +310,25 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         Service::new(search.clone(), Arc::clone(&providers) as Arc<dyn noesis_serve::ProviderSource>)
             .with_settings(settings),
     );
+    // Every server needs a credential for what changes anything: without
+    // --token on loopback one is made here and reads stay open; off
+    // loopback the server refuses to start without --token.
+    let generated = a.token.is_none() && a.bind.is_loopback();
+    let token = match a.token {
+        Some(t) => Some(t),
+        None if generated => Some(noesis_serve::access::random_token()?),
+        None => None,
+    };
+    let tls = match (a.tls_cert, a.tls_key) {
+        (Some(cert), Some(key)) => Some(noesis_serve::tls::TlsFiles { cert, key }),
+        _ => None,
+    };
     let config = ServeConfig {
         addr: SocketAddr::new(a.bind, a.port),
-        token: a.token,
+        token: token.clone(),
+        open_reads: generated,
+        allow_hosts,
+        tls,
         max_body: a.max_body,
         grace: Duration::from_secs(a.grace),
         access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
@@ -224,31 +336,52 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         agents: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let agents = agent_runs(&rt, search, agent_config, &providers, "http")?;
+    let agents = agent_runs(&rt, search, agent_config, &providers, "http", policy)?;
     let config = ServeConfig {
         pages: dashboard(&rt, &service, agents.as_ref()),
         agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
         ..config
     };
+    let scheme = if config.tls.is_some() { "https" } else { "http" };
     rt.block_on(async {
         let server = Server::bind(service, config).await?;
-        if let Some(agents) = &agents {
+        // Named after the port, so it is written once the port is known.
+        let token_at = match token.as_deref().filter(|_| generated) {
+            Some(token) => {
+                let path = token_file(server.local_addr())?;
+                write_token(&path, token)?;
+                Some(path)
+            }
+            None => None,
+        };
+        if let Some(agents) = agents.as_ref().filter(|a| a.serves_http()) {
             match agents.resume_unfinished().await {
                 Ok(0) => {}
                 Ok(n) => out::note(&format!("resuming {n} agent run(s) the last server left unfinished")),
                 Err(e) => out::note(&format!("warning: unfinished agent runs were not resumed: {e}")),
             }
         }
+        if let Some(path) = &token_at {
+            // Said before "listening", so whoever waits for that line has it.
+            out::note(&format!(
+                "requests that change anything need `Authorization: Bearer TOKEN` (or sign in at /login); the token is in {}",
+                path.display()
+            ));
+        }
         let model = default.map(|d| format!("{}/{}", d.name(), d.model())).unwrap_or_else(|| "none".into());
         out::note(&format!(
-            "noesis {}: listening on http://{} (provider {model}; Ctrl-C stops)",
+            "noesis {}: listening on {scheme}://{} (provider {model}; Ctrl-C stops)",
             if ui { "ui" } else { "serve" },
             server.local_addr(),
         ));
         if ui {
-            out::data(&format!("http://{}/", server.local_addr()))?;
+            // One use: it trades itself for a session cookie.
+            out::data(&server.login_link()?)?;
         }
         server.run(shutdown_signal()).await?;
+        if let Some(path) = &token_at {
+            let _ = std::fs::remove_file(path);
+        }
         if let Some(agents) = &agents {
             // Stopped as cancelled and marked: the next server resumes them.
             agents.shutdown().await;
@@ -271,6 +404,7 @@ pub(crate) fn agent_runs(
     config: Config,
     providers: &Arc<Providers>,
     origin: &'static str,
+    policy: noesis_serve::agents::RunsPolicy,
 ) -> anyhow::Result<Option<Arc<noesis_serve::agents::AgentRuns>>> {
     let (project, store) = match rt.block_on(crate::memory::context()) {
         Ok(c) => c,
@@ -297,8 +431,13 @@ pub(crate) fn agent_runs(
         mcp,
         origin,
         leases: Arc::new(crate::cmd::agent::lease::Leases::new(crate::memory::home()?.join("agent-leases"))?),
+        ceiling: policy.ceiling,
     };
-    Ok(Some(noesis_serve::agents::AgentRuns::new(Arc::new(host), noesis_agent::events::EventBus::new(1024))))
+    Ok(Some(noesis_serve::agents::AgentRuns::with_policy(
+        Arc::new(host),
+        noesis_agent::events::EventBus::new(1024),
+        policy,
+    )))
 }
 
 /// Ctrl-C or SIGTERM.

@@ -1,9 +1,11 @@
 // Drives a live agent run's page in headless Chromium for tests/browser.rs:
 // the run waits for a decision; click Approve; the page follows the run's
 // events (EventSource, under the page's CSP) and shows the answer when it
-// ends. Prints one JSON object on stdout; screenshots go to argv[4].
+// ends. Changing anything needs a credential: the page first signs in at
+// /login with the token in NOESIS_TOKEN. Prints one JSON object on stdout;
+// screenshots go to argv[4].
 //
-//   node live_run.cjs BASE_URL RUN_ID SCREENSHOT_DIR
+//   NOESIS_TOKEN=… node live_run.cjs BASE_URL RUN_ID SCREENSHOT_DIR
 const path = require("path");
 const { chromium } = require(path.join(process.env.NOESIS_PLAYWRIGHT, "node_modules", "playwright-core"));
 
@@ -23,6 +25,13 @@ const { chromium } = require(path.join(process.env.NOESIS_PLAYWRIGHT, "node_modu
       if (r.status() >= 400) report.errors.push(r.request().method() + " " + r.url() + " " + r.status());
     });
 
+    await page.goto(base + "/login");
+    await page.fill("input[name=token]", process.env.NOESIS_TOKEN || "");
+    await Promise.all([page.waitForNavigation(), page.click("button")]);
+    const cookies = await page.context().cookies();
+    const session = cookies.find((c) => c.name === "noesis_session");
+    report.checks.session_cookie = Boolean(session && session.httpOnly && session.sameSite === "Strict"
+      && session.value !== process.env.NOESIS_TOKEN);
     await page.goto(base + "/runs/" + run);
     await page.waitForSelector("button[data-call]", { timeout: 30000 });
     report.checks.approve_buttons = await page.locator("button[data-call]").count();

@@ -1,14 +1,15 @@
 //! Agent runs started over HTTP (`noesis serve`): the same runs as `noesis
 //! agent`'s — the same tools over a workspace, the same store, frames when
 //! they finish — created from a request, with the provider a request may
-//! choose limited to the server's allow-list.
+//! choose limited to the server's allow-list, and the approval policy,
+//! limits and tools limited to what the operator set (a request narrows).
 
 use std::sync::Arc;
 
-use noesis_agent::{AgentRun, ApprovalPolicy, Limits, RunConfig, Strategy, ToolFilter, Toolbox, Workspace};
+use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, ToolFilter, Toolbox, Workspace};
 use noesis_llm::{ChatResponse, PriceTable, Provider};
 use noesis_modules::search::SearchPath;
-use noesis_serve::agents::{AgentHost, AgentRequest};
+use noesis_serve::agents::{AgentHost, AgentRequest, Ceiling};
 use noesis_store::Store;
 use serde_json::{Value, json};
 
@@ -34,6 +35,8 @@ pub(crate) struct ServedAgents {
     pub(crate) origin: &'static str,
     /// Which runs this process may drive (see [`super::lease`]).
     pub(crate) leases: Arc<super::lease::Leases>,
+    /// The most a run gets (the operator's `--approve`, `[agent]`, `[budget]`).
+    pub(crate) ceiling: Ceiling,
 }
 
 impl ServedAgents {
@@ -100,12 +103,12 @@ impl AgentHost for ServedAgents {
                 return Err(format!("`strategy`: `{other}` is not react, single-shot or chain-of-thought"));
             }
         };
-        let approval = match request.approve.as_deref().or(self.config.agent.approve.as_deref()) {
-            None | Some("ask") => ApprovalPolicy::Ask,
-            Some("auto") => ApprovalPolicy::Auto,
-            Some("never") => ApprovalPolicy::Never,
-            Some(other) => return Err(format!("`approve`: `{other}` is not ask, auto or never")),
-        };
+        let mut approval = self.ceiling.approval(request.approve.as_deref())?;
+        if self.origin == "mcp" && approval == ApprovalPolicy::Ask {
+            // Nobody can be asked over MCP: under an operator's `ask`, calls
+            // that change anything are denied (and the agent told).
+            approval = ApprovalPolicy::Never;
+        }
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
         let permissions = self.permissions()?;
         let all = self.tools(id, 0, Arc::clone(&provider), permissions.clone(), self.sandbox.clone()).decls();
@@ -115,20 +118,7 @@ impl AgentHost for ServedAgents {
                 return Err(format!("`tools`: no tool `{name}` (the tools are {})", known.join(", ")));
             }
         }
-        let l = &request.limits;
-        if let Some(c) = l.max_cost_usd
-            && !(c.is_finite() && c >= 0.0)
-        {
-            return Err("`limits.max_cost_usd` must be a non-negative number".into());
-        }
-        let limits = Limits {
-            max_turns: l.max_turns.or(self.config.agent.max_iterations).unwrap_or(Limits::default().max_turns),
-            max_tool_calls: l.max_tool_calls.unwrap_or(Limits::default().max_tool_calls),
-            max_tokens: l.max_tokens.or(self.config.budget.max_tokens),
-            max_cost_usd: l.max_cost_usd.or(self.config.budget.max_cost_usd),
-            max_wall_ms: l.max_seconds.map(|s| s.saturating_mul(1000)),
-            ..Limits::default()
-        };
+        let limits = self.ceiling.limits(&request.limits)?;
         let offered = all.into_iter().filter(|d| request.tools.is_empty() || request.tools.contains(&d.name)).collect();
         let config = RunConfig {
             strategy,
