@@ -9,12 +9,17 @@ need_cargo
 need_llama_build_deps
 
 echo "==> building noesis (release; the first build takes a few minutes)" >&2
-cargo build --release --locked -p noesis-cli >&2
+cargo build --release --locked -p noesis-cli -p noesis-sandbox >&2
 bin="$CARGO_TARGET_DIR/release/noesis"
 
 mkdir -p "$HOME/.local/bin"
 install -m 0755 "$bin" "$HOME/.local/bin/noesis"
-echo "==> installed $HOME/.local/bin/noesis ($("$bin" --version))" >&2
+# The sandbox's helper goes beside noesis, where noesis looks for it.
+install -m 0755 "$CARGO_TARGET_DIR/release/noesis-sandbox" "$HOME/.local/bin/noesis-sandbox"
+echo "==> installed $HOME/.local/bin/noesis ($("$bin" --version)) and its sandbox helper" >&2
+if ! "$HOME/.local/bin/noesis" sandbox check >/dev/null 2>&1; then
+  echo "warning: this machine cannot confine the commands a model runs (see \`noesis sandbox check\`): agents will not run commands unless you pass --sandbox off" >&2
+fi
 case ":$PATH:" in *":$HOME/.local/bin:"*) ;; *) echo "    add \$HOME/.local/bin to PATH to call it as 'noesis'" >&2 ;; esac
 
 echo "==> installing the local model (the offline default provider)" >&2

@@ -1,35 +1,23 @@
-//! What confinement costs per command: each command run plain (a child
-//! process, output collected) and through the sandbox (helper, new pid and
-//! mount namespaces, Landlock, seccomp, output collected), interleaved,
+//! What confinement costs per command: each command run plain (the sandbox
+//! off: the same scrubbed environment, process group and output handling)
+//! and confined (helper, new pid and mount namespaces, Landlock, seccomp),
+//! interleaved,
 //! median of N (`SANDBOX_BENCH_RUNS`, default 20). Prints one line per
 //! command and the added milliseconds; the goal is at most 5 ms added.
 //! Run by `bench/sandbox.sh` (a release build, pytest installed).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use noesis_sandbox::{RunOptions, Sandbox, Settings};
+use noesis_sandbox::{Mode, RunOptions, Sandbox, Settings};
 
 fn median(mut xs: Vec<Duration>) -> Duration {
     xs.sort();
     xs[xs.len() / 2]
 }
 
-fn plain(argv: &[String], cwd: &Path) -> Duration {
-    let began = Instant::now();
-    let out = Command::new(&argv[0])
-        .args(&argv[1..])
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .output()
-        .expect("the command starts");
-    assert!(out.status.success(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
-    began.elapsed()
-}
-
-fn confined(sandbox: &Sandbox, argv: &[String], cwd: &Path) -> Duration {
+fn timed(sandbox: &Sandbox, argv: &[String], cwd: &Path) -> Duration {
     let began = Instant::now();
     let opts = RunOptions { cwd, timeout: Duration::from_secs(120), max_output: 1 << 20, cancelled: &|| false };
     let done = sandbox.run(argv, &opts).expect("the sandbox runs it");
@@ -57,16 +45,19 @@ fn main() {
         None => eprintln!("NOESIS_PYTEST is not set: the pytest row is left out (bench/sandbox.sh installs it)"),
     }
     let sandbox = Sandbox::new(&settings, &ws, &[]).expect("the sandbox is available here (noesis sandbox check)");
+    // The same command, the same scrubbed environment and output handling,
+    // unconfined: what is measured is the confinement alone.
+    let off = Sandbox::new(&Settings { mode: Mode::Off, ..settings.clone() }, &ws, &[]).unwrap();
     println!("{:<22} {:>12} {:>12} {:>12}   (median of {runs}, ms)", "command", "plain", "confined", "added");
     let mut worst = Duration::ZERO;
     for (name, argv) in &commands {
         // Warm both paths (page cache, the helper's first load).
-        plain(argv, &ws);
-        confined(&sandbox, argv, &ws);
+        timed(&off, argv, &ws);
+        timed(&sandbox, argv, &ws);
         let (mut p, mut c) = (Vec::new(), Vec::new());
         for _ in 0..runs {
-            p.push(plain(argv, &ws));
-            c.push(confined(&sandbox, argv, &ws));
+            p.push(timed(&off, argv, &ws));
+            c.push(timed(&sandbox, argv, &ws));
         }
         let (p, c) = (median(p), median(c));
         let added = c.saturating_sub(p);

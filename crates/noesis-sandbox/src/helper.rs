@@ -325,7 +325,8 @@ mod imp {
                 rustix::mount::mount("tmpfs", p, "tmpfs", MountFlags::RDONLY | quiet, c"size=4k,mode=0555")
                     .map_err(|e| err("hiding", p, e))?;
             } else if p.exists() {
-                rustix::mount::mount_bind("/dev/null", p).map_err(|e| err("hiding", p, e))?;
+                let empty = policy.mask_file.as_deref().unwrap_or(Path::new("/dev/null"));
+                rustix::mount::mount_bind(empty, p).map_err(|e| err("hiding", p, e))?;
                 rustix::mount::mount_remount(p, MountFlags::BIND | MountFlags::RDONLY, c"")
                     .map_err(|e| err("hiding", p, e))?;
             }
@@ -352,8 +353,11 @@ mod imp {
     /// trace or read raw devices); others have none to lose after exec.
     fn drop_capabilities() {
         use rustix::thread::{CapabilitySet, CapabilitySets};
+        // Up to the kernel's last capability: the first it does not know ends it.
         for n in 0..64 {
-            let _ = rustix::thread::remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << n));
+            if rustix::thread::remove_capability_from_bounding_set(CapabilitySet::from_bits_retain(1 << n)).is_err() {
+                break;
+            }
         }
         let _ = rustix::thread::clear_ambient_capability_set();
         let none = CapabilitySet::empty();
@@ -381,7 +385,10 @@ mod imp {
         let mut grant = |p: &Path, access: landlock::BitFlags<AccessFs>| {
             // A path that does not exist cannot be a rule (and grants nothing).
             if let Ok(fd) = PathFd::new(p) {
-                rules.push(PathBeneath::new(fd, if is_dir(p) { access } else { access & file }));
+                use std::os::fd::AsFd;
+                let dir = rustix::fs::fstat(fd.as_fd())
+                    .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory);
+                rules.push(PathBeneath::new(fd, if dir { access } else { access & file }));
             }
         };
         for p in &policy.read {

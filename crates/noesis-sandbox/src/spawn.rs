@@ -103,6 +103,7 @@ fn probe_now() -> Result<Support, SandboxError> {
         write_files: Vec::new(),
         network: false,
         limits: crate::policy::Limits::default(),
+        mask_file: None,
     };
     let json = serde_json::to_string(&policy).map_err(|e| SandboxError::Unavailable(e.to_string()))?;
     let out = Command::new(&helper)
@@ -245,7 +246,14 @@ impl Sandbox {
             Mode::On => {
                 let support = probe()?;
                 let places = Places { workspace: &workspace, run_dir: &run_dir, protected };
-                let policy = Policy::build(settings, &canonical_facts(facts), &places, &list_dir, &|p| p.exists());
+                let mut policy = Policy::build(settings, &canonical_facts(facts), &places, &list_dir, &|p| p.exists());
+                let masked = run_dir.join("masked");
+                std::fs::write(&masked, b"")
+                    .and_then(|()| {
+                        std::fs::set_permissions(&masked, std::os::unix::fs::PermissionsExt::from_mode(0o000))
+                    })
+                    .map_err(|e| SandboxError::Folder(e.to_string()))?;
+                policy.mask_file = Some(masked);
                 let policy_json = serde_json::to_string(&policy).map_err(|e| SandboxError::Setup(e.to_string()))?;
                 (Confinement::Confined { helper: support.helper, policy_json }, Some(policy))
             }
@@ -392,11 +400,12 @@ impl Sandbox {
     }
 }
 
-type Reader = std::thread::JoinHandle<(Vec<u8>, u64)>;
+type Reader = std::sync::mpsc::Receiver<(Vec<u8>, u64)>;
 
 fn reader(pipe: Option<Box<dyn Read + Send>>, max: usize) -> Option<Reader> {
     let mut pipe = pipe?;
-    Some(std::thread::spawn(move || {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut kept = Vec::new();
         let mut dropped = 0u64;
         let mut buf = [0u8; 16 * 1024];
@@ -412,23 +421,26 @@ fn reader(pipe: Option<Box<dyn Read + Send>>, max: usize) -> Option<Reader> {
                 Err(_) => break,
             }
         }
-        (kept, dropped)
-    }))
+        let _ = tx.send((kept, dropped));
+    });
+    Some(rx)
 }
 
 fn join(reader: Option<Reader>, wait: bool) -> (String, u64) {
-    let Some(h) = reader else { return (String::new(), 0) };
-    if !wait {
-        // Give an unconfined straggler a moment, then leave its reader.
-        let until = Instant::now() + Duration::from_millis(200);
-        while !h.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
+    let Some(rx) = reader else { return (String::new(), 0) };
+    let got = if wait {
+        rx.recv().ok()
+    } else {
+        // An unconfined process that left the group may hold the pipe
+        // open: it gets a moment, then its reader is left behind.
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                return (String::from("[output still held open by a process that left the command's group]"), 0);
+            }
         }
-        if !h.is_finished() {
-            return (String::from("[output still held open by a process that left the command's group]"), 0);
-        }
-    }
-    let (bytes, dropped) = h.join().unwrap_or_default();
+    };
+    let (bytes, dropped) = got.unwrap_or_default();
     (String::from_utf8_lossy(&bytes).into_owned(), dropped)
 }
 
