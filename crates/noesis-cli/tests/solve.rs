@@ -672,3 +672,25 @@ fn coder_cannot_change_the_tests_that_judge_it() {
         "{protected}"
     );
 }
+
+/// Issue 31: VERIFIER's timeout killed only `sh`, and the test runner it
+/// started went on. A test command whose runner leaves a grandchild that
+/// would write a file seconds later is killed whole at the test timeout.
+#[test]
+fn verifiers_timeout_kills_the_whole_test_run() {
+    let work = Work::new();
+    let root = project(&work);
+    let slow = "sh -c '(sleep 2; echo late > late.txt) & sleep 60'";
+    let llm = FakeServer::start(vec![planner(), reasoner(), Reply::Chat("No change needed.".into())]).unwrap();
+    let o = solve(
+        &work,
+        &llm,
+        &["Make it pass", "--workspace", "proj", "--test", slow, "--test-timeout", "1", "--max-retries", "0"],
+    );
+    assert_ne!(o.code, 0, "{}\n{}", o.stdout, o.stderr);
+    std::thread::sleep(std::time::Duration::from_millis(3000));
+    assert!(!root.join("late.txt").exists(), "a process of the test run outlived VERIFIER's timeout");
+    let s = dump(&work);
+    let public = s["test_results"]["public_tests"].to_string();
+    assert!(public.contains("failed"), "{public}");
+}
