@@ -111,6 +111,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // The version alone needs no command tree: clap would build all of it
+    // (every subcommand's arguments) before printing one line.
+    let mut args = std::env::args_os();
+    if args.len() == 2 && args.nth(1).is_some_and(|a| a == "--version" || a == "-V") {
+        let _ = out::data(concat!("noesis ", env!("CARGO_PKG_VERSION")));
+        return ExitCode::SUCCESS;
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

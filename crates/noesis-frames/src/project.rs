@@ -44,6 +44,57 @@ pub fn identify(dir: &Path) -> Result<Project, FramesError> {
     Ok(Project { project_id: format!("path:{}", canonical.display()), root: canonical })
 }
 
+/// The git top level that holds `dir` (canonical), found by looking for
+/// `.git` (a folder, or a file naming the git folder: a worktree or a
+/// submodule) upwards, without running git; with the identity of that
+/// `.git` entry (device and inode), which a fresh clone in the same place
+/// does not share.
+fn git_top(dir: &Path) -> Option<(PathBuf, (u64, u64))> {
+    use std::os::unix::fs::MetadataExt;
+    dir.ancestors().find_map(|d| {
+        let meta = std::fs::metadata(d.join(".git")).ok()?;
+        Some((d.to_path_buf(), (meta.dev(), meta.ino())))
+    })
+}
+
+/// [`identify`], remembering a git repository's id in `cache` (a JSON file
+/// of root → id and the `.git` entry's identity), so a command run in a
+/// known repository starts no `git` process. Only ids of repositories with
+/// history are kept (one without commits gets its id when it has one);
+/// a cache that cannot be read or written is only a slower start.
+///
+/// # Errors
+/// [`FramesError::Io`] when `dir` does not exist.
+pub fn identify_cached(dir: &Path, cache: &Path) -> Result<Project, FramesError> {
+    let canonical = dir.canonicalize().map_err(|source| FramesError::Io { path: dir.to_owned(), source })?;
+    let Some((top, identity)) = git_top(&canonical) else {
+        return Ok(Project { project_id: format!("path:{}", canonical.display()), root: canonical });
+    };
+    let key = top.to_string_lossy().into_owned();
+    let mut known: serde_json::Map<String, serde_json::Value> =
+        std::fs::read(cache).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    if let Some(entry) = known.get(&key)
+        && entry["dev"].as_u64() == Some(identity.0)
+        && entry["ino"].as_u64() == Some(identity.1)
+        && let Some(id) = entry["id"].as_str()
+    {
+        return Ok(Project { project_id: id.to_owned(), root: top });
+    }
+    let project = identify(&canonical)?;
+    if project.project_id.starts_with("git:") && project.root == top {
+        known.insert(key, serde_json::json!({"id": project.project_id, "dev": identity.0, "ino": identity.1}));
+        if let Some(parent) = cache.parent() {
+            let _ = std::fs::create_dir_all(parent);
+        }
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        let written = serde_json::to_vec(&known).ok().and_then(|b| std::fs::write(&tmp, b).ok());
+        if written.is_none() || std::fs::rename(&tmp, cache).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+    Ok(project)
+}
+
 /// Removes `.` and resolves `..` without touching the file system.
 #[must_use]
 pub fn normalise(path: &Path) -> PathBuf {
@@ -147,5 +198,22 @@ mod tests {
         assert_eq!(id.root, a.canonicalize().unwrap());
         assert!(run(dir.path(), &["clone", "-q", "a", "b"]));
         assert_eq!(identify(&dir.path().join("b")).unwrap().project_id, id.project_id);
+
+        // Remembered: the same id from the cache, with no git to ask. A
+        // fresh repository in the same place (another .git) is asked again.
+        let cache = dir.path().join("cache/projects.json");
+        assert_eq!(identify_cached(&a.join("sub"), &cache).unwrap(), id);
+        assert!(cache.exists());
+        let mut known: serde_json::Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+        let key = a.canonicalize().unwrap().to_string_lossy().into_owned();
+        known[&key]["id"] = serde_json::json!("git:remembered");
+        std::fs::write(&cache, known.to_string()).unwrap();
+        assert_eq!(identify_cached(&a, &cache).unwrap().project_id, "git:remembered", "no git was asked");
+        std::fs::remove_dir_all(a.join(".git")).unwrap();
+        assert!(run(&a, &["init", "-q"]) && run(&a, &["add", "f"]) && run(&a, &["commit", "-qm", "again"]));
+        let fresh = identify_cached(&a, &cache).unwrap();
+        assert!(fresh.project_id.starts_with("git:") && fresh.project_id != "git:remembered", "{fresh:?}");
+        let plain = tempfile::tempdir().unwrap();
+        assert!(identify_cached(plain.path(), &cache).unwrap().project_id.starts_with("path:"));
     }
 }

@@ -207,7 +207,11 @@ pub(crate) enum Sink<'s, 'f> {
 #[derive(Debug)]
 pub(crate) struct HttpCore {
     name: String,
-    client: reqwest::Client,
+    /// Built on the first request, for that request's scheme: a plain
+    /// `http://` endpoint (a local model server, the fake server of the
+    /// tests) never loads the system's TLS roots, which costs a read of
+    /// every file in `/etc/ssl/certs` per process.
+    client: std::sync::OnceLock<Result<reqwest::Client, String>>,
     settings: HttpSettings,
     /// `None` when unlimited. Runs share one provider through
     /// `Arc<dyn Provider>`, so this one cap covers the whole process.
@@ -246,10 +250,7 @@ fn transient_status(status: u16) -> bool {
 
 impl HttpCore {
     pub(crate) fn new(name: &str, settings: HttpSettings) -> Result<HttpCore, ProviderError> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(settings.connect_timeout.min(settings.timeout))
-            .build()
-            .map_err(|e| ProviderError::new(name, ErrorKind::Unavailable, format!("cannot build HTTP client: {e}")))?;
+        let client = std::sync::OnceLock::new();
         // Anything beyond what a semaphore can count is unlimited in practice.
         let permits = match settings.max_concurrency {
             0 => None,
@@ -345,7 +346,18 @@ impl HttpCore {
         sink: Option<&mut Sink<'_, '_>>,
         left: Duration,
     ) -> Result<String, Failure> {
-        let mut req = self.client.post(url.clone()).json(body).timeout(left);
+        let client = self
+            .client
+            .get_or_init(|| {
+                let builder = reqwest::Client::builder()
+                    .connect_timeout(self.settings.connect_timeout.min(self.settings.timeout));
+                // No roots at all for plain HTTP: nothing to verify.
+                let builder = if url.scheme() == "http" { builder.tls_certs_only(Vec::new()) } else { builder };
+                builder.build().map_err(|e| format!("cannot build HTTP client: {e}"))
+            })
+            .as_ref()
+            .map_err(|e| Failure::fatal(self.err(ErrorKind::Unavailable, e.clone())))?;
+        let mut req = client.post(url.clone()).json(body).timeout(left);
         for (k, v) in headers {
             req = req.header(*k, v);
         }
