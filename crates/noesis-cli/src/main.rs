@@ -15,7 +15,7 @@ mod stop;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 /// noesis — a cognitive runtime for LLM agents: Cognitive Modules (v2.2) with validated envelopes, an agent loop with tools, and a causal memory of every step.
 #[derive(Debug, Parser)]
@@ -118,7 +118,9 @@ fn main() -> ExitCode {
         let _ = out::data(concat!("noesis ", env!("CARGO_PKG_VERSION")));
         return ExitCode::SUCCESS;
     }
-    let cli = match Cli::try_parse() {
+    let parsed =
+        grouped(Cli::command()).try_get_matches().and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
@@ -149,6 +151,46 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The commands by what they are for, as `noesis --help` lists them.
+const GROUPS: &[(&str, &[&str])] = &[
+    ("Modules", &["run", "compose", "validate", "test", "conformance", "list", "info", "init", "migrate"]),
+    ("Agents", &["agent", "sandbox"]),
+    ("Workflow", &["solve", "state", "memory"]),
+    ("Memory and frames", &["session", "frames", "ask", "docs", "review", "testgen", "plugin"]),
+    ("Serving", &["serve", "ui", "mcp"]),
+    ("Distribution", &["install", "update", "remove", "add", "versions", "search", "registry"]),
+    ("Setup", &["doctor", "model", "completions"]),
+];
+
+/// `cmd` with its subcommands listed in [`GROUPS`] (clap lists them in one
+/// flat block); a command missing from the table is listed under "Other".
+fn grouped(cmd: clap::Command) -> clap::Command {
+    use std::fmt::Write as _;
+    let visible: Vec<&clap::Command> = cmd.get_subcommands().filter(|c| !c.is_hide_set()).collect();
+    let width = visible.iter().map(|c| c.get_name().len()).max().unwrap_or(0);
+    let about = |c: &clap::Command| c.get_about().map(ToString::to_string).unwrap_or_default();
+    let mut listed: Vec<&str> = Vec::new();
+    let mut text = String::new();
+    let mut section = |title: &str, names: &mut dyn Iterator<Item = &clap::Command>| {
+        let mut lines = String::new();
+        for c in names {
+            let _ = writeln!(lines, "  {:width$}  {}", c.get_name(), about(c));
+        }
+        if !lines.is_empty() {
+            let _ = write!(text, "{title}:\n{lines}\n");
+        }
+    };
+    for (title, names) in GROUPS {
+        let mut these = names.iter().filter_map(|n| visible.iter().find(|c| c.get_name() == *n).copied());
+        listed.extend(names.iter().copied());
+        section(title, &mut these);
+    }
+    section("Other", &mut visible.iter().copied().filter(|c| !listed.contains(&c.get_name())));
+    let template =
+        format!("{{about-with-newline}}\n{{usage-heading}} {{usage}}\n\n{text}Options:\n{{options}}{{after-help}}");
+    cmd.help_template(template)
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -188,7 +230,6 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(a) => cmd::serve::run(&search, a),
         Command::Ui(a) => cmd::serve::ui(&search, a),
         Command::Completions { shell } => {
-            use clap::CommandFactory;
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "noesis", &mut buf);
             out::data(&String::from_utf8_lossy(&buf))?;

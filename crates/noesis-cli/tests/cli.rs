@@ -12,6 +12,28 @@ fn version_and_help() {
     for cmd in ["run", "validate", "conformance", "list", "info", "init", "agent", "ui", "completions"] {
         assert!(o.stdout.contains(cmd), "help lacks {cmd}: {}", o.stdout);
     }
+    // The commands come in groups, each under its heading, in this order.
+    let heads =
+        ["Modules:", "Agents:", "Workflow:", "Memory and frames:", "Serving:", "Distribution:", "Setup:", "Options:"];
+    let at: Vec<usize> = heads.iter().map(|h| o.stdout.find(&format!("\n{h}\n")).unwrap_or(usize::MAX)).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1] && w[1] != usize::MAX), "groups in order: {}", o.stdout);
+    let under = |cmd: &str| {
+        let i = o.stdout.find(&format!("\n  {cmd} ")).unwrap_or_else(|| panic!("{cmd} listed: {}", o.stdout));
+        heads[at.iter().rposition(|h| *h < i).unwrap()]
+    };
+    for (cmd, head) in [
+        ("run", "Modules:"),
+        ("agent", "Agents:"),
+        ("sandbox", "Agents:"),
+        ("solve", "Workflow:"),
+        ("frames", "Memory and frames:"),
+        ("serve", "Serving:"),
+        ("install", "Distribution:"),
+        ("doctor", "Setup:"),
+    ] {
+        assert_eq!(under(cmd), head, "{cmd}");
+    }
+    assert!(!o.stdout.contains("Other:"), "every command has its group: {}", o.stdout);
     let o = output(w.noesis().arg("frobnicate"));
     assert_eq!(o.code, 2, "unknown subcommand is a usage error");
     assert!(o.stdout.is_empty());
