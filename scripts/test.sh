@@ -93,3 +93,11 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast
 fi
+# The façade's examples are programs a newcomer copies: each asserts what it
+# shows and must run to the end.
+echo "==> examples of the noesis crate" >&2
+for example in crates/noesis/examples/*.rs; do
+  name="$(basename "$example" .rs)"
+  echo "    $name" >&2
+  cargo run --quiet --locked -p noesis --example "$name" >&2
+done
