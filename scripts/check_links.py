@@ -9,6 +9,7 @@ has. A Markdown file is checked the same way from where it lies, with
 GitHub's heading anchors. Links with a scheme (https:, mailto:, ...) are
 not fetched: tests have no network. Prints one line per broken link on
 stderr and exits 1 when there is any, 2 on a usage error.
+`--self-test` checks the checker on pages it makes.
 """
 
 import html.parser
@@ -181,7 +182,59 @@ class Checker:
             self.check(path, line, link, os.path.dirname(path) or ".", own)
 
 
+def self_test():
+    """The checker finds what it must and nothing else, on pages made here
+    (a checker that finds nothing would pass every book)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as root:
+        book = os.path.join(root, "book")
+        os.makedirs(os.path.join(book, "sub"))
+        pages = {
+            "index.html": '<h1 id="top">x</h1><a href="sub/a.html#here">ok</a> <a href="sub/a.html#gone">bad anchor</a>'
+            ' <a href="missing.html">bad file</a> <a href="#top">ok</a> <a href="#nope">bad own anchor</a>'
+            ' <a href="https://example.invalid/x">external</a> <img src="sub/pic%20one.png">',
+            "sub/a.html": '<p id="here"></p><a href="../index.html#top">ok</a> <script src="../gone.js"></script>',
+            "sub/pic one.png": "",
+            "404.html": '<base href="/"><a href="index.html#top">ok</a> <a href="sub/nothing.html">bad</a>',
+        }
+        for name, text in pages.items():
+            with open(os.path.join(book, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        md = os.path.join(root, "README.md")
+        with open(md, "w", encoding="utf-8") as f:
+            f.write(
+                "# Set-up (two commands)\n\n## Set-up (two commands)\n\n"
+                "[a](#set-up-two-commands) [b](#set-up-two-commands-1) [c](#set-up) `[d](nope.md)`\n"
+                "```\n[e](nope.md)\n```\n[f](book/index.html#top) [g](book/sub/) [h](book/none.html)\n"
+                "[ref]: book/sub/a.html#nothere\n"
+            )
+        checker = Checker()
+        checker.html_tree(book)
+        checker.markdown(md)
+        found = sorted(line.split(": ", 1)[1].split(":", 1)[0].strip() for line in checker.broken)
+        expected = sorted(
+            [
+                "sub/a.html#gone",
+                "missing.html",
+                "#nope",
+                "../gone.js",
+                "sub/nothing.html",
+                "#set-up",
+                "book/none.html",
+                "book/sub/a.html#nothere",
+            ]
+        )
+        if found != expected:
+            print(f"check_links self-test: found {found}, expected {expected}", file=sys.stderr)
+            return 1
+    print("==> links: the checker's self-test passed", file=sys.stderr)
+    return 0
+
+
 def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
     if len(argv) < 2 or any(a in ("-h", "--help") for a in argv[1:]):
         print(__doc__.strip(), file=sys.stderr)
         return 2

@@ -65,6 +65,7 @@ else
   echo "==> mdbook build docs, link check" >&2
   rm -rf docs/book
   mdbook build docs >&2
+  python3 scripts/check_links.py --self-test
   python3 scripts/check_links.py docs/book README.md ARCHITECTURE.md
 fi
 
