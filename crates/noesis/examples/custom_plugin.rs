@@ -83,7 +83,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut core = Core::open(&store, &project, None, &[], Timestamp::now()).await?;
         let raw = json!({"file": "app.py"});
         let step = Step { query: "how many TODOs in app.py".into(), raw: &raw, parent: None };
-        let outcome = core.step(&TodoCounter { root: project.root.clone() }, step, &LineCounter, Timestamp::now()).await?;
+        let outcome =
+            core.step(&TodoCounter { root: project.root.clone() }, step, &LineCounter, Timestamp::now()).await?;
         println!("frame {}: {}", outcome.frame.frame_id, outcome.frame.conclusion);
         assert_eq!(outcome.frame.conclusion, "2 TODO(s)");
 

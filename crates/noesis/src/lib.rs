@@ -88,8 +88,8 @@ pub mod frames {
 /// frame, its evidence and its invalidation.
 pub mod plugin {
     pub use noesis_plugin::{
-        ContextSlice, Core, CoreContext, CoreError, ExternalPlugin, ExternalSpec, Outcome, Parsed, Plugin,
-        PluginError, Step, Think, Thought, inside,
+        ContextSlice, Core, CoreContext, CoreError, ExternalPlugin, ExternalSpec, Outcome, Parsed, Plugin, PluginError,
+        Step, Think, Thought, inside,
     };
 }
 
@@ -109,8 +109,8 @@ pub mod workflow {
 /// The names most programs want, for `use noesis::prelude::*`.
 pub mod prelude {
     pub use crate::agent::{
-        Action, AgentRun, ApprovalPolicy, Decision, Driver, Effects, Outcome, RunConfig, ToolDecl, ToolOutput,
-        Toolbox, Verdict, Workspace,
+        Action, AgentRun, ApprovalPolicy, Decision, Driver, Effects, Outcome, RunConfig, ToolDecl, ToolOutput, Toolbox,
+        Verdict, Workspace,
     };
     pub use crate::llm::{ChatRequest, ChatResponse, Provider, Scripted, TestModel};
     pub use crate::module::{Module, RunOptions, RunRecord, SearchPath, run as run_module};
