@@ -290,6 +290,10 @@ fn job(runs: &PluginRuns, name: &str, body: &Map<String, Value>) -> Result<Job, 
             if diff.is_some() && git.is_some() {
                 return Err(bad(ErrorCode::E1001, "give `diff` or `git`, not both".into()));
             }
+            // A range is an argument of git: never an option.
+            if let Some(range) = git.as_deref().filter(|r| r.is_empty() || r.starts_with('-')) {
+                return Err(bad(ErrorCode::E1001, format!("`git`: `{range}` is not a git range (such as main..HEAD)")));
+            }
             Job::Review { diff, git }
         }
         _ => {
