@@ -12,7 +12,8 @@
 //! progress callback in; a report as plain data out, for the caller to
 //! print, serialise or stream. [`ModuleThink`] makes a Cognitive Module the
 //! model of a step; [`import`] turns a Claude Code transcript into a
-//! session's frames.
+//! session's frames; [`runs`] records module runs as frames and keeps the
+//! context they emit in the store.
 //!
 //! Architecture invariant: nothing here reads the process's environment,
 //! current directory or configuration, and nothing prints; a front end
@@ -35,6 +36,7 @@ pub mod docs;
 pub mod import;
 pub mod recall;
 pub mod review;
+pub mod runs;
 pub mod testgen;
 mod think;
 
