@@ -476,6 +476,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_git_range_is_never_an_option() {
+        let dir = tempfile::tempdir().unwrap();
+        for range in ["--output=/tmp/x", "-p", ""] {
+            let e = git_diff(dir.path(), Some(range)).unwrap_err();
+            assert!(matches!(&e, Error::Invalid(m) if m.contains("is not a git range")), "{range}: {e}");
+        }
+    }
+
+    #[test]
     fn findings_on_other_files_are_left_out_and_named() {
         let frame = Draft::new("review: a.py").into_frame("p", None, None, Timestamp::now()).unwrap();
         let finding = |file: &str| {

@@ -347,7 +347,7 @@ async fn start(State(runs): St, UrlPath(name): UrlPath<String>, raw: Result<Byte
         );
     };
     let (tx, rx) = mpsc::unbounded_channel::<String>();
-    let plugin: &'static str = PLUGINS.iter().find(|(n, _)| *n == name).map_or("docs", |(n, _)| n);
+    let plugin: &'static str = PLUGINS.iter().find(|(n, _)| *n == name).map_or("docs", |(n, _)| *n);
     let run: RunFuture = Box::pin(async move {
         let _one = guard;
         let progress = move |item: &str| {
