@@ -263,8 +263,9 @@ pub async fn ask(
         max_tool_calls: question.max_tool_calls,
     };
     let raw = json!({"query": question.query, "files": question.files, "memory": memory});
-    let outcome =
-        core.step(&Recall, Step { query: question.query.clone(), raw: &raw, parent: None }, &think, Timestamp::now()).await?;
+    let outcome = core
+        .step(&Recall, Step { query: question.query.clone(), raw: &raw, parent: None }, &think, Timestamp::now())
+        .await?;
     // Earlier sessions that asked something like this but are not
     // linked: the plugin never saw them; the person may link one.
     let mut similar: Vec<Similar> = Vec::new();
@@ -284,8 +285,7 @@ pub async fn ask(
         // prompts (which nest as refinements).
         let asked = |f: &CausalFrame| f.depth == 1 || f.context_slice.starts_with(crate::import::PROMPT_SLICE);
         prompts.extend(store.frames(&filter).await?.into_iter().filter(asked).map(|f| f.query));
-        let best =
-            prompts.into_iter().map(|p| (similarity(&question.query, &p), p)).max_by(|x, y| x.0.total_cmp(&y.0));
+        let best = prompts.into_iter().map(|p| (similarity(&question.query, &p), p)).max_by(|x, y| x.0.total_cmp(&y.0));
         if let Some((score, prompt)) = best.filter(|(score, _)| *score >= 0.25) {
             similar.push(Similar { session_id: id, prompt, similarity: score });
         }

@@ -282,4 +282,3 @@ impl noesis_runtime::ContextStore for StoreContext {
         }))
     }
 }
-

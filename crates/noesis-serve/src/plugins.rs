@@ -280,7 +280,10 @@ fn job(runs: &PluginRuns, name: &str, body: &Map<String, Value>) -> Result<Job, 
             if let Some(s) = &scope
                 && !s.is_dir()
             {
-                return Err(bad(ErrorCode::E1001, "`path` must be a folder (docs are kept per folder of source)".into()));
+                return Err(bad(
+                    ErrorCode::E1001,
+                    "`path` must be a folder (docs are kept per folder of source)".into(),
+                ));
             }
             let out = out(&runs.docs_dir)?;
             if flag(body, "status")? { Job::DocsStatus { scope, out } } else { Job::DocsSync { scope, out } }
@@ -314,7 +317,10 @@ fn job(runs: &PluginRuns, name: &str, body: &Map<String, Value>) -> Result<Job, 
                 (false, false) => testgen::Targets::Paths(paths),
                 (true, false) => return Err(bad(ErrorCode::E1001, "give `paths` or `changed`, not both".into())),
                 (false, true) => {
-                    return Err(bad(ErrorCode::E1002, "name the files to write tests for (`paths`), or `changed`".into()));
+                    return Err(bad(
+                        ErrorCode::E1002,
+                        "name the files to write tests for (`paths`), or `changed`".into(),
+                    ));
                 }
             };
             Job::Testgen { targets, out: out(Path::new("tests/noesis"))? }
@@ -327,8 +333,11 @@ async fn start(State(runs): St, UrlPath(name): UrlPath<String>, raw: Result<Byte
         let known: Vec<&str> = PLUGINS.iter().map(|(n, _)| *n).collect();
         return refusal(
             StatusCode::NOT_FOUND,
-            Failure::new(ErrorCode::E4006, format!("no plugin `{}` on this server", name.chars().take(100).collect::<String>()))
-                .suggest(format!("the plugins served: {} (GET /plugins)", known.join(", "))),
+            Failure::new(
+                ErrorCode::E4006,
+                format!("no plugin `{}` on this server", name.chars().take(100).collect::<String>()),
+            )
+            .suggest(format!("the plugins served: {} (GET /plugins)", known.join(", "))),
         );
     };
     let checked = body(raw, fields).and_then(|b| {

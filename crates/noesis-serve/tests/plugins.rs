@@ -79,8 +79,7 @@ async fn start(llm: &FakeServer) -> Running {
     let found = noesis_frames::project::identify(root).unwrap();
     store.ensure_project(&found.project_id, &found.root.to_string_lossy()).await.unwrap();
     let service = Arc::new(Service::new(SearchPath::default(), Arc::new(Fake { base_url: llm.base_url() })));
-    let runs =
-        Arc::new(PluginRuns::new(Arc::clone(&service), found, Arc::from(store), vec![db], "docs/noesis".into()));
+    let runs = Arc::new(PluginRuns::new(Arc::clone(&service), found, Arc::from(store), vec![db], "docs/noesis".into()));
     let config = ServeConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: Some(TOKEN.into()),
@@ -176,7 +175,8 @@ async fn docs_sync_streams_progress_then_its_report_and_remakes_nothing_twice() 
     assert_eq!(again[0].1["kept"].as_array().unwrap().len(), 3, "{again:?}");
     assert_eq!(llm.received().len(), 3);
     std::fs::write(s.project.path().join("calc/mul.py"), "def mul(a, b):\n    return b * a\n").unwrap();
-    let status = events(client().post(s.url("/plugins/docs")).json(&json!({"status": true})).send().await.unwrap()).await;
+    let status =
+        events(client().post(s.url("/plugins/docs")).json(&json!({"status": true})).send().await.unwrap()).await;
     assert_eq!(status.len(), 1, "{status:?}");
     assert_eq!(status[0].0, "report");
     assert_eq!(status[0].1["units"], 3);
@@ -225,10 +225,9 @@ async fn plugin_runs_need_a_credential_and_paths_inside_the_project() {
     {
         let elsewhere = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(elsewhere.path(), s.project.path().join("out-link")).unwrap();
-        let (status, code) = refused(
-            client().post(s.url("/plugins/docs")).json(&json!({"out": "out-link/docs"})).send().await.unwrap(),
-        )
-        .await;
+        let (status, code) =
+            refused(client().post(s.url("/plugins/docs")).json(&json!({"out": "out-link/docs"})).send().await.unwrap())
+                .await;
         assert_eq!((status, code.as_str()), (403, "E4007"), "a link out of the project is outside");
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);
     }
@@ -257,7 +256,8 @@ async fn a_review_that_fails_as_a_whole_ends_in_an_error_event() {
     let s = start(&llm).await;
     // Not a unified diff: the run starts, and says why it failed.
     let got =
-        events(client().post(s.url("/plugins/review")).json(&json!({"diff": "@@ nonsense"})).send().await.unwrap()).await;
+        events(client().post(s.url("/plugins/review")).json(&json!({"diff": "@@ nonsense"})).send().await.unwrap())
+            .await;
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].0, "error");
     assert!(got[0].1["error"]["message"].as_str().unwrap().contains("diff"), "{got:?}");

@@ -161,20 +161,32 @@ fn every_exception_is_still_an_arrow_of_the_tree() {
 
 #[test]
 fn the_rules_catch_arrows_up_sideways_unknown_crates_and_test_only_ones() {
-    let crates: BTreeSet<String> =
-        ["noesis-llm", "noesis-trace", "noesis-agent", "noesis-mcp", "noesis-plugin", "noesis-runtime", "noesis-testkit", "noesis-new"]
-            .iter()
-            .map(|s| (*s).to_owned())
-            .collect();
+    let crates: BTreeSet<String> = [
+        "noesis-llm",
+        "noesis-trace",
+        "noesis-agent",
+        "noesis-mcp",
+        "noesis-plugin",
+        "noesis-runtime",
+        "noesis-testkit",
+        "noesis-new",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
     let arrow = |from: &str, to: &str, dev: bool| Arrow { from: from.into(), to: to.into(), dev };
-    let check = |a: Arrow| violations(&crates, &[a]).into_iter().filter(|m| !m.starts_with("noesis-new:")).collect::<Vec<_>>();
+    let check =
+        |a: Arrow| violations(&crates, &[a]).into_iter().filter(|m| !m.starts_with("noesis-new:")).collect::<Vec<_>>();
     // Down, and dev-dependencies anywhere: fine.
     assert!(check(arrow("noesis-llm", "noesis-trace", false)).is_empty());
     assert!(check(arrow("noesis-mcp", "noesis-agent", false)).is_empty());
     assert!(check(arrow("noesis-trace", "noesis-agent", true)).is_empty());
     assert!(check(arrow("noesis-agent", "noesis-testkit", true)).is_empty());
     // Up within a layer, up across layers, sideways in a tier, test-only.
-    assert_eq!(check(arrow("noesis-trace", "noesis-llm", false)), ["noesis-trace → noesis-llm: points up within the base layer"]);
+    assert_eq!(
+        check(arrow("noesis-trace", "noesis-llm", false)),
+        ["noesis-trace → noesis-llm: points up within the base layer"]
+    );
     assert_eq!(
         check(arrow("noesis-llm", "noesis-agent", false)),
         ["noesis-llm → noesis-agent: points from the base layer up to the engine layer"]
@@ -190,5 +202,8 @@ fn the_rules_catch_arrows_up_sideways_unknown_crates_and_test_only_ones() {
     // A crate nobody placed.
     let unknown = violations(&crates, &[]);
     assert_eq!(unknown.len(), 1);
-    assert!(unknown[0].starts_with("noesis-new: a crate the layer table does not know; put it in LAYERS"), "{unknown:?}");
+    assert!(
+        unknown[0].starts_with("noesis-new: a crate the layer table does not know; put it in LAYERS"),
+        "{unknown:?}"
+    );
 }
