@@ -563,61 +563,17 @@ impl<'a> Driver<'a> {
                         ),
                         _ => tracing::Span::none(),
                     };
-                    let chat = phase.in_scope(|| {
-                        tracing::info_span!(
-                            "chat",
-                            otel.name = %format!("chat {}", provider.model()),
-                            otel.kind = "client",
-                            gen_ai.operation.name = "chat",
-                            gen_ai.provider.name = provider.name(),
-                            gen_ai.request.model = provider.model(),
-                            gen_ai.agent.role = run.role(),
-                            gen_ai.response.model = tracing::field::Empty,
-                            gen_ai.usage.input_tokens = tracing::field::Empty,
-                            gen_ai.usage.output_tokens = tracing::field::Empty,
-                            gen_ai.system_instructions = tracing::field::Empty,
-                            gen_ai.input.messages = tracing::field::Empty,
-                            gen_ai.output.messages = tracing::field::Empty,
-                            error.type = tracing::field::Empty,
-                        )
-                    });
-                    let chat_ids = noesis_trace::ids(&chat);
-                    // Texts only when the user opted in.
-                    let capture = noesis_trace::capturing_on(&chat);
-                    if capture {
-                        let (system, messages) = noesis_trace::content::input(&request);
-                        chat.record(noesis_trace::attr::SYSTEM_INSTRUCTIONS, system.as_str());
-                        chat.record(noesis_trace::attr::INPUT_MESSAGES, messages.as_str());
-                    }
+                    let chat = phase.in_scope(|| noesis_llm::ChatSpan::start(provider, &request, Some(run.role())));
+                    let chat_ids = chat.ids();
+                    // A cancelled call drops the span unfinished, which
+                    // records it as cancelled.
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
-                            r = provider.chat(&request).instrument(chat.clone()) => Some(r),
+                            r = chat.call(provider.chat(&request)) => Some(r),
                             () = token.cancelled() => None,
                         },
-                        None => Some(provider.chat(&request).instrument(chat.clone()).await),
+                        None => Some(chat.call(provider.chat(&request)).await),
                     };
-                    match &reply {
-                        Some(Ok(r)) => {
-                            chat.record("gen_ai.response.model", r.model.as_str());
-                            if let Some(u) = r.usage {
-                                chat.record("gen_ai.usage.input_tokens", u.input_tokens);
-                                chat.record("gen_ai.usage.output_tokens", u.output_tokens);
-                            }
-                            if capture {
-                                chat.record(
-                                    noesis_trace::attr::OUTPUT_MESSAGES,
-                                    noesis_trace::content::output(r).as_str(),
-                                );
-                            }
-                        }
-                        Some(Err(e)) => {
-                            chat.record("error.type", format!("{:?}", e.kind).as_str());
-                        }
-                        None => {
-                            chat.record("error.type", "cancelled");
-                        }
-                    }
-                    drop(chat);
                     drop(phase);
                     let answered_by = match &reply {
                         Some(Ok(r)) => {

@@ -4,7 +4,6 @@
 
 mod cmd;
 mod config;
-mod import;
 mod local;
 mod memory;
 mod out;

@@ -6,6 +6,10 @@
 //! [`Scripted`] (answers from a list or a file) and [`TestModel`]
 //! (fabricates a schema-valid reply with no model at all).
 //!
+//! Every model call a caller makes through [`ChatSpan`] is a GenAI
+//! `chat {model}` span (names and the opt-in texts from `noesis-trace`,
+//! which sits below this crate).
+//!
 //! Architecture invariant: this crate knows nothing about modules or
 //! envelopes; it moves messages and JSON Schemas, never interprets them.
 //!
@@ -32,6 +36,7 @@ mod probe;
 mod retry;
 mod router;
 mod scripted;
+pub mod span;
 mod stream;
 mod strict;
 mod test_model;
@@ -51,6 +56,7 @@ pub use probe::{Probe, probe};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
 pub use router::{Deadline, Fallback, Route, route};
 pub use scripted::Scripted;
+pub use span::ChatSpan;
 pub use strict::{Strict, strictify};
 pub use test_model::{TestModel, fabricate};
 pub use text_tools::TextTools;

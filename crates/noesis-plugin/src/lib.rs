@@ -8,45 +8,26 @@
 //! [`CoreContext`] in, the model's [`ContextSlice`] out),
 //! [`Plugin::parse_output`] (the model's reply in, a [`Parsed`] result out)
 //! and [`Plugin::store`] (keep the result; a side effect only). Plugins are
-//! built in or run as programs speaking JSON lines ([`ExternalPlugin`]).
+//! run as programs speaking JSON lines ([`ExternalPlugin`]) or built in
+//! (`noesis-plugins`: recall, docs, review, testgen).
 //!
-//! Architecture invariant: no plugin ever holds a store handle or a mutable
-//! frame; a plugin's output can add to a frame's invalidation condition but
-//! cannot remove from it. A plugin sees only its session's frames, those of
-//! sessions linked to it on purpose, and the project's promoted frames.
+//! Architecture invariant: this crate knows no plugin (the built-in ones
+//! implement it from the crate above). No plugin ever holds a store handle
+//! or a mutable frame; a plugin's output can add to a frame's invalidation
+//! condition but cannot remove from it. A plugin sees only its session's
+//! frames, those of sessions linked to it on purpose, and the project's
+//! promoted frames.
 #![deny(missing_docs)]
 
 mod boundary;
 mod core;
-pub mod docs;
 mod external;
-pub mod recall;
-pub mod review;
-pub mod testgen;
 
 use std::time::Duration;
 
 pub use boundary::{Also, ContextSlice, CoreContext, Parsed, Plugin};
 pub use core::{Core, Outcome, PartHasher, Step, Think, Thought};
 pub use external::{ExternalPlugin, ExternalSpec, PROTOCOL};
-
-/// The file `rel` names inside `root`, when it is one: a relative path
-/// without `..` whose real location (links followed) is under `root`. Paths
-/// from diffs, transcripts and models go through this before they are read
-/// or written.
-#[must_use]
-pub fn inside(root: &std::path::Path, rel: &str) -> Option<std::path::PathBuf> {
-    let p = std::path::Path::new(rel);
-    if rel.is_empty()
-        || p.is_absolute()
-        || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
-    {
-        return None;
-    }
-    let root = root.canonicalize().ok()?;
-    let real = root.join(p).canonicalize().ok()?;
-    real.starts_with(&root).then_some(real)
-}
 
 /// At most the first `n` bytes of `text`, cut at a character boundary.
 pub(crate) fn head(text: &str, n: usize) -> &str {
@@ -55,34 +36,6 @@ pub(crate) fn head(text: &str, n: usize) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-/// A file's text for a model, at most `budget` bytes, saying how much was
-/// left out.
-pub(crate) fn clip_file(text: &str, budget: usize) -> String {
-    let shown = head(text, budget);
-    if shown.len() == text.len() {
-        text.to_owned()
-    } else {
-        format!("{shown}\n… ({} more bytes)", text.len() - shown.len())
-    }
-}
-
-/// Writes `bytes` to `path` through a temporary file of this process in the
-/// same folder and a rename, so a reader (or a second writer) never sees
-/// half a file.
-pub(crate) fn write_atomic(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    if let Err(e) = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(())
 }
 
 /// A plugin's failure, named by plugin and call.

@@ -128,35 +128,13 @@ async fn call<'o>(
         }
         None => None,
     };
-    let span = tracing::info_span!(
-        "chat",
-        otel.name = %format!("chat {}", provider.model()),
-        otel.kind = "client",
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = provider.name(),
-        gen_ai.request.model = provider.model(),
-        gen_ai.usage.input_tokens = tracing::field::Empty,
-        gen_ai.usage.output_tokens = tracing::field::Empty,
-        gen_ai.system_instructions = tracing::field::Empty,
-        gen_ai.input.messages = tracing::field::Empty,
-        gen_ai.output.messages = tracing::field::Empty,
-    );
-    // Texts only when the user opted in.
-    let capture = noesis_trace::capturing_on(&span);
-    if capture {
-        let (system, messages) = noesis_trace::content::input(request);
-        span.record(noesis_trace::attr::SYSTEM_INSTRUCTIONS, system.as_str());
-        span.record(noesis_trace::attr::INPUT_MESSAGES, messages.as_str());
-    }
-    let fut = tracing::Instrument::instrument(
-        async {
-            match &options.on_text {
-                Some(OnText(f)) => provider.chat_stream(request, &**f).await,
-                None => provider.chat(request).await,
-            }
-        },
-        span.clone(),
-    );
+    let chat = noesis_llm::ChatSpan::start(provider, request, None);
+    let fut = chat.call(async {
+        match &options.on_text {
+            Some(OnText(f)) => provider.chat_stream(request, &**f).await,
+            None => provider.chat(request).await,
+        }
+    });
     let response = match &options.cancel {
         None => fut.await,
         // Dropping the provider's future closes its connection.
@@ -165,15 +143,6 @@ async fn call<'o>(
             () = token.cancelled() => Err(ProviderError::new(provider.name(), ErrorKind::Cancelled, "the run was cancelled")),
         },
     };
-    if let Ok(r) = &response
-        && let Some(u) = r.usage
-    {
-        span.record("gen_ai.usage.input_tokens", u.input_tokens);
-        span.record("gen_ai.usage.output_tokens", u.output_tokens);
-    }
-    if capture && let Ok(r) = &response {
-        span.record(noesis_trace::attr::OUTPUT_MESSAGES, noesis_trace::content::output(r).as_str());
-    }
     response.map(|r| (r, reservation))
 }
 

@@ -116,6 +116,8 @@ pub struct ServeConfig {
     /// The agent-run routes ([`crate::agents::AgentRuns::router`]), behind
     /// the same token rules, body limit and error envelopes.
     pub agents: Option<Router>,
+    /// The plugin routes ([`crate::plugins::PluginRuns::router`]), likewise.
+    pub plugins: Option<Router>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -131,6 +133,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("access_log", &self.access_log.is_some())
             .field("pages", &self.pages.is_some())
             .field("agents", &self.agents.is_some())
+            .field("plugins", &self.plugins.is_some())
             .finish()
     }
 }
@@ -148,6 +151,7 @@ impl Default for ServeConfig {
             access_log: None,
             pages: None,
             agents: None,
+            plugins: None,
         }
     }
 }
@@ -327,6 +331,9 @@ fn router(state: &Arc<AppState>, config: &ServeConfig) -> Router {
     }
     if let Some(agents) = &config.agents {
         app = app.merge(agents.clone());
+    }
+    if let Some(plugins) = &config.plugins {
+        app = app.merge(plugins.clone());
     }
     app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

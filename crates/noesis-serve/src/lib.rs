@@ -7,7 +7,8 @@
 //! [`http`] puts it on an axum router (`noesis serve`), behind
 //! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
 //! certificate, [`tls`]; [`agents`] runs agents for its clients within the
-//! operator's [`admission`] policy.
+//! operator's [`admission`] policy; [`plugins`] runs the frame plugins
+//! (docs, review, testgen) on the server's project.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No
@@ -44,6 +45,7 @@ pub mod admission;
 pub mod agents;
 pub mod http;
 pub mod mcp;
+pub mod plugins;
 pub mod service;
 pub mod tls;
 

@@ -2,9 +2,14 @@
 //!
 //! The crates that do the work open `tracing` spans named and attributed
 //! after the GenAI semantic conventions (`invoke_agent {agent}`,
-//! `chat {model}`, `execute_tool {tool}`, and `run_module {module}` for a
-//! module run); [`attr`] holds the attribute names (the conventions'
-//! own constants are marked deprecated upstream, so they are defined here).
+//! `chat {model}` — opened by `noesis-llm`'s `ChatSpan` for every caller —,
+//! `execute_tool {tool}`, and `run_module {module}` for a module run);
+//! [`attr`] holds the attribute names (the conventions' own constants are
+//! marked deprecated upstream, so they are defined here).
+//!
+//! Architecture invariant: this crate sits below every other noesis crate
+//! (the LLM client included) and knows none of their types; it names
+//! spans, decides whether texts are captured and exports.
 //! Prompt and reply texts are put on a span only when the user opts in
 //! (`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, see
 //! [`capturing`]); [`ids`] gives a span's trace and span ids, which frames
@@ -111,55 +116,6 @@ pub fn opts_in(value: Option<&str>) -> bool {
     value.is_some_and(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "true" | "1" | "yes" | "on"))
 }
 
-/// Prompt and reply texts in the conventions' JSON shape (opt-in only).
-pub mod content {
-    use noesis_llm::{ChatRequest, ChatResponse, FinishReason, Message, Role};
-    use serde_json::{Value, json};
-
-    fn parts(m: &Message) -> Vec<Value> {
-        let mut parts = Vec::new();
-        match m.role {
-            Role::Tool => parts.push(json!({"type": "tool_call_response",
-                "id": m.tool_call_id.as_deref().unwrap_or_default(), "response": m.content})),
-            _ if !m.content.is_empty() => parts.push(json!({"type": "text", "content": m.content})),
-            _ => {}
-        }
-        for c in &m.tool_calls {
-            parts.push(json!({"type": "tool_call", "id": c.id, "name": c.name, "arguments": c.arguments}));
-        }
-        parts
-    }
-
-    /// `gen_ai.system_instructions` and `gen_ai.input.messages` of `request`.
-    pub fn input(request: &ChatRequest) -> (String, String) {
-        let system: Vec<Value> = request
-            .messages
-            .iter()
-            .filter(|m| m.role == Role::System)
-            .map(|m| json!({"type": "text", "content": m.content}))
-            .collect();
-        let messages: Vec<Value> = request
-            .messages
-            .iter()
-            .filter(|m| m.role != Role::System)
-            .map(|m| json!({"role": m.role.as_str(), "parts": parts(m)}))
-            .collect();
-        (Value::Array(system).to_string(), Value::Array(messages).to_string())
-    }
-
-    /// `gen_ai.output.messages` of `response`.
-    pub fn output(response: &ChatResponse) -> String {
-        let finish = match response.finish_reason {
-            Some(FinishReason::Stop) | None => "stop",
-            Some(FinishReason::Length) => "length",
-            Some(FinishReason::ToolCalls) => "tool_call",
-            Some(FinishReason::Other) => "other",
-        };
-        let message = Message::assistant_turn(response);
-        json!([{"role": "assistant", "parts": parts(&message), "finish_reason": finish}]).to_string()
-    }
-}
-
 /// The provider name the conventions know for one of ours.
 pub fn provider_name(ours: &str) -> &str {
     match ours {
@@ -240,6 +196,7 @@ pub fn subscriber(provider: &SdkTracerProvider, capture: bool) -> impl tracing::
     let tracer = provider.tracer("noesis");
     let ours = tracing_subscriber::filter::Targets::new()
         .with_default(tracing::level_filters::LevelFilter::OFF)
+        .with_target("noesis_llm", tracing::Level::INFO)
         .with_target("noesis_agent", tracing::Level::INFO)
         .with_target("noesis_runtime", tracing::Level::INFO)
         .with_target("noesis_mcp", tracing::Level::INFO)

@@ -5,60 +5,32 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use async_trait::async_trait;
-use noesis_frames::{CausalFrame, Timestamp};
-use noesis_llm::Provider;
+use noesis_frames::Timestamp;
 use noesis_modules::search::SearchPath;
-use noesis_plugin::docs::{self, Docs};
-use noesis_plugin::{ContextSlice, Core, ExternalPlugin, ExternalSpec, Step, Think, Thought};
+use noesis_plugin::{ExternalPlugin, ExternalSpec, Step};
+use noesis_plugins::{Echo, ModuleThink, Setting, docs, review, testgen};
 use serde_json::{Value, json};
 
 use crate::config::Config;
 use crate::out;
 use crate::provider::ProviderArgs;
 
-/// The model of a step: a Cognitive Module run on the slice's input. The
-/// reply a plugin reads is `{"input": …, "output": data}`.
-pub(crate) struct ModuleThink {
-    pub(crate) search: SearchPath,
-    pub(crate) module: String,
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) prices: Arc<noesis_llm::PriceTable>,
-}
-
-#[async_trait]
-impl Think for ModuleThink {
-    async fn think(&self, slice: &ContextSlice, _frame: &CausalFrame) -> Result<Thought, String> {
-        let module = self
-            .search
-            .resolve(&self.module)
-            .map_err(|e| e.to_string())?
-            .load()
-            .map_err(|e| format!("module {}: {e}", self.module))?;
-        let options = noesis_runtime::RunOptions { prices: Some(Arc::clone(&self.prices)), ..Default::default() };
-        let record = noesis_runtime::run(&module, self.provider.as_ref(), slice.input.clone(), &options).await;
-        let envelope = record.envelope;
-        if envelope["ok"] != json!(true) {
-            return Err(format!(
-                "{}: {} {}",
-                self.module,
-                envelope["error"]["code"].as_str().unwrap_or("E4000"),
-                envelope["error"]["message"].as_str().unwrap_or_default()
-            ));
-        }
-        Ok(Thought { raw: json!({"input": slice.input, "output": envelope["data"]}), ..Thought::default() })
-    }
-}
-
 /// What every plugin command needs: the config, the project, the store.
 pub(crate) struct Setup {
     pub(crate) config: Config,
     pub(crate) project: noesis_frames::project::Project,
     pub(crate) store: Box<dyn noesis_store::Store>,
+    /// The store's own files, which no scan reads.
+    pub(crate) exclude: Vec<PathBuf>,
+}
+
+impl Setup {
+    pub(crate) fn setting(&self) -> Setting<'_> {
+        Setting { project: &self.project, store: self.store.as_ref(), exclude: &self.exclude }
+    }
 }
 
 pub(crate) async fn setup() -> anyhow::Result<Setup> {
@@ -66,7 +38,12 @@ pub(crate) async fn setup() -> anyhow::Result<Setup> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let config = crate::config::load(&env, &cwd)?.config;
     let (project, store) = crate::memory::context().await?;
-    Ok(Setup { config, project, store })
+    Ok(Setup { config, project, store, exclude: crate::memory::store_files() })
+}
+
+/// A path a person typed, made absolute against the current directory.
+fn absolute(p: &Path) -> anyhow::Result<PathBuf> {
+    Ok(if p.is_absolute() { p.to_owned() } else { std::env::current_dir()?.join(p) })
 }
 
 pub(crate) fn model(
@@ -139,36 +116,14 @@ fn docs_dir(flag: Option<&Path>, config: &Config, root: &Path) -> PathBuf {
     }
 }
 
-/// The project's code units under `path`, leaving out the docs folder and
-/// the store's files.
-fn code_units(
-    project: &noesis_frames::project::Project,
-    path: Option<&Path>,
-    out: &Path,
-) -> anyhow::Result<Vec<docs::Unit>> {
-    let cwd = std::env::current_dir()?;
-    let scope: Vec<PathBuf> = match path {
-        Some(p) => {
-            let abs = if p.is_absolute() { p.to_owned() } else { cwd.join(p) };
-            if !abs.is_dir() {
-                anyhow::bail!("{}: not a folder (docs are kept per folder of source)", p.display());
-            }
-            vec![abs]
-        }
-        None => vec![project.root.clone()],
-    };
-    let mut exclude = crate::memory::store_files();
-    exclude.push(out.to_owned());
-    let scan = noesis_frames::scan::scan_excluding(&project.root, &scope, &exclude)?;
-    Ok(docs::units(scan.files.keys().map(String::as_str)))
-}
-
-/// A scope folder as the project names it (`None`: the whole project).
-fn scope_name(project: &noesis_frames::project::Project, path: Option<&Path>) -> anyhow::Result<Option<String>> {
+/// The scope folder a person typed, checked to be a folder.
+fn docs_scope(path: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
     let Some(p) = path else { return Ok(None) };
-    let abs = if p.is_absolute() { p.to_owned() } else { std::env::current_dir()?.join(p) };
-    let abs = abs.canonicalize().unwrap_or(abs);
-    Ok(Some(noesis_frames::project::relative_path(&project.root, &abs)))
+    let abs = absolute(p)?;
+    if !abs.is_dir() {
+        anyhow::bail!("{}: not a folder (docs are kept per folder of source)", p.display());
+    }
+    Ok(Some(abs))
 }
 
 pub(crate) fn docs(search: &SearchPath, a: DocsArgs) -> anyhow::Result<ExitCode> {
@@ -184,25 +139,21 @@ pub(crate) fn docs(search: &SearchPath, a: DocsArgs) -> anyhow::Result<ExitCode>
 
 async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Result<ExitCode> {
     let out_dir = docs_dir(a.out.as_deref(), &s.config, &s.project.root);
-    let units = code_units(&s.project, a.path.as_deref(), &out_dir)?;
+    let scope = docs_scope(a.path.as_deref())?;
     let think = model(search, "docs-node", &a.provider, &s.config)?;
-    let mut core =
-        Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now()).await?;
-    let plugin = Docs::new(&s.project.root, &out_dir);
-    let bar = crate::progress::Progress::spinner(a.quiet, &format!("docs: {} units", units.len()));
-    let under = scope_name(&s.project, a.path.as_deref())?;
-    let report = docs::sync(&mut core, &plugin, &think, &units, under.as_deref(), &|unit| {
+    let bar = crate::progress::Progress::spinner(a.quiet, "docs");
+    let report = docs::sync_in(&s.setting(), &think, scope.as_deref(), &out_dir, &|unit| {
         bar.say(&format!("docs: writing {unit}"));
     })
     .await?;
     bar.finish();
     let code = if report.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
     if a.json {
-        out::json(
-            &json!({"out": out_dir, "removed": report.removed, "regenerated": report.regenerated.iter().map(|(u, w)| json!({"unit": u, "why": w})).collect::<Vec<_>>(),
-                          "kept": report.kept, "failed": report.failed.iter().map(|(u, e)| json!({"unit": u, "error": e})).collect::<Vec<_>>()}),
-            true,
-        )?;
+        let mut v = json!({"out": out_dir});
+        if let (Some(o), Value::Object(r)) = (v.as_object_mut(), report.to_json()) {
+            o.extend(r);
+        }
+        out::json(&v, true)?;
         return Ok(code);
     }
     let mut text = String::new();
@@ -229,33 +180,19 @@ async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Resul
 
 async fn docs_status(s: &Setup, a: StatusArgs) -> anyhow::Result<ExitCode> {
     let out_dir = docs_dir(a.out.as_deref(), &s.config, &s.project.root);
-    let units = code_units(&s.project, a.path.as_deref(), &out_dir)?;
-    let core = Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now()).await?;
-    let plugin = Docs::new(&s.project.root, &out_dir);
-    let mut stale = Vec::new();
-    let under = scope_name(&s.project, a.path.as_deref())?;
-    for (module, _) in docs::orphans(&plugin, &units, under.as_deref()) {
-        stale.push((module, "its files are gone".to_owned()));
-    }
-    for u in &units {
-        if let Some(why) = docs::staleness(&core, &plugin, u).await? {
-            stale.push((u.path.clone(), why.to_string()));
-        }
-    }
+    let scope = docs_scope(a.path.as_deref())?;
+    let status = docs::status_in(&s.setting(), scope.as_deref(), &out_dir).await?;
     if a.json {
-        out::json(
-            &json!({"units": units.len(), "stale": stale.iter().map(|(u, w)| json!({"unit": u, "why": w})).collect::<Vec<_>>()}),
-            true,
-        )?;
+        out::json(&status.to_json(), true)?;
     } else {
         let mut text = String::new();
-        for (u, why) in &stale {
+        for (u, why) in &status.stale {
             text.push_str(&format!("stale  {u}  ({why})\n"));
         }
-        text.push_str(&format!("{} of {} nodes stale\n", stale.len(), units.len()));
+        text.push_str(&format!("{} of {} nodes stale\n", status.stale.len(), status.units));
         out::data(&text)?;
     }
-    Ok(if stale.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if status.stale.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 // ---- plugins that are programs ----
@@ -297,17 +234,6 @@ struct PluginRunArgs {
     json: bool,
     #[command(flatten)]
     provider: ProviderArgs,
-}
-
-/// No model: the slice's input is the reply (for plugins that only shape
-/// and keep, and for trying a plugin without a provider).
-struct Echo;
-
-#[async_trait]
-impl Think for Echo {
-    async fn think(&self, slice: &ContextSlice, _frame: &CausalFrame) -> Result<Thought, String> {
-        Ok(Thought { raw: slice.input.clone(), ..Thought::default() })
-    }
 }
 
 pub(crate) fn external(name: &str, config: &Config) -> anyhow::Result<ExternalPlugin> {
@@ -371,9 +297,7 @@ pub(crate) fn plugin(search: &SearchPath, a: PluginArgs) -> anyhow::Result<ExitC
                     None => json!({"query": r.query}),
                 };
                 let module = r.module.clone().or_else(|| s.config.plugins[&r.name].module.clone());
-                let mut core =
-                    Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now())
-                        .await?;
+                let mut core = s.setting().core(None).await?;
                 let step = Step { query: r.query.clone(), raw: &raw, parent: None };
                 let outcome = match module {
                     Some(m) => {
@@ -416,17 +340,6 @@ pub(crate) struct ReviewArgs {
     provider: ProviderArgs,
 }
 
-fn git_diff(root: &Path, range: Option<&str>) -> anyhow::Result<String> {
-    let mut cmd = std::process::Command::new("git");
-    cmd.current_dir(root).args(["diff", "--no-color", "--no-ext-diff"]);
-    cmd.arg(range.unwrap_or("HEAD"));
-    let out = cmd.output().context("run git (is it installed?)")?;
-    if !out.status.success() {
-        anyhow::bail!("git diff {}: {}", range.unwrap_or("HEAD"), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    String::from_utf8(out.stdout).context("git diff printed something that is not UTF-8")
-}
-
 pub(crate) fn review(search: &SearchPath, a: ReviewArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     rt.block_on(async move {
@@ -438,42 +351,16 @@ pub(crate) fn review(search: &SearchPath, a: ReviewArgs) -> anyhow::Result<ExitC
                 t
             }
             Some(p) => std::fs::read_to_string(p).with_context(|| format!("{}: cannot read the diff", p.display()))?,
-            None => git_diff(&s.project.root, a.git.as_deref())?,
+            None => review::git_diff(&s.project.root, a.git.as_deref())?,
         };
         let think = model(search, "review-diff", &a.provider, &s.config)?;
-        let mut core =
-            Core::open(s.store.as_ref(), &s.project, None, &crate::memory::store_files(), Timestamp::now()).await?;
-        let plugin = noesis_plugin::review::Review::new(&s.project.root);
         let bar = crate::progress::Progress::spinner(a.quiet, "review");
-        let report =
-            noesis_plugin::review::review(&mut core, &plugin, &think, &diff, &|f| bar.say(&format!("review: {f}")))
-                .await?;
+        let report = review::review_in(&s.setting(), &think, &diff, &|f| bar.say(&format!("review: {f}"))).await?;
         bar.finish();
         let findings = report.findings();
-        let summary = format!(
-            "{} file(s) reviewed ({} reused), {} finding(s), {} promoted to principles",
-            report.files.len(),
-            report.files.iter().filter(|f| f.reused).count(),
-            findings.len(),
-            report.promotions.len()
-        );
+        let summary = report.summary();
         let text = match a.format.as_str() {
-            "json" => {
-                let mut v = noesis_review::to_json(&findings, &summary);
-                v["files"] = json!(
-                    report
-                        .files
-                        .iter()
-                        .map(|f| json!({"path": f.path, "frame_id": f.frame.frame_id, "reused": f.reused}))
-                        .collect::<Vec<_>>()
-                );
-                v["promotions"] = json!(report.promotions.iter().map(|p| p.principle()).collect::<Vec<_>>());
-                v["failed"] =
-                    json!(report.failed.iter().map(|(f, e)| json!({"path": f, "error": e})).collect::<Vec<_>>());
-                v["skipped"] =
-                    json!(report.skipped.iter().map(|(f, e)| json!({"path": f, "why": e})).collect::<Vec<_>>());
-                format!("{}\n", serde_json::to_string_pretty(&v)?)
-            }
+            "json" => format!("{}\n", serde_json::to_string_pretty(&report.to_json())?),
             "sarif" => {
                 let tool = noesis_review::SarifTool {
                     name: "noesis",
@@ -534,54 +421,20 @@ pub(crate) fn testgen(search: &SearchPath, a: TestgenArgs) -> anyhow::Result<Exi
     let rt = crate::memory::runtime()?;
     rt.block_on(async move {
         let s = setup().await?;
-        let cwd = std::env::current_dir()?;
         let out_dir = match &a.out {
-            Some(p) if p.is_absolute() => p.clone(),
-            Some(p) => cwd.join(p),
+            Some(p) => absolute(p)?,
             None => s.project.root.join("tests/noesis"),
         };
         let think = model(search, "testgen-spec", &a.provider, &s.config)?;
-        let parts: Arc<dyn noesis_plugin::PartHasher> = Arc::new(noesis_plugin::testgen::Signatures);
-        let mut core =
-            Core::open(s.store.as_ref(), &s.project, Some(parts), &crate::memory::store_files(), Timestamp::now())
-                .await?;
-        let files: Vec<String> = if a.changed {
-            let mut f: Vec<String> = core
-                .changed_files()
-                .iter()
-                .filter(|p| noesis_code::Lang::from_path(Path::new(p)).is_some())
-                .cloned()
-                .collect();
-            for i in core.invalidated() {
-                if let Some(fr) = core.frame(&i.frame_id).await?
-                    && let Some(rest) = fr.query.strip_prefix("testgen: ")
-                    && let Some((file, _)) = rest.split_once(' ')
-                {
-                    f.push(file.to_owned());
-                }
-            }
-            f.sort();
-            f.dedup();
-            f
+        let targets = if a.changed {
+            testgen::Targets::Changed
         } else {
-            let scope: Vec<PathBuf> =
-                a.paths.iter().map(|p| if p.is_absolute() { p.clone() } else { cwd.join(p) }).collect();
-            for p in &scope {
-                if !p.exists() {
-                    anyhow::bail!("{}: no such file or folder", p.display());
-                }
-            }
-            let mut exclude = crate::memory::store_files();
-            exclude.push(out_dir.clone());
-            let scan = noesis_frames::scan::scan_excluding(&s.project.root, &scope, &exclude)?;
-            scan.files.keys().filter(|p| noesis_code::Lang::from_path(Path::new(p)).is_some()).cloned().collect()
+            testgen::Targets::Paths(a.paths.iter().map(|p| absolute(p)).collect::<anyhow::Result<_>>()?)
         };
-        let plugin = noesis_plugin::testgen::Testgen::new(&s.project.root, &out_dir);
         let bar = crate::progress::Progress::spinner(a.quiet, "testgen");
-        let report = noesis_plugin::testgen::generate(&mut core, &plugin, &think, &files, &|f| {
-            bar.say(&format!("testgen: {f}"))
-        })
-        .await?;
+        let report =
+            testgen::generate_in(&s.setting(), &think, &targets, &out_dir, &|f| bar.say(&format!("testgen: {f}")))
+                .await?;
         bar.finish();
         let code = if report.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) };
         if a.json {

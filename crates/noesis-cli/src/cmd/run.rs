@@ -192,7 +192,7 @@ pub(crate) fn execute_module(search: &SearchPath, a: Args, composing: &Composing
             out::note(&format!("--- repaired: {r}"));
         }
     }
-    pending.record(&composed.envelope, &composed.steps);
+    crate::memory::record(pending, &composed.envelope, &composed.steps);
     out::json(&composed.envelope, a.pretty)?;
     if interrupted {
         return Ok(ExitCode::from(130));

@@ -42,6 +42,10 @@ pub(crate) struct Args {
     /// (`/agents/runs`, the dashboard's run pages). Off: those answer 403.
     #[arg(long)]
     agents: bool,
+    /// Let clients run the frame plugins (docs, review, testgen) on the
+    /// current project over HTTP (`/plugins/{name}`, progress as SSE).
+    #[arg(long)]
+    plugins: bool,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -202,6 +206,7 @@ pub(crate) fn ui(search: &SearchPath, a: UiArgs) -> anyhow::Result<ExitCode> {
         token: None,
         allow_host: a.allow_host,
         agents: a.agents,
+        plugins: false,
         tls_cert: None,
         tls_key: None,
         max_body: noesis_serve::http::DEFAULT_MAX_BODY,
@@ -295,6 +300,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let mut allow_hosts = config.serve.allow_hosts.clone();
     allow_hosts.extend(a.allow_host.iter().cloned());
     let agent_config = config.clone();
+    let docs_dir = std::path::PathBuf::from(config.frames.docs_dir.as_deref().unwrap_or("docs/noesis"));
     let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request. Looking at frames needs none.
@@ -334,12 +340,15 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
         pages: None,
         agents: None,
+        plugins: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let agents = agent_runs(&rt, search, agent_config, &providers, "http", policy)?;
+    let plugins = if a.plugins { plugin_runs(&rt, &service, docs_dir)? } else { None };
     let config = ServeConfig {
         pages: dashboard(&rt, &service, agents.as_ref()),
         agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
+        plugins: plugins.as_ref().map(noesis_serve::plugins::PluginRuns::router),
         ..config
     };
     let scheme = if config.tls.is_some() { "https" } else { "http" };
@@ -381,6 +390,9 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         server.run(shutdown_signal()).await?;
         if let Some(path) = &token_at {
             let _ = std::fs::remove_file(path);
+        }
+        if let Some(plugins) = &plugins {
+            plugins.shutdown();
         }
         if let Some(agents) = &agents {
             // Stopped as cancelled and marked: the next server resumes them.
@@ -438,6 +450,23 @@ pub(crate) fn agent_runs(
         noesis_agent::events::EventBus::new(1024),
         policy,
     )))
+}
+
+/// The frame plugins over HTTP on the current project, in the store in
+/// force, models run through `service`.
+fn plugin_runs(
+    rt: &tokio::runtime::Runtime,
+    service: &Arc<Service>,
+    docs_dir: std::path::PathBuf,
+) -> anyhow::Result<Option<Arc<noesis_serve::plugins::PluginRuns>>> {
+    let (project, store) = rt.block_on(crate::memory::context())?;
+    Ok(Some(Arc::new(noesis_serve::plugins::PluginRuns::new(
+        Arc::clone(service),
+        project,
+        Arc::from(store),
+        crate::memory::store_files(),
+        docs_dir,
+    ))))
 }
 
 /// Ctrl-C or SIGTERM.

@@ -401,9 +401,9 @@ async fn import(a: ImportArgs) -> anyhow::Result<ExitCode> {
     let root = project.root.clone();
     let hash_now = |name: &str| noesis_frames::scan::hash_file(&noesis_frames::project::resolve(&root, name)).ok();
     let mut imported =
-        crate::import::build(&t, &project, &session_id, &path.to_string_lossy(), Timestamp::now(), &hash_now)
+        noesis_plugins::import::build(&t, &project, &session_id, &path.to_string_lossy(), Timestamp::now(), &hash_now)
             .with_context(|| format!("{}: nothing was imported", path.display()))?;
-    crate::import::redact(&mut imported, &redactor);
+    noesis_plugins::import::redact(&mut imported, &redactor);
     store
         .record_session(&noesis_store::NewSession {
             kind: noesis_store::SessionKind::Transcript,

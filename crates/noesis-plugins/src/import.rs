@@ -13,7 +13,7 @@ use noesis_transcript::{PromptKind, Role, ToolCall, Transcript};
 
 /// The start of a prompt frame's context slice (`ask` finds an imported
 /// session's prompts by it).
-pub(crate) const PROMPT_SLICE: &str = "prompt at line";
+pub const PROMPT_SLICE: &str = "prompt at line";
 
 /// How much of a prompt or result a frame keeps.
 const TEXT: usize = 4000;
@@ -32,7 +32,7 @@ fn clip(s: &str, n: usize) -> String {
 /// A path as the session's files name it: project-relative when it lies in
 /// the project (the transcript's cwd standing in for the project root, since
 /// a transcript may come from another machine), else as written.
-pub(crate) fn project_path(path: &str, cwd: Option<&str>, root: &str) -> String {
+pub fn project_path(path: &str, cwd: Option<&str>, root: &str) -> String {
     for base in [Some(root), cwd].into_iter().flatten() {
         let base = base.trim_end_matches('/');
         if let Some(rest) = path.strip_prefix(base).and_then(|r| r.strip_prefix('/')) {
@@ -44,15 +44,16 @@ pub(crate) fn project_path(path: &str, cwd: Option<&str>, root: &str) -> String 
 
 /// What an import makes.
 #[derive(Debug, Clone)]
-pub(crate) struct Imported {
-    pub(crate) session: SessionArtifacts,
+pub struct Imported {
+    /// The session, its files and what it did to them.
+    pub session: SessionArtifacts,
     /// The root first, then parents before children.
-    pub(crate) frames: Vec<CausalFrame>,
+    pub frames: Vec<CausalFrame>,
 }
 
 /// Replaces secret values in every text the import keeps: prompts,
 /// conclusions, context slices and observations.
-pub(crate) fn redact(imported: &mut Imported, redactor: &noesis_sandbox::Redactor) {
+pub fn redact(imported: &mut Imported, redactor: &noesis_sandbox::Redactor) {
     if redactor.is_empty() {
         return;
     }
@@ -93,7 +94,7 @@ fn call_query(c: &ToolCall) -> String {
 /// Builds the session. `hash_now` gives the hash of a file on disk now (by
 /// its project path), used for files whose content the transcript does not
 /// show.
-pub(crate) fn build(
+pub fn build(
     t: &Transcript,
     project: &Project,
     session_id: &str,

@@ -9,10 +9,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use noesis_frames::project::Project;
 use noesis_frames::{CausalFrame, Draft, Evidence, FrameId, SessionArtifacts, SessionLink, Status, Timestamp};
-use noesis_plugin::recall::Recall;
 use noesis_plugin::{
     ContextSlice, Core, CoreError, ExternalPlugin, ExternalSpec, Plugin, PluginError, Step, Think, Thought,
 };
+use noesis_plugins::recall::Recall;
 use noesis_store::{FrameFilter, NewSession, SessionKind, SqlStore, Store};
 use serde_json::{Value, json};
 

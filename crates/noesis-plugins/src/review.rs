@@ -14,9 +14,9 @@ use noesis_review::{Finding, PastFinding, Principle, Promotion};
 use noesis_store::FrameFilter;
 use serde_json::{Value, json};
 
-use crate::boundary::{ContextSlice, CoreContext, Parsed, Plugin};
-use crate::core::{Core, Step, Think, Thought};
-use crate::{CoreError, PluginError};
+use noesis_plugin::{ContextSlice, Core, CoreContext, CoreError, Parsed, Plugin, PluginError, Step, Think, Thought};
+
+use crate::{Error, Setting};
 
 /// The query of a file's review frame.
 #[must_use]
@@ -400,9 +400,89 @@ pub async fn review(
     Ok(report)
 }
 
+/// Reviews `diff` in the project's session, with `think` as the model
+/// (`review-diff` on the command line); `progress` hears each file sent to
+/// the model.
+///
+/// # Errors
+/// A diff that cannot be read, or a store error.
+pub async fn review_in(
+    setting: &Setting<'_>,
+    think: &dyn Think,
+    diff: &str,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<ReviewReport, Error> {
+    let mut core = setting.core(None).await?;
+    let plugin = Review::new(&setting.project.root);
+    Ok(review(&mut core, &plugin, think, diff, progress).await?)
+}
+
+/// `git diff RANGE` in `root` (the working tree against `HEAD` without a
+/// range), as text.
+///
+/// # Errors
+/// A range that looks like an option, git missing or refusing, or a diff
+/// that is not UTF-8.
+pub fn git_diff(root: &Path, range: Option<&str>) -> Result<String, Error> {
+    let range = range.unwrap_or("HEAD");
+    // A range comes from a person or a client: never let it be an option.
+    if range.is_empty() || range.starts_with('-') {
+        return Err(Error::Invalid(format!("`{range}` is not a git range (such as main..HEAD)")));
+    }
+    let out = std::process::Command::new("git")
+        .current_dir(root)
+        .args(["diff", "--no-color", "--no-ext-diff", range, "--"])
+        .output()
+        .map_err(|e| Error::Invalid(format!("run git (is it installed?): {e}")))?;
+    if !out.status.success() {
+        return Err(Error::Invalid(format!("git diff {range}: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    String::from_utf8(out.stdout).map_err(|_| Error::Invalid("git diff printed something that is not UTF-8".into()))
+}
+
+impl ReviewReport {
+    /// One line saying what the review did.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        format!(
+            "{} file(s) reviewed ({} reused), {} finding(s), {} promoted to principles",
+            self.files.len(),
+            self.files.iter().filter(|f| f.reused).count(),
+            self.findings().len(),
+            self.promotions.len()
+        )
+    }
+
+    /// The report as JSON: the findings (`noesis_review::to_json`), the
+    /// files with their frames, promotions, failures and skipped files.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        let mut v = noesis_review::to_json(&self.findings(), &self.summary());
+        v["files"] = json!(
+            self.files
+                .iter()
+                .map(|f| json!({"path": f.path, "frame_id": f.frame.frame_id, "reused": f.reused}))
+                .collect::<Vec<_>>()
+        );
+        v["promotions"] = json!(self.promotions.iter().map(Promotion::principle).collect::<Vec<_>>());
+        v["failed"] = json!(self.failed.iter().map(|(f, e)| json!({"path": f, "error": e})).collect::<Vec<_>>());
+        v["skipped"] = json!(self.skipped.iter().map(|(f, e)| json!({"path": f, "why": e})).collect::<Vec<_>>());
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_git_range_is_never_an_option() {
+        let dir = tempfile::tempdir().unwrap();
+        for range in ["--output=/tmp/x", "-p", ""] {
+            let e = git_diff(dir.path(), Some(range)).unwrap_err();
+            assert!(matches!(&e, Error::Invalid(m) if m.contains("is not a git range")), "{range}: {e}");
+        }
+    }
 
     #[test]
     fn findings_on_other_files_are_left_out_and_named() {

@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use noesis_frames::{CausalFrame, FrameId, Status};
 use serde_json::{Value, json};
 
-use crate::PluginError;
-use crate::boundary::{ContextSlice, CoreContext, Parsed, Plugin};
+use noesis_plugin::PluginError;
+use noesis_plugin::{ContextSlice, CoreContext, Parsed, Plugin};
 
 /// The built-in default plugin.
 #[derive(Debug, Clone, Copy, Default)]

@@ -11,9 +11,9 @@ use noesis_frames::{CausalFrame, FileRef, FrameId, Status, Timestamp};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::boundary::{ContextSlice, CoreContext, Parsed, Plugin};
-use crate::core::{Core, Step, Think};
-use crate::{CoreError, PluginError};
+use noesis_plugin::{ContextSlice, Core, CoreContext, CoreError, Parsed, Plugin, PluginError, Step, Think};
+
+use crate::{Error, Setting};
 
 /// How much of each file the model is shown.
 const FILE_BUDGET: usize = 8 * 1024;
@@ -451,6 +451,103 @@ pub async fn sync(
         }
     }
     Ok(report)
+}
+
+/// The project's code units under `scope` (an absolute folder; the whole
+/// project when `None`), leaving out the docs folder `out`.
+///
+/// # Errors
+/// `scope` is not a folder, or the files cannot be scanned.
+pub fn units_in(setting: &Setting<'_>, scope: Option<&Path>, out: &Path) -> Result<Vec<Unit>, Error> {
+    if let Some(p) = scope
+        && !p.is_dir()
+    {
+        return Err(Error::Invalid(format!("{}: not a folder (docs are kept per folder of source)", p.display())));
+    }
+    let scope: Vec<PathBuf> = scope.map(Path::to_owned).into_iter().collect();
+    let files = setting.files(&scope, &[out.to_owned()])?;
+    Ok(units(files.iter().map(String::as_str)))
+}
+
+/// A scope folder as the project names it (`None`: the whole project).
+fn scope_name(setting: &Setting<'_>, scope: Option<&Path>) -> Option<String> {
+    let p = scope?;
+    let abs = p.canonicalize().unwrap_or_else(|_| p.to_owned());
+    Some(noesis_frames::project::relative_path(&setting.project.root, &abs))
+}
+
+/// Makes the node of every unit under `scope` (an absolute folder; the
+/// whole project when `None`) that needs one, into `out`, with `think` as the
+/// model (`docs-node` on the command line); `progress` hears each unit
+/// written. A sync of the project's session.
+///
+/// # Errors
+/// The scope is not a folder, the files cannot be scanned, or the store
+/// failed.
+pub async fn sync_in(
+    setting: &Setting<'_>,
+    think: &dyn Think,
+    scope: Option<&Path>,
+    out: &Path,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<SyncReport, Error> {
+    let units = units_in(setting, scope, out)?;
+    let mut core = setting.core(None).await?;
+    let plugin = Docs::new(&setting.project.root, out);
+    let under = scope_name(setting, scope);
+    Ok(sync(&mut core, &plugin, think, &units, under.as_deref(), progress).await?)
+}
+
+impl SyncReport {
+    /// The report as JSON: units removed, regenerated (with why), kept and
+    /// failed (with the error).
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        json!({"removed": self.removed,
+               "regenerated": self.regenerated.iter().map(|(u, w)| json!({"unit": u, "why": w})).collect::<Vec<_>>(),
+               "kept": self.kept,
+               "failed": self.failed.iter().map(|(u, e)| json!({"unit": u, "error": e})).collect::<Vec<_>>()})
+    }
+}
+
+/// What `docs status` found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DocsStatus {
+    /// How many units there are.
+    pub units: usize,
+    /// The units whose node is stale, with why (a node whose files are gone
+    /// among them).
+    pub stale: Vec<(String, String)>,
+}
+
+/// The stale nodes under `scope` in `out`, and why, without a model.
+///
+/// # Errors
+/// The scope is not a folder, the files cannot be scanned, or the store
+/// failed.
+pub async fn status_in(setting: &Setting<'_>, scope: Option<&Path>, out: &Path) -> Result<DocsStatus, Error> {
+    let units = units_in(setting, scope, out)?;
+    let core = setting.core(None).await?;
+    let plugin = Docs::new(&setting.project.root, out);
+    let under = scope_name(setting, scope);
+    let mut stale = Vec::new();
+    for (module, _) in orphans(&plugin, &units, under.as_deref()) {
+        stale.push((module, "its files are gone".to_owned()));
+    }
+    for u in &units {
+        if let Some(why) = staleness(&core, &plugin, u).await? {
+            stale.push((u.path.clone(), why.to_string()));
+        }
+    }
+    Ok(DocsStatus { units: units.len(), stale })
+}
+
+impl DocsStatus {
+    /// The status as JSON: how many units, and the stale ones with why.
+    #[must_use]
+    pub fn to_json(&self) -> Value {
+        json!({"units": self.units, "stale": self.stale.iter().map(|(u, w)| json!({"unit": u, "why": w})).collect::<Vec<_>>()})
+    }
 }
 
 #[cfg(test)]

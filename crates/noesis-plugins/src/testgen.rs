@@ -12,9 +12,9 @@ use noesis_code::{Function, Lang, TestSpec};
 use noesis_frames::{CausalFrame, FrameId, Status, Timestamp};
 use serde_json::{Value, json};
 
-use crate::boundary::{ContextSlice, CoreContext, Parsed, Plugin};
-use crate::core::{Core, PartHasher, Step, Think};
-use crate::{CoreError, PluginError};
+use noesis_plugin::{ContextSlice, Core, CoreContext, CoreError, Parsed, PartHasher, Plugin, PluginError, Step, Think};
+
+use crate::{Error, Setting};
 
 /// The part kind of a function's signature.
 pub const SIG: &str = "sig";
@@ -333,6 +333,63 @@ pub async fn generate(
         }
     }
     Ok(report)
+}
+
+/// Which files `testgen` writes tests for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Targets {
+    /// These files or folders (absolute paths).
+    Paths(Vec<PathBuf>),
+    /// The files changed since the session recorded them, and those whose
+    /// specs were invalidated.
+    Changed,
+}
+
+/// Writes specs and tests for `targets` into `out`, with `think` as the
+/// model (`testgen-spec` on the command line); `progress` hears each file.
+///
+/// # Errors
+/// A path that does not exist, files that cannot be scanned, or a store
+/// error.
+pub async fn generate_in(
+    setting: &Setting<'_>,
+    think: &dyn Think,
+    targets: &Targets,
+    out: &Path,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<TestgenReport, Error> {
+    let parts: std::sync::Arc<dyn PartHasher> = std::sync::Arc::new(Signatures);
+    let mut core = setting.core(Some(parts)).await?;
+    let testable = |p: &String| Lang::from_path(Path::new(p)).is_some();
+    let files: Vec<String> = match targets {
+        Targets::Changed => {
+            let mut f: Vec<String> = core.changed_files().iter().filter(|p| testable(p)).cloned().collect();
+            for i in core.invalidated() {
+                if let Some(fr) = core.frame(&i.frame_id).await?
+                    && let Some(rest) = fr.query.strip_prefix("testgen: ")
+                    && let Some((file, _)) = rest.split_once(' ')
+                {
+                    f.push(file.to_owned());
+                }
+            }
+            f.sort();
+            f.dedup();
+            f
+        }
+        Targets::Paths(paths) => {
+            if paths.is_empty() {
+                return Err(Error::Invalid("name the files to write tests for, or --changed".into()));
+            }
+            for p in paths {
+                if !p.exists() {
+                    return Err(Error::Invalid(format!("{}: no such file or folder", p.display())));
+                }
+            }
+            setting.files(paths, &[out.to_owned()])?.into_iter().filter(testable).collect()
+        }
+    };
+    let plugin = Testgen::new(&setting.project.root, out);
+    Ok(generate(&mut core, &plugin, think, &files, progress).await?)
 }
 
 #[cfg(test)]
