@@ -11,7 +11,8 @@
 //! - [`agent`]: an agent run as a value, driven with tools and approvals;
 //! - [`store`]: the SQLite (or PostgreSQL) store of runs, frames and sessions;
 //! - [`frames`]: causal frames, projects and sessions;
-//! - [`plugin`]: the frame core's plugin boundary;
+//! - [`plugin`]: the frame core's plugin boundary, and the built-in plugins
+//!   (`docs`, `review`, `testgen`, `ask`) as library calls;
 //! - [`sandbox`]: how a process a model chose runs confined;
 //! - [`workflow`]: the episode's state rules;
 //! - [`prelude`]: the names most programs want.
@@ -89,7 +90,10 @@ pub mod frames {
 pub mod plugin {
     pub use noesis_plugin::{
         ContextSlice, Core, CoreContext, CoreError, ExternalPlugin, ExternalSpec, Outcome, Parsed, Plugin, PluginError,
-        Step, Think, Thought, inside,
+        Step, Think, Thought,
+    };
+    pub use noesis_plugins::{
+        Error as PluginRunError, ModuleThink, Setting, ask, docs, inside, recall, review, testgen,
     };
 }
 
