@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use anyhow::Context;
-use noesis_frames::project::{Project, identify, name_for};
+use noesis_frames::project::{Project, identify, identify_cached, name_for};
 use noesis_runtime::compose::StepTrace;
 use noesis_store::Store;
 use serde_json::Value;
@@ -77,10 +77,15 @@ pub(crate) async fn open() -> anyhow::Result<Box<dyn Store>> {
         .map_err(|e| anyhow::anyhow!("{e}\nhint: pick another store with --store URL or NOESIS_STORE"))
 }
 
-/// The project of the current directory.
+/// The project of the current directory. A git repository's id is kept in
+/// `$NOESIS_HOME/cache/projects.json`, so a command in a known repository
+/// starts no `git` process (a short command's largest cost otherwise).
 pub(crate) fn project() -> anyhow::Result<Project> {
     let cwd = std::env::current_dir().context("no current directory")?;
-    Ok(identify(&cwd)?)
+    Ok(match home() {
+        Ok(home) => identify_cached(&cwd, &home.join("cache").join("projects.json"))?,
+        Err(_) => identify(&cwd)?,
+    })
 }
 
 /// The project and the store, with the project registered.

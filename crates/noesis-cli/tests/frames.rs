@@ -356,3 +356,37 @@ fn refine_pivot_and_backtrack_branch_the_tree() {
     assert_eq!(o.code, 2);
     assert!(o.stderr.contains("--query is empty"), "{}", o.stderr);
 }
+
+/// A command in a git repository it has seen finds the project without
+/// running `git`: the id is kept in `$NOESIS_HOME/cache/projects.json`.
+/// Shown with a PATH that has no git at all — the run's frame still carries
+/// the repository's id, and a sub-folder still names files from the top.
+#[test]
+fn a_known_repository_is_found_without_git() {
+    let w = Work::new();
+    w.write("src/app.py", "x = 1\n");
+    git_repo(&w);
+    let o = simplify(&w, "src/app.py");
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let id = frames(&w)[0]["project_id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("git:"), "{id}");
+    let cache: Value =
+        serde_json::from_slice(&std::fs::read(w.path().join("home/cache/projects.json")).unwrap()).unwrap();
+    let top = w.path().canonicalize().unwrap();
+    assert_eq!(cache[top.to_str().unwrap()]["id"], id.as_str(), "{cache}");
+
+    // No git on the PATH: only the cache can give the id now.
+    let no_git = tempfile::tempdir().unwrap();
+    let o = output(noesis(&w).current_dir(w.path().join("src")).env("PATH", no_git.path()).args([
+        "run",
+        "code-simplifier",
+        "--provider",
+        "test",
+        "--file",
+        "code=app.py",
+    ]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let all = frames(&w);
+    assert!(all.iter().all(|f| f["project_id"] == id.as_str()), "{all:?}");
+    assert!(all.iter().all(|f| f["evidence"][0]["path"] == "src/app.py"), "{all:?}");
+}

@@ -49,11 +49,22 @@ pub fn identify(dir: &Path) -> Result<Project, FramesError> {
 /// submodule) upwards, without running git; with the identity of that
 /// `.git` entry (device and inode), which a fresh clone in the same place
 /// does not share.
-fn git_top(dir: &Path) -> Option<(PathBuf, (u64, u64))> {
+/// The `.git` entry's identity: device, inode and birth time (nanoseconds;
+/// 0 where the file system keeps none). The birth time tells a repository
+/// made again in the same place apart even when its `.git` gets the inode
+/// the old one had.
+type GitIdentity = (u64, u64, u64);
+
+fn git_top(dir: &Path) -> Option<(PathBuf, GitIdentity)> {
     use std::os::unix::fs::MetadataExt;
     dir.ancestors().find_map(|d| {
         let meta = std::fs::metadata(d.join(".git")).ok()?;
-        Some((d.to_path_buf(), (meta.dev(), meta.ino())))
+        let born = meta
+            .created()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |t| u64::try_from(t.as_nanos()).unwrap_or(u64::MAX));
+        Some((d.to_path_buf(), (meta.dev(), meta.ino(), born)))
     })
 }
 
@@ -76,13 +87,17 @@ pub fn identify_cached(dir: &Path, cache: &Path) -> Result<Project, FramesError>
     if let Some(entry) = known.get(&key)
         && entry["dev"].as_u64() == Some(identity.0)
         && entry["ino"].as_u64() == Some(identity.1)
+        && entry["born"].as_u64() == Some(identity.2)
         && let Some(id) = entry["id"].as_str()
     {
         return Ok(Project { project_id: id.to_owned(), root: top });
     }
     let project = identify(&canonical)?;
     if project.project_id.starts_with("git:") && project.root == top {
-        known.insert(key, serde_json::json!({"id": project.project_id, "dev": identity.0, "ino": identity.1}));
+        known.insert(
+            key,
+            serde_json::json!({"id": project.project_id, "dev": identity.0, "ino": identity.1, "born": identity.2}),
+        );
         if let Some(parent) = cache.parent() {
             let _ = std::fs::create_dir_all(parent);
         }
