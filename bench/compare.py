@@ -4,6 +4,11 @@ Both programs talk to the same fake OpenAI server (fake-llm), which answers
 every request with code-simplifier's case1 `$example`. Runs are interleaved so
 machine noise hits both alike. Every run's output is checked: a run that does
 not return `ok: true` aborts the benchmark rather than timing a failure.
+
+The short path (`state get`, `agent list`) has no counterpart in the reference
+CLI; it is timed for noesis alone, in a git project of its own with a store of
+its own, so the figures include opening the SQLite store and finding the
+project.
 """
 
 import argparse
@@ -12,12 +17,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 
-def timed(cmd, env, check_ok):
+def timed(cmd, env, check_ok, cwd=None):
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=cwd)
     dt = time.perf_counter() - t0
     if check_ok:
         last = [l for l in p.stdout.strip().splitlines() if l.startswith("{")]
@@ -66,8 +72,34 @@ def main():
                 b.append(timed(theirs, env, check))
             ma, mb = statistics.median(a), statistics.median(b)
             print(f"{name:36} {ma * 1000:8.2f}ms {mb * 1000:9.1f}ms {mb / ma:7.1f}x")
+        short_path(args, env)
     finally:
         fake.kill()
+
+
+def short_path(args, env):
+    """noesis-only commands that a hook or an editor runs many times."""
+    with tempfile.TemporaryDirectory() as tmp:
+        project = os.path.join(tmp, "project")
+        os.makedirs(project)
+        git = ["git", "-C", project, "-c", "user.name=bench", "-c", "user.email=bench@invalid"]
+        subprocess.run(["git", "init", "-q", project], check=True)
+        subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "root"], check=True)
+        env = dict(env, NOESIS_HOME=os.path.join(tmp, "home"))
+        env.pop("NOESIS_STORE", None)
+        subprocess.run([args.noesis, "state", "init", "bench the short path"], env=env, check=True,
+                       capture_output=True, cwd=project)
+        cases = {
+            "state get": [args.noesis, "state", "get", "user_query"],
+            "agent list": [args.noesis, "agent", "list"],
+            "run code-simplifier in a project": [args.noesis, "run", args.module, "--input",
+                                                 os.path.join(args.module, "tests", "case1.input.json")],
+        }
+        for name, cmd in cases.items():
+            check = name.startswith("run")
+            timed(cmd, env, check, project)
+            runs = [timed(cmd, env, check, project) for _ in range(args.runs)]
+            print(f"{name:36} {statistics.median(runs) * 1000:8.2f}ms {'-':>11} {'-':>8}")
 
 
 if __name__ == "__main__":

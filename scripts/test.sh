@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 . scripts/python-deps.sh
 . scripts/browser.sh
 . scripts/mcp-servers.sh
+. scripts/book.sh
 need_cargo
 # Tests that need something outside the workspace are required: a missing
 # dependency fails them. Each has one opt-out, which skips them instead:
@@ -16,6 +17,7 @@ need_cargo
 #   NOESIS_SKIP_BROWSER=1      the dashboard in headless Chromium (Playwright)
 #   NOESIS_SKIP_MCP_SERVERS=1  the MCP client against third-party MCP servers
 #   NOESIS_SKIP_PYTEST=1       `noesis solve` on a Python project tested by pytest
+#   NOESIS_SKIP_BOOK=1         the book under docs/ (mdbook build) and its link check
 # Every skip is logged, and the run ends with a summary of them.
 opted_out() { case "${!1:-}" in "" | 0 | false | FALSE | False) return 1 ;; *) return 0 ;; esac; }
 
@@ -33,6 +35,8 @@ opted_out NOESIS_SKIP_BROWSER || install_browser
 opted_out NOESIS_SKIP_MCP_SERVERS || install_mcp_servers
 # tests/solve.rs runs a Python project's tests with pytest.
 opted_out NOESIS_SKIP_PYTEST || install_pytest
+# The book under docs/ is built with a pinned mdbook.
+opted_out NOESIS_SKIP_BOOK || install_mdbook
 
 NOESIS_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/noesis-skips.XXXXXX")"
 export NOESIS_SKIP_LOG
@@ -51,6 +55,19 @@ skip_summary() {
   return $status
 }
 trap skip_summary EXIT
+
+# The book builds, and no relative link in it, the README or ARCHITECTURE.md
+# leads nowhere (a missing page or #anchor); other sites are not fetched.
+if opted_out NOESIS_SKIP_BOOK; then
+  printf 'book\tNOESIS_SKIP_BOOK\tmdbook build docs and the link check\tthe book was not built\n' >> "$NOESIS_SKIP_LOG"
+  echo "SKIPPED the book: NOESIS_SKIP_BOOK is set" >&2
+else
+  echo "==> mdbook build docs, link check" >&2
+  rm -rf docs/book
+  mdbook build docs >&2
+  python3 scripts/check_links.py --self-test
+  python3 scripts/check_links.py docs/book README.md ARCHITECTURE.md
+fi
 
 echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check >&2
@@ -77,3 +94,13 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   cargo test --workspace --locked --no-fail-fast
 fi
+# The façade's examples are programs a newcomer copies: each asserts what it
+# shows and must run to the end. Built with the whole workspace (the same
+# feature set as the tests, so nothing is compiled twice), then run.
+echo "==> examples of the noesis crate" >&2
+cargo build --workspace --examples --locked >&2
+for example in crates/noesis/examples/*.rs; do
+  name="$(basename "$example" .rs)"
+  echo "    $name" >&2
+  "$CARGO_TARGET_DIR/debug/examples/$name" >&2
+done

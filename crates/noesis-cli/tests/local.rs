@@ -54,13 +54,14 @@ fn without_the_model_nothing_runs_and_the_error_says_how_to_install_it() {
 }
 
 /// Issue 31: the README said that with no provider a run fell back to the
-/// test model, while the binary refuses (the test above).
+/// test model, while the binary refuses (the test above). The paragraph is
+/// now in the book's chapter on providers.
 #[test]
-fn the_readme_says_what_a_run_with_no_provider_does() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
-    let start = readme.find("\nChoosing: ").expect("the README's paragraph on choosing a provider");
-    let end = readme[start + 1..].find("\n\n").map_or(readme.len(), |e| start + 1 + e);
-    let choosing = readme[start..end].split_whitespace().collect::<Vec<_>>().join(" ");
+fn the_book_says_what_a_run_with_no_provider_does() {
+    let book = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src/providers.md")).unwrap();
+    let start = book.find("\nChoosing: ").expect("the book's paragraph on choosing a provider");
+    let end = book[start + 1..].find("\n\n").map_or(book.len(), |e| start + 1 + e);
+    let choosing = book[start..end].split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(!choosing.contains("else the test model"), "{choosing}");
     assert!(choosing.contains("else nothing runs (exit 2") && choosing.contains("`--provider test`"), "{choosing}");
 }

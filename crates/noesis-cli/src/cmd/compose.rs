@@ -4,8 +4,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use noesis_modules::search::SearchPath;
-use noesis_runtime::compose::StepTrace;
+use noesis::module::{SearchPath, StepTrace};
 
 use super::run::{Composing, execute_module};
 use crate::out;

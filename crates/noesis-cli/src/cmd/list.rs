@@ -1,6 +1,6 @@
 use std::process::ExitCode;
 
-use noesis_modules::search::SearchPath;
+use noesis::module::{Found, SearchPath};
 use serde_json::json;
 
 use super::location;
@@ -34,7 +34,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     for l in search.list() {
         let loc = location(&l.found);
         let from = match &l.found {
-            noesis_modules::search::Found::Dir(d) => origin(d, &l.name),
+            Found::Dir(d) => origin(d, &l.name),
             _ => None,
         };
         let mut row = match l.found.load() {

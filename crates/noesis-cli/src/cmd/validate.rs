@@ -1,8 +1,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use noesis_modules::search::SearchPath;
-use noesis_modules::validate_envelope;
+use noesis::module::{Found, SearchPath, validate_envelope};
 use serde_json::Value;
 
 use super::{Loaded, load};
@@ -31,9 +30,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let mut problems = module.warnings.clone();
-    if let noesis_modules::search::Found::Dir(dir) =
-        search.resolve(&name).unwrap_or(noesis_modules::search::Found::Builtin(""))
-    {
+    if let Found::Dir(dir) = search.resolve(&name).unwrap_or(Found::Builtin("")) {
         for t in &module.manifest.tests {
             for file in t.split("->").map(str::trim) {
                 if !dir.join(file).is_file() {
