@@ -919,3 +919,43 @@ fn serve_over_tls_with_the_files_given_and_names_a_file_it_cannot_use() {
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("without a token"), "TLS is no credential: {}", o.stderr);
 }
+
+/// `POST path` with `body` and the token; the raw response (an SSE stream
+/// is not JSON).
+fn http_raw(addr: &str, path: &str, body: &Value, token: &str) -> String {
+    let mut conn = TcpStream::connect(addr).unwrap();
+    conn.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body = body.to_string();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\nauthorization: Bearer {token}\r\n\r\n{body}",
+        body.len()
+    );
+    conn.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    raw
+}
+
+#[test]
+fn plugins_are_served_only_with_the_flag_and_stream_their_report() {
+    let work = Work::new();
+    work.write("calc/add.py", "def add(a, b):\n    return a + b\n");
+    let fake = FakeServer::start(vec![]).unwrap();
+    let base_url = fake.base_url();
+    let envs = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let status = json!({"status": true});
+    {
+        let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini"], &envs);
+        let (code, env) = http(&s.addr, "POST", "/plugins/docs", Some(&status), Some(&s.token));
+        assert_eq!(code, 404, "no plugin routes without --plugins: {env}");
+    }
+    let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--plugins"], &envs);
+    let raw = http_raw(&s.addr, "/plugins/docs", &status, &s.token);
+    assert!(raw.starts_with("HTTP/1.1 200") && raw.contains("text/event-stream"), "{raw}");
+    let report = raw.split("event: report\ndata: ").nth(1).and_then(|r| r.lines().next()).expect(&raw);
+    let report: Value = serde_json::from_str(report).unwrap();
+    // The project is the server's folder: one unit, with no node yet.
+    assert_eq!(report["units"], 1, "{report}");
+    assert_eq!(report["stale"][0]["unit"], "calc", "{report}");
+    assert!(fake.received().is_empty(), "status asks no model");
+}

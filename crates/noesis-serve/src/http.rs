@@ -9,6 +9,7 @@
 //! | `POST /run/stream` | the same body → `text/event-stream`: `text` events (a JSON string each) as the model writes, then one `envelope` event |
 //! | `POST /compose` | the same body → the envelope, with every step of the composition in `meta.steps` |
 //! | `GET /openapi.json` | the OpenAPI 3.1 description of these routes |
+//! | `GET /plugins`, `POST /plugins/{name}` | with [`ServeConfig::plugins`]: the frame plugins ([`crate::plugins`]) |
 //!
 //! Every error body is a v2.2 failure envelope. The HTTP status says whether
 //! the server could do what was asked; `ok` says whether the module

@@ -459,7 +459,18 @@ async fn token_is_required_off_loopback_and_checked_when_set() {
 
 #[tokio::test]
 async fn openapi_describes_every_route() {
-    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |_| {}).await;
+    // With the plugin routes on (`noesis serve --plugins`), over an empty
+    // project.
+    let (project, store_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = noesis_store::open(&store_dir.path().join("noesis.db").to_string_lossy()).await.unwrap();
+    let plugins = Arc::new(noesis_serve::plugins::PluginRuns::new(
+        Arc::new(Service::new(SearchPath::default(), Arc::new(Fake { base_url: "http://127.0.0.1:9".into() }))),
+        noesis_frames::project::identify(project.path()).unwrap(),
+        Arc::from(store),
+        Vec::new(),
+        "docs/noesis".into(),
+    ));
+    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |c| c.plugins = Some(plugins.router())).await;
     let (status, doc) = body(client().get(s.url("/openapi.json")).send().await.unwrap()).await;
     assert_eq!(status, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
@@ -477,6 +488,8 @@ async fn openapi_describes_every_route() {
         ("get", "/agents/runs/{id}/events"),
         ("post", "/agents/runs/{id}/approvals"),
         ("post", "/agents/runs/{id}/cancel"),
+        ("get", "/plugins"),
+        ("post", "/plugins/{name}"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     for (method, path) in routes {

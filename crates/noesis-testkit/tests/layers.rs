@@ -31,11 +31,13 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["noesis-plugins"],
             // The agent host: tools, MCP servers, router and budgets of a run.
             &["noesis-host"],
+            // Settings and trust rules, read by the host (they name agent
+            // permissions and MCP servers).
+            &["noesis-config"],
             &["noesis-mcp"],
             &["noesis-agent"],
             // The plugin boundary knows no plugin; module runs know no agent.
             &["noesis-plugin", "noesis-runtime"],
-            &["noesis-config"],
         ],
     ),
     ("boundary", &[&["noesis-sandbox"]]),
