@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use noesis_agent::{Permissions, Progress};
+use noesis_agent::{Decision, Pending, Permissions, Progress};
 use noesis_llm::{PriceTable, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_store::{Store, StoreError};
@@ -43,6 +43,35 @@ pub trait Observer: Send + Sync {
 pub struct Silent;
 
 impl Observer for Silent {}
+
+/// Decides CODER's calls that a rule says to ask a person about.
+#[async_trait::async_trait]
+pub trait Approver: Send + Sync {
+    /// A decision for each pending call of run `run_id`.
+    async fn decide(&self, run_id: &str, pending: Vec<Pending>) -> Vec<Decision>;
+}
+
+/// No person is there (the CLI's `solve`): every such call is denied and
+/// the model told, and the run goes on.
+pub struct NoOne;
+
+/// What the model is told when [`NoOne`] denies a call.
+pub const NO_ONE: &str = "solve asks no one: a rule asks a person about this call, so it does not run";
+
+#[async_trait::async_trait]
+impl Approver for NoOne {
+    async fn decide(&self, _run_id: &str, pending: Vec<Pending>) -> Vec<Decision> {
+        pending
+            .into_iter()
+            .map(|p| Decision {
+                call_id: p.call_id,
+                tool: p.tool,
+                arguments_hash: p.arguments_hash,
+                verdict: noesis_agent::Verdict::Deny { message: Some(NO_ONE.into()) },
+            })
+            .collect()
+    }
+}
 
 /// Why an episode could not go on. The state keeps the last node boundary
 /// written, so `--resume` continues from it.
@@ -213,6 +242,8 @@ pub struct Driver {
     pub redactor: Arc<noesis_sandbox::Redactor>,
     /// Who watches.
     pub observer: Arc<dyn Observer>,
+    /// Who decides CODER's calls a rule asks about ([`NoOne`] in the CLI).
+    pub approver: Arc<dyn Approver>,
 }
 
 fn now() -> String {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, Checkpoint, Decision, Permissions, RunConfig, Toolbox, Workspace,
+    Action, AgentRun, ApprovalPolicy, Checkpoint, Permissions, RunConfig, Toolbox, Workspace,
 };
 use noesis_llm::ChatResponse;
 use noesis_store::{AgentState, Store};
@@ -89,25 +89,16 @@ impl Driver {
                 ..noesis_agent::Driver::new(self.provider.as_ref(), Arc::clone(&tools))
             };
             let mut keep = Keep { store: self.store(), project_id: self.states.project_id.clone() };
-            // Only an `ask` rule makes CODER wait: no person is there, so
-            // the call is denied and the model told, and the run goes on.
+            // Only an `ask` rule makes CODER wait: the approver decides (in
+            // the CLI no person is there, so the call is denied and the
+            // model told, and the run goes on).
             loop {
                 let action = driver
                     .drive(&mut run, &mut keep)
                     .await
                     .map_err(|e| DriveError::failed(format!("CODER's run {run_id}"), e))?;
                 let Action::AwaitApproval(pending) = action else { break };
-                let message =
-                    Some("solve asks no one: a rule asks a person about this call, so it does not run".into());
-                let denied: Vec<Decision> = pending
-                    .into_iter()
-                    .map(|p| Decision {
-                        call_id: p.call_id,
-                        tool: p.tool,
-                        arguments_hash: p.arguments_hash,
-                        verdict: noesis_agent::Verdict::Deny { message: message.clone() },
-                    })
-                    .collect();
+                let denied = self.approver.decide(&run_id, pending).await;
                 run.decide(&denied).map_err(|e| DriveError::failed(format!("CODER's run {run_id}"), e))?;
             }
         }
