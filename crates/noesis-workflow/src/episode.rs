@@ -504,7 +504,14 @@ impl Episode {
             return Ok(self.queue.remove(0));
         }
         let step = match std::mem::replace(&mut self.phase, Phase::Boundary) {
-            Phase::Boundary => self.boundary()?,
+            Phase::Boundary => match self.boundary() {
+                Ok(step) => step,
+                Err(e) => {
+                    // The heading of a node that cannot run is not told.
+                    self.queue.clear();
+                    return Err(e);
+                }
+            },
             Phase::Coder => self.coder_run(),
             Phase::Judge { verdict } => self.judge(verdict),
             Phase::Restore { verdict, snapshot } => {

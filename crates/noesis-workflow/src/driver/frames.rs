@@ -132,7 +132,7 @@ impl Driver {
             conversation_log: None,
             created_at: now,
         };
-        self.store
+        self.store()
             .record_session(&noesis_store::NewSession {
                 kind: noesis_store::SessionKind::Episode,
                 artifacts: &session,
