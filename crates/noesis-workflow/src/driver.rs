@@ -152,8 +152,9 @@ pub fn sandbox_settings(
     given: impl FnOnce() -> noesis_sandbox::Settings,
 ) -> Result<noesis_sandbox::Settings, DriveError> {
     let mut settings = match unfinished(head).filter(|_| resume).and_then(|h| h.episode.get("sandbox").cloned()) {
-        Some(v) => serde_json::from_value(v)
-            .map_err(|e| DriveError::failed("the episode's recorded sandbox settings", e))?,
+        Some(v) => {
+            serde_json::from_value(v).map_err(|e| DriveError::failed("the episode's recorded sandbox settings", e))?
+        }
         None => given(),
     };
     settings.set_env.insert("PYTHONDONTWRITEBYTECODE".into(), "1".into());
@@ -409,9 +410,8 @@ impl Driver {
     /// Snapshots the workspace for `attempt`; the manifest's path and how
     /// many files it holds.
     fn snapshot(&self, previous: Option<&str>, attempt: u64, head: &Head) -> Result<(String, usize), DriveError> {
-        let previous = previous
-            .and_then(|p| std::fs::read(p).ok())
-            .and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok());
+        let previous =
+            previous.and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice::<Snapshot>(&b).ok());
         let snap = snapshot::take(&self.workspace, &self.blobs, previous.as_ref())?;
         let id = head.state["episode_id"].as_str().unwrap_or("episode");
         let path = self.blobs.with_file_name(format!("{id}-{attempt}.json"));

@@ -499,6 +499,8 @@ impl Episode {
 
     /// What to do now. A [`Step::Note`] or [`Step::Warn`] needs no answer;
     /// every other step waits for its result before the next call.
+    // Not an iterator: every step but a note waits for its result first.
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> Result<Step, EpisodeError> {
         if !self.queue.is_empty() {
             return Ok(self.queue.remove(0));
@@ -775,8 +777,11 @@ impl Episode {
         let run_id = run_id.clone();
         self.note(format!("    snapshot: {files} files"));
         let record = |key: &str, value: Value| Op::Record { key: key.into(), value };
-        let ops =
-            vec![record("snapshot", json!(manifest)), record("last_manifest", json!(manifest)), record("coder_run", json!(run_id))];
+        let ops = vec![
+            record("snapshot", json!(manifest)),
+            record("last_manifest", json!(manifest)),
+            record("coder_run", json!(run_id)),
+        ];
         let step = self.commit("CODER (snapshot)", ops, Phase::Coder);
         self.queue.push(step);
         Ok(())
@@ -793,7 +798,8 @@ impl Episode {
             self.note(format!("    refused: CODER may not change {} (they judge it)", report.refused.join(", ")));
         }
         let mut files = Map::new();
-        for (paths, role) in [(&changes.modified, "modified"), (&changes.created, "created"), (&changes.deleted, "deleted")]
+        for (paths, role) in
+            [(&changes.modified, "modified"), (&changes.created, "created"), (&changes.deleted, "deleted")]
         {
             for p in paths {
                 files.insert(p.clone(), json!(role));
@@ -853,8 +859,7 @@ impl Episode {
                 let files = ai_files(&self.head.state);
                 match tests.iter().find(|t| judge::is_plain_pytest(t)).map(|t| judge::pytest_program(t)) {
                     Some(runner) if !files.is_empty() => {
-                        let commands =
-                            files.iter().map(|f| format!("{runner} -q '{}'", f.replace('\'', ""))).collect();
+                        let commands = files.iter().map(|f| format!("{runner} -q '{}'", f.replace('\'', ""))).collect();
                         let step = self.run_tests(TestSet::Ai, commands);
                         self.phase = Phase::Ai { public: results, files };
                         self.queue.push(step);
@@ -950,10 +955,8 @@ impl Episode {
             return self.refuse("a diff");
         };
         let record = Verdict { reverting: serde_json::to_value(reverting).unwrap_or(Value::Null), ..verdict.clone() };
-        let ops = vec![Op::Record {
-            key: "regression".into(),
-            value: serde_json::to_value(&record).unwrap_or(Value::Null),
-        }];
+        let ops =
+            vec![Op::Record { key: "regression".into(), value: serde_json::to_value(&record).unwrap_or(Value::Null) }];
         let step = self.commit("VERIFIER (regression)", ops, Phase::Restore { verdict, snapshot });
         self.queue.push(step);
         Ok(())

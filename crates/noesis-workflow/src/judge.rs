@@ -209,10 +209,7 @@ mod tests {
     fn judged_files_name_tests_anchors_and_test_files_but_not_codes_own() {
         let mut snap = Snapshot::default();
         for p in ["calc.py", "tests/test_calc.py", "pkg/test_mine.py", "conftest.py", "web/a.spec.js", "suite/x.py"] {
-            snap.entries.insert(
-                p.into(),
-                crate::snapshot::Entry::Symlink { target: std::path::PathBuf::from("x") },
-            );
+            snap.entries.insert(p.into(), crate::snapshot::Entry::Symlink { target: std::path::PathBuf::from("x") });
         }
         snap.dirs.insert("suite".into());
         let tests = vec!["pytest -q 'suite' --junitxml=report.xml".to_owned()];
@@ -230,7 +227,8 @@ mod tests {
 
     #[test]
     fn refusals_are_read_from_the_error_texts_once_each() {
-        let errors = ["refused: `tests/t.py` is a protected path", "other", "refused: `tests/t.py` is a protected path"];
+        let errors =
+            ["refused: `tests/t.py` is a protected path", "other", "refused: `tests/t.py` is a protected path"];
         assert_eq!(protected_refusals(errors), ["tests/t.py"]);
     }
 
@@ -240,7 +238,9 @@ mod tests {
                            "critiques": [{"attempt": 0, "critique": "wrong sign"}],
                            "problem_reflection": {"goal": "add adds"}});
         let task = coder_task(&state, &["pytest -q".into()]);
-        assert!(task.starts_with("fix add\n\nApproach: use +\n\nPlan:\n1. edit\n\nAn earlier attempt failed: wrong sign\n"));
+        assert!(
+            task.starts_with("fix add\n\nApproach: use +\n\nPlan:\n1. edit\n\nAn earlier attempt failed: wrong sign\n")
+        );
         assert!(task.ends_with("these commands pass: pytest -q. Tests that pass now must keep passing."));
         let episode = json!({"failing": [{"test": "t::a", "command": "pytest", "exit_code": 1}]});
         assert_eq!(

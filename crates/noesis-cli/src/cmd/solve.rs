@@ -116,8 +116,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
         let ws = Workspace::new(&workspace).with_context(|| format!("the workspace {}", workspace.display()))?;
         let permissions = super::agent::rules::operator(&config, &a.rules, &commands, &ws)?;
-        let blobs =
-            crate::memory::home()?.join("snapshots").join(versions::project_hash(&project.root)).join("blobs");
+        let blobs = crate::memory::home()?.join("snapshots").join(versions::project_hash(&project.root)).join("blobs");
         let provider = super::agent::with_text_tools(crate::provider::select(&a.provider, &config, None)?, &config);
         let driver = Driver {
             search: search.clone(),

@@ -4,9 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, Checkpoint, Permissions, RunConfig, Toolbox, Workspace,
-};
+use noesis_agent::{Action, AgentRun, ApprovalPolicy, Checkpoint, Permissions, RunConfig, Toolbox, Workspace};
 use noesis_llm::ChatResponse;
 use noesis_store::{AgentState, Store};
 use serde_json::{Value, json};
@@ -48,8 +46,8 @@ impl Driver {
         let permissions = self.coder_permissions(c, &snap)?;
         let mut run = match self.store().agent_state(&run_id, None).await? {
             Some(stored) => {
-                let mut run =
-                    AgentRun::from_json(&stored.state).map_err(|e| DriveError::failed(format!("agent run {run_id}"), e))?;
+                let mut run = AgentRun::from_json(&stored.state)
+                    .map_err(|e| DriveError::failed(format!("agent run {run_id}"), e))?;
                 if !run.config.permissions.has_rules() {
                     run.config.permissions = permissions;
                 }

@@ -188,5 +188,4 @@ impl Driver {
         }
         Ok(files)
     }
-
 }

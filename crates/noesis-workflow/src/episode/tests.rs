@@ -317,7 +317,10 @@ fn coder_resumes_its_recorded_run_without_a_new_snapshot() {
         .unwrap();
     sim.step();
     let h = sim.last();
-    assert_eq!(h.state["error_log"][0], json!({"type": "protected_write", "run": "ep1-coder-0", "paths": ["tests/test_calc.py"]}));
+    assert_eq!(
+        h.state["error_log"][0],
+        json!({"type": "protected_write", "run": "ep1-coder-0", "paths": ["tests/test_calc.py"]})
+    );
     assert_eq!(h.state["test_results"]["ai_tests"], json!([]), "a test file that is gone is no longer CODER's test");
     assert!(sim.notes.contains(&"    refused: CODER may not change tests/test_calc.py (they judge it)".to_owned()));
 }
