@@ -116,6 +116,9 @@ pub struct ServeConfig {
     /// The agent-run routes ([`crate::agents::AgentRuns::router`]), behind
     /// the same token rules, body limit and error envelopes.
     pub agents: Option<Router>,
+    /// The episode routes ([`crate::episodes::Episodes::router`]), behind
+    /// the same token rules, body limit and error envelopes.
+    pub episodes: Option<Router>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -131,6 +134,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("access_log", &self.access_log.is_some())
             .field("pages", &self.pages.is_some())
             .field("agents", &self.agents.is_some())
+            .field("episodes", &self.episodes.is_some())
             .finish()
     }
 }
@@ -148,6 +152,7 @@ impl Default for ServeConfig {
             access_log: None,
             pages: None,
             agents: None,
+            episodes: None,
         }
     }
 }
@@ -327,6 +332,9 @@ fn router(state: &Arc<AppState>, config: &ServeConfig) -> Router {
     }
     if let Some(agents) = &config.agents {
         app = app.merge(agents.clone());
+    }
+    if let Some(episodes) = &config.episodes {
+        app = app.merge(episodes.clone());
     }
     app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

@@ -7,7 +7,8 @@
 //! [`http`] puts it on an axum router (`noesis serve`), behind
 //! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
 //! certificate, [`tls`]; [`agents`] runs agents for its clients within the
-//! operator's [`admission`] policy.
+//! operator's [`admission`] policy, and [`episodes`] runs `solve` episodes
+//! (noesis-workflow's driver) on the server's project.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No
@@ -42,6 +43,7 @@
 pub mod access;
 pub mod admission;
 pub mod agents;
+pub mod episodes;
 pub mod http;
 pub mod mcp;
 pub mod service;

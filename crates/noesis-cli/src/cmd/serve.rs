@@ -334,6 +334,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
         pages: None,
         agents: None,
+        episodes: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let agents = agent_runs(&rt, search, agent_config, &providers, "http", policy)?;
