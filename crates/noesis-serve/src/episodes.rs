@@ -354,6 +354,18 @@ impl Episodes {
     }
 }
 
+/// The routes of a server that runs no episodes: starting or steering one
+/// answers 403 naming `--episodes`.
+pub fn off() -> Router {
+    async fn refused() -> Response {
+        crate::http::refusal(
+            StatusCode::FORBIDDEN,
+            Failure::new(ErrorCode::E4007, EPISODES_OFF).suggest("run `noesis solve` in the project instead"),
+        )
+    }
+    Router::new().route("/episodes", post(refused)).route("/episodes/{id}/approvals", post(refused))
+}
+
 type St = State<Arc<Episodes>>;
 
 fn refusal((status, code, message): Refusal) -> Response {

@@ -42,6 +42,10 @@ pub(crate) struct Args {
     /// (`/agents/runs`, the dashboard's run pages). Off: those answer 403.
     #[arg(long)]
     agents: bool,
+    /// Let clients start and steer `solve` episodes on this project over
+    /// HTTP (`POST /episodes`). Off: that answers 403.
+    #[arg(long)]
+    episodes: bool,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -202,6 +206,7 @@ pub(crate) fn ui(search: &SearchPath, a: UiArgs) -> anyhow::Result<ExitCode> {
         token: None,
         allow_host: a.allow_host,
         agents: a.agents,
+        episodes: false,
         tls_cert: None,
         tls_key: None,
         max_body: noesis_serve::http::DEFAULT_MAX_BODY,
@@ -295,6 +300,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let mut allow_hosts = config.serve.allow_hosts.clone();
     allow_hosts.extend(a.allow_host.iter().cloned());
     let agent_config = config.clone();
+    let episode_config = config.clone();
     let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request. Looking at frames needs none.
@@ -338,9 +344,16 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let agents = agent_runs(&rt, search, agent_config, &providers, "http", policy)?;
+    let episodes = match a.episodes {
+        true => super::episodes::episodes(&rt, search, episode_config, a.host.provider.clone())?,
+        false => None,
+    };
     let config = ServeConfig {
         pages: dashboard(&rt, &service, agents.as_ref()),
         agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
+        episodes: Some(
+            episodes.as_ref().map_or_else(noesis_serve::episodes::off, noesis_serve::episodes::Episodes::router),
+        ),
         ..config
     };
     let scheme = if config.tls.is_some() { "https" } else { "http" };
@@ -386,6 +399,11 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         if let Some(agents) = &agents {
             // Stopped as cancelled and marked: the next server resumes them.
             agents.shutdown().await;
+        }
+        if let Some(episodes) = &episodes {
+            // An episode stopped mid-node resumes from its last version
+            // (`noesis solve --resume`, or `POST /episodes` with `resume`).
+            episodes.shutdown().await;
         }
         if let Some(w) = writer {
             // Every run is over: what they queued is written before exit.
