@@ -1,6 +1,7 @@
 //! Episodes over HTTP (`noesis serve --episodes`): `POST /episodes` starts
 //! `solve` on the server's project (or resumes its unfinished episode),
-//! `GET /episodes/{id}` shows it, `GET /episodes/{id}/events` streams its
+//! `GET /episodes/{id}/status` shows it (`/episodes/{id}` is the dashboard's
+//! page), `GET /episodes/{id}/events` streams its
 //! progress as server-sent events (resumable with `Last-Event-ID`) — the
 //! nodes' lines, CODER's steps as agent runs report them, approvals — and
 //! `POST /episodes/{id}/approvals` decides the CODER calls a rule asks a
@@ -347,7 +348,7 @@ impl Episodes {
     pub fn router(self: &Arc<Self>) -> Router {
         Router::new()
             .route("/episodes", post(start_episode))
-            .route("/episodes/{id}", get(show_episode))
+            .route("/episodes/{id}/status", get(show_episode))
             .route("/episodes/{id}/events", get(events))
             .route("/episodes/{id}/approvals", post(approvals))
             .with_state(Arc::clone(self))

@@ -227,13 +227,13 @@ async fn an_episode_over_http_fixes_the_code_and_streams_its_nodes() {
     assert_eq!(done["outcome"], "solved");
     let calc = std::fs::read_to_string(r.dir.path().join("proj/calc.py")).unwrap();
     assert!(calc.contains("return a + b"), "{calc}");
-    let shown: Value = r.get(&format!("/episodes/{id}")).send().await.unwrap().json().await.unwrap();
+    let shown: Value = r.get(&format!("/episodes/{id}/status")).send().await.unwrap().json().await.unwrap();
     assert_eq!(shown["status"], "archived");
     assert_eq!(shown["live"], false);
     // A late reader gets the whole log again, from the first event.
     let replay = events(&r, &id, |_, _| {}).await;
     assert_eq!(replay.len(), seen.len());
-    assert_eq!(r.get("/episodes/nope").send().await.unwrap().status(), 404);
+    assert_eq!(r.get("/episodes/nope/status").send().await.unwrap().status(), 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -263,7 +263,7 @@ async fn coders_call_waits_for_an_approval_over_http() {
     };
     let asked = tokio::time::timeout(Duration::from_secs(60), rx.recv()).await.unwrap().unwrap();
     assert_eq!(asked["pending"][0]["tool"], "edit_file", "{asked}");
-    let shown: Value = r.get(&format!("/episodes/{id}")).send().await.unwrap().json().await.unwrap();
+    let shown: Value = r.get(&format!("/episodes/{id}/status")).send().await.unwrap().json().await.unwrap();
     assert_eq!(shown["pending"]["calls"][0]["call_id"], "fix", "{shown}");
     let ok = r.post(&format!("/episodes/{id}/approvals"), &json!({"approve_all": true})).send().await.unwrap();
     assert_eq!(ok.status(), 200);
