@@ -337,11 +337,15 @@ fn every_run_a_client_saw_finish_is_recorded_before_the_server_exits() {
 /// (after `last_id` when given) until one of kind `until` arrives: every
 /// event up to it as (id, kind, data).
 fn follow_events(addr: &str, run: &str, last_id: Option<u64>, until: &str) -> Vec<(u64, String, Value)> {
+    follow_stream(addr, &format!("/agents/runs/{run}/events"), last_id, until)
+}
+
+/// The server-sent events at `path` until one of kind `until`.
+fn follow_stream(addr: &str, path: &str, last_id: Option<u64>, until: &str) -> Vec<(u64, String, Value)> {
     let mut conn = TcpStream::connect(addr).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let resume = last_id.map(|i| format!("last-event-id: {i}\r\n")).unwrap_or_default();
-    let req =
-        format!("GET /agents/runs/{run}/events HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n{resume}\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nhost: {addr}\r\naccept: text/event-stream\r\n{resume}\r\n");
     conn.write_all(req.as_bytes()).unwrap();
     let mut reader = BufReader::new(conn);
     let (mut events, mut id, mut kind) = (Vec::new(), 0u64, String::new());
@@ -786,6 +790,50 @@ fn without_agents_no_client_starts_or_steers_a_run() {
     assert_eq!(status, 403, "{page}");
     assert!(page.contains("--agents"), "{page}");
     assert!(fake.received().is_empty());
+}
+
+/// `noesis serve --episodes` runs `solve` on its project for a client:
+/// progress as events, the code fixed, the episode in the project's state;
+/// without the flag, `POST /episodes` is refused naming it.
+#[test]
+fn serve_runs_an_episode_for_a_client_only_with_episodes() {
+    let work = Work::new();
+    work.write("calc.py", "def add(a, b):\n    return a - b\n");
+    work.write("check.sh", "grep -q 'return a + b' calc.py\n");
+    let envelope = |data: Value| {
+        Reply::Chat(
+            json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "s"}, "data": data}).to_string(),
+        )
+    };
+    let fake = FakeServer::start(vec![
+        envelope(json!({"problem_reflection": {"goal": "add adds", "inputs": [], "outputs": [], "constraints": [],
+                                               "edge_cases": []},
+                        "possible_solutions": ["fix it"], "selected_solution": "fix it", "rationale": "r"})),
+        envelope(json!({"plan": ["change - to +"], "thoughts": [], "rationale": "r"})),
+        tool_reply("fix", "edit_file", &json!({"path": "calc.py", "old": "return a - b", "new": "return a + b"})),
+        Reply::Chat("Fixed.".into()),
+    ])
+    .unwrap();
+    let base_url = fake.base_url();
+    let envs = [("LLM_PROVIDER", "openai"), ("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let task = json!({"task": "make add add", "tests": ["sh check.sh"]});
+    {
+        let s = serve(&work, &[], &envs);
+        let (status, env) = http(&s.addr, "POST", "/episodes", Some(&task), Some(&s.token));
+        assert_eq!(status, 403, "{env}");
+        assert!(env["error"]["message"].as_str().unwrap().contains("--episodes"), "{env}");
+    }
+    let s = serve(&work, &["--episodes"], &envs);
+    let (status, started) = http(&s.addr, "POST", "/episodes", Some(&task), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["episode_id"].as_str().unwrap();
+    let events = follow_stream(&s.addr, &format!("/episodes/{id}/events"), None, "episode_done");
+    let (_, _, done) = events.last().unwrap();
+    assert_eq!(done["outcome"], "solved", "{events:?}");
+    assert!(events.iter().any(|(_, k, d)| k == "note" && d["text"] == "==> CODER (retry 0 of 3)"), "{events:?}");
+    assert!(std::fs::read_to_string(work.path().join("calc.py")).unwrap().contains("return a + b"));
+    let state = output(work.noesis_bare().args(["state", "dump"])).json();
+    assert_eq!((state["episode_id"].as_str(), &state["current_node"]), (Some(id), &json!("CONSOLIDATOR")));
 }
 
 #[test]

@@ -119,6 +119,9 @@ pub struct ServeConfig {
     pub agents: Option<Router>,
     /// The plugin routes ([`crate::plugins::PluginRuns::router`]), likewise.
     pub plugins: Option<Router>,
+    /// The episode routes ([`crate::episodes::Episodes::router`]), behind
+    /// the same token rules, body limit and error envelopes.
+    pub episodes: Option<Router>,
 }
 
 impl std::fmt::Debug for ServeConfig {
@@ -135,6 +138,7 @@ impl std::fmt::Debug for ServeConfig {
             .field("pages", &self.pages.is_some())
             .field("agents", &self.agents.is_some())
             .field("plugins", &self.plugins.is_some())
+            .field("episodes", &self.episodes.is_some())
             .finish()
     }
 }
@@ -153,6 +157,7 @@ impl Default for ServeConfig {
             pages: None,
             agents: None,
             plugins: None,
+            episodes: None,
         }
     }
 }
@@ -335,6 +340,9 @@ fn router(state: &Arc<AppState>, config: &ServeConfig) -> Router {
     }
     if let Some(plugins) = &config.plugins {
         app = app.merge(plugins.clone());
+    }
+    if let Some(episodes) = &config.episodes {
+        app = app.merge(episodes.clone());
     }
     app.fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

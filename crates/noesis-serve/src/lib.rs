@@ -8,7 +8,8 @@
 //! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
 //! certificate, [`tls`]; [`agents`] runs agents for its clients within the
 //! operator's [`admission`] policy; [`plugins`] runs the frame plugins
-//! (docs, review, testgen) on the server's project.
+//! (docs, review, testgen) and [`episodes`] runs `solve` episodes
+//! (noesis-workflow's driver) on the server's project.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No
@@ -43,6 +44,7 @@
 pub mod access;
 pub mod admission;
 pub mod agents;
+pub mod episodes;
 pub mod http;
 pub mod mcp;
 pub mod plugins;

@@ -7,11 +7,22 @@
 //! episode escalates instead), and the path operations of imlazy's state
 //! manager (`get`, `set`, `update`, `transition`). Everything here is pure:
 //! the caller supplies the clock and the ids and stores the result.
-//! [`snapshot`] is the one part that touches the disk: the working-tree
-//! snapshots the anchor rule restores.
+//! [`snapshot`] touches the disk: the working-tree snapshots the anchor
+//! rule restores.
+//!
+//! The episode itself — PLANNER → REASONER → CODER → VERIFIER →
+//! CONSOLIDATOR, REFLECTOR on failure, anchors restored, escalation, resume
+//! — is [`episode::Episode`], a state machine without I/O, and
+//! [`driver`] performs its steps with the real engine: module runs, CODER's
+//! agent run, sandboxed test runs, snapshots and the project's versioned
+//! state in the store ([`versions`]).
 
+pub mod driver;
+pub mod episode;
+pub mod judge;
 pub mod junit;
 pub mod snapshot;
 pub mod state;
+pub mod versions;
 
 pub use state::{NODES, Node, StateError, Transitioned, append, current, get, initial, parse_value, set, transition};

@@ -46,6 +46,10 @@ pub(crate) struct Args {
     /// current project over HTTP (`/plugins/{name}`, progress as SSE).
     #[arg(long)]
     plugins: bool,
+    /// Let clients start and steer `solve` episodes on this project over
+    /// HTTP (`POST /episodes`). Off: that answers 403.
+    #[arg(long)]
+    episodes: bool,
     /// Serve HTTPS with this PEM certificate chain (needs --tls-key).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
     tls_cert: Option<std::path::PathBuf>,
@@ -207,6 +211,7 @@ pub(crate) fn ui(search: &SearchPath, a: UiArgs) -> anyhow::Result<ExitCode> {
         allow_host: a.allow_host,
         agents: a.agents,
         plugins: false,
+        episodes: false,
         tls_cert: None,
         tls_key: None,
         max_body: noesis_serve::http::DEFAULT_MAX_BODY,
@@ -301,6 +306,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     allow_hosts.extend(a.allow_host.iter().cloned());
     let agent_config = config.clone();
     let docs_dir = std::path::PathBuf::from(config.frames.docs_dir.as_deref().unwrap_or("docs/noesis"));
+    let episode_config = config.clone();
     let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: say so now
     // (exit 2), not on the first request. Looking at frames needs none.
@@ -341,14 +347,22 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         pages: None,
         agents: None,
         plugins: None,
+        episodes: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let agents = agent_runs(&rt, search, agent_config, &providers, "http", policy)?;
     let plugins = if a.plugins { plugin_runs(&rt, &service, docs_dir)? } else { None };
+    let episodes = match a.episodes {
+        true => super::episodes::episodes(&rt, search, episode_config, a.host.provider.clone())?,
+        false => None,
+    };
     let config = ServeConfig {
         pages: dashboard(&rt, &service, agents.as_ref()),
         agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
         plugins: plugins.as_ref().map(noesis_serve::plugins::PluginRuns::router),
+        episodes: Some(
+            episodes.as_ref().map_or_else(noesis_serve::episodes::off, noesis_serve::episodes::Episodes::router),
+        ),
         ..config
     };
     let scheme = if config.tls.is_some() { "https" } else { "http" };
@@ -397,6 +411,11 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         if let Some(agents) = &agents {
             // Stopped as cancelled and marked: the next server resumes them.
             agents.shutdown().await;
+        }
+        if let Some(episodes) = &episodes {
+            // An episode stopped mid-node resumes from its last version
+            // (`noesis solve --resume`, or `POST /episodes` with `resume`).
+            episodes.shutdown().await;
         }
         if let Some(w) = writer {
             // Every run is over: what they queued is written before exit.

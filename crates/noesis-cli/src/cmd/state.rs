@@ -2,14 +2,18 @@
 //! manager's commands and JSON shapes (`init`, `get`, `set`, `update`,
 //! `transition`, `reset`, `dump`), kept per project in the store as
 //! numbered versions (`history`, `show --at N`, `checkout N`), with the
-//! transition table and the retry budget enforced.
+//! transition table and the retry budget enforced. The versions and their
+//! writes are `noesis-workflow`'s ([`States`]); this page answers.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use noesis_frames::Timestamp;
-use noesis_store::{Store, StoreError, WorkflowVersion};
-use noesis_workflow::{Node, StateError};
+use noesis_store::WorkflowVersion;
+use noesis_workflow::StateError;
+use noesis_workflow::versions::{self, States, project_hash};
 use serde_json::{Value, json};
 
 use crate::memory;
@@ -112,7 +116,8 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let rt = memory::runtime()?;
     let reply = rt.block_on(async {
         let (project, store) = memory::context().await?;
-        let states = States { store: store.as_ref(), project_id: &project.project_id, mirror: mirror.as_deref() };
+        let states = States { store: Arc::from(store), project_id: project.project_id.clone(), mirror };
+        let states = Commands { states: &states };
         let hash = || project_hash(&project.root);
         anyhow::Ok(match a.command {
             Sub::Init { project_hash } => states.init(project_hash.unwrap_or_else(hash), "init").await?,
@@ -147,7 +152,7 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             }
             Sub::Transition { node } => states.transition(&node).await?,
             Sub::History { json } => states.history(json).await?,
-            Sub::Show { at } => match states.store.workflow_state(states.project_id, at).await? {
+            Sub::Show { at } => match states.states.store.workflow_state(&states.states.project_id, at).await? {
                 Some(v) => Reply::Ok(v.state),
                 None if at.is_some() => Reply::Refused(format!("no version {} of the state", at.unwrap_or_default())),
                 None => Reply::Refused(NO_STATE.into()),
@@ -192,78 +197,15 @@ fn imlazy_file(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     env("HOME").map(|h| Path::new(&h).join(".imlazy").join("working").join("state.json"))
 }
 
-/// Eight hex digits naming the project, as imlazy's field holds.
-pub(crate) fn project_hash(root: &Path) -> String {
-    blake3::hash(root.to_string_lossy().as_bytes()).to_hex()[..8].to_owned()
+/// The commands over the project's versioned state (`noesis-workflow`'s
+/// [`States`]), answering as imlazy's state manager does.
+struct Commands<'a> {
+    states: &'a States,
 }
 
-/// Eight random hex digits (a v7 UUID's tail: its head is the clock).
-fn episode_id() -> String {
-    let id = uuid::Uuid::now_v7().simple().to_string();
-    id[id.len() - 8..].to_owned()
-}
-
-/// The episode's status after a version: archived once consolidated.
-fn status_of(state: &Value, previous: &str) -> String {
-    match noesis_workflow::current(state) {
-        Ok(Node::Consolidator) => "archived".into(),
-        _ if previous == "archived" => "active".into(),
-        _ => previous.to_owned(),
-    }
-}
-
-/// The project's state in the store: versioned writes, retried on the new
-/// head when another writer got there first (`noesis solve` uses it too).
-pub(crate) struct States<'a> {
-    pub(crate) store: &'a dyn Store,
-    pub(crate) project_id: &'a str,
-    pub(crate) mirror: Option<&'a Path>,
-}
-
-/// How often a writer that lost the race to another reads the new head
-/// and tries again before giving up.
-const ATTEMPTS: u32 = 200;
-
-impl States<'_> {
-    pub(crate) async fn head(&self) -> Result<Option<WorkflowVersion>, StoreError> {
-        self.store.workflow_state(self.project_id, None).await
-    }
-
-    /// Writes `state` (and `episode`, else the head's) as the version after
-    /// `head`; `None` when another writer got there first.
-    pub(crate) async fn write(
-        &self,
-        head: Option<&WorkflowVersion>,
-        mut state: Value,
-        episode: Option<Value>,
-        command: &str,
-        status: String,
-    ) -> anyhow::Result<Option<WorkflowVersion>> {
-        let now = Timestamp::now();
-        state["updated_at"] = json!(now.to_string());
-        let version = WorkflowVersion {
-            project_id: self.project_id.to_owned(),
-            version: head.map_or(1, |h| h.version + 1),
-            episode_id: state["episode_id"].as_str().unwrap_or_default().to_owned(),
-            node: state["current_node"].as_str().unwrap_or_default().to_owned(),
-            status,
-            command: command.to_owned(),
-            state,
-            // Kept from the head unless given: `noesis solve`'s own record.
-            episode: episode.unwrap_or_else(|| head.map_or_else(|| json!({}), |h| h.episode.clone())),
-            at: now.millis(),
-        };
-        match self.store.append_workflow_state(&version).await {
-            Ok(()) => {
-                if let Some(path) = self.mirror {
-                    mirror(path, &version.state)?;
-                }
-                Ok(Some(version))
-            }
-            Err(StoreError::Conflict(_)) => Ok(None),
-            Err(e) if e.is_busy() => Ok(None),
-            Err(e) => Err(e.into()),
-        }
+impl Commands<'_> {
+    async fn head(&self) -> anyhow::Result<Option<WorkflowVersion>> {
+        Ok(self.states.head().await?)
     }
 
     /// Applies `op` to the head and writes the result, again on the new
@@ -280,73 +222,17 @@ impl States<'_> {
         })
     }
 
-    /// [`States::mutate`], with the refusal typed (`None`: no state yet).
+    /// [`Commands::mutate`], with the refusal typed (`None`: no state yet).
     async fn try_mutate(
         &self,
         command: &str,
         op: impl Fn(&mut Value) -> Result<Value, StateError>,
     ) -> anyhow::Result<Result<Value, Option<StateError>>> {
-        Ok(self.try_step(command, |s, _| op(s)).await?.map(|(_, v)| v))
+        Ok(self.states.try_step(command, |s, _| op(s)).await?.map(|(_, v)| v))
     }
 
-    /// Applies `op` to the head's state and episode record and writes both
-    /// as one version, again on the new head when another writer got there
-    /// first; the version written and `op`'s value, or the refusal (`None`:
-    /// no state yet).
-    pub(crate) async fn try_step(
-        &self,
-        command: &str,
-        op: impl Fn(&mut Value, &mut Value) -> Result<Value, StateError>,
-    ) -> anyhow::Result<Result<(WorkflowVersion, Value), Option<StateError>>> {
-        for attempt in 0..ATTEMPTS {
-            let Some(head) = self.head().await? else { return Ok(Err(None)) };
-            let mut state = head.state.clone();
-            let mut episode = head.episode.clone();
-            let reply = match op(&mut state, &mut episode) {
-                Ok(r) => r,
-                Err(e) => return Ok(Err(Some(e))),
-            };
-            // `noesis solve` marks an escalation in its record.
-            let status = if episode.get("escalated") == Some(&json!(true)) {
-                "escalated".to_owned()
-            } else {
-                status_of(&state, &head.status)
-            };
-            if let Some(v) = self.write(Some(&head), state, Some(episode), command, status).await? {
-                return Ok(Ok((v, reply)));
-            }
-            backoff(attempt).await;
-        }
-        anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to write `{command}`; try again")
-    }
-
-    /// Writes what `make` gives (state, episode record, status) as the
-    /// next version whatever the head holds — a new episode, a checkout, an
-    /// import — again on the new head when another writer got there first.
-    async fn replace(
-        &self,
-        command: &str,
-        make: impl Fn() -> (Value, Value, String),
-    ) -> anyhow::Result<WorkflowVersion> {
-        for attempt in 0..ATTEMPTS {
-            let head = self.head().await?;
-            let (state, episode, status) = make();
-            if let Some(v) = self.write(head.as_ref(), state, Some(episode), command, status).await? {
-                return Ok(v);
-            }
-            backoff(attempt).await;
-        }
-        anyhow::bail!("the state kept changing under {ATTEMPTS} attempts to write `{command}`; try again")
-    }
-
-    pub(crate) async fn init(&self, project_hash: String, command: &str) -> anyhow::Result<Reply> {
-        let v = self
-            .replace(command, || {
-                let now = Timestamp::now().to_string();
-                (noesis_workflow::initial(&episode_id(), &project_hash, &now), json!({}), "active".into())
-            })
-            .await?;
-        Ok(Reply::Ok(v.state))
+    async fn init(&self, project_hash: String, command: &str) -> anyhow::Result<Reply> {
+        Ok(Reply::Ok(self.states.init(&project_hash, command).await?.state))
     }
 
     async fn get(&self, key: Option<&str>) -> anyhow::Result<Reply> {
@@ -379,7 +265,8 @@ impl States<'_> {
                     && head.status != "escalated"
                 {
                     let state = head.state.clone();
-                    self.write(Some(&head), state, None, &format!("{command} (escalated)"), "escalated".into()).await?;
+                    let command = format!("{command} (escalated)");
+                    self.states.write(Some(&head), state, None, &command, "escalated".into()).await?;
                 }
                 e.into()
             }
@@ -388,7 +275,7 @@ impl States<'_> {
     }
 
     async fn history(&self, as_json: bool) -> anyhow::Result<Reply> {
-        let versions = self.store.workflow_history(self.project_id).await?;
+        let versions = self.states.store.workflow_history(&self.states.project_id).await?;
         if as_json {
             let rows: Vec<Value> = versions
                 .iter()
@@ -421,10 +308,11 @@ impl States<'_> {
     }
 
     async fn checkout(&self, version: i64) -> anyhow::Result<Reply> {
-        let Some(old) = self.store.workflow_state(self.project_id, Some(version)).await? else {
+        let Some(old) = self.states.store.workflow_state(&self.states.project_id, Some(version)).await? else {
             return Ok(Reply::Refused(format!("no version {version} of the state")));
         };
         let v = self
+            .states
             .replace(&format!("checkout {version}"), || (old.state.clone(), old.episode.clone(), old.status.clone()))
             .await?;
         Ok(Reply::Ok(json!({"success": true, "checked_out": version, "version": v.version})))
@@ -448,30 +336,9 @@ impl States<'_> {
                 return Ok(Reply::Refused(format!("{}: {field} is missing or not text", file.display())));
             }
         }
-        let status = status_of(&state, "active");
-        let v =
-            self.replace(&format!("import {}", file.display()), || (state.clone(), json!({}), status.clone())).await?;
+        let status = versions::status_of(&state, "active");
+        let command = format!("import {}", file.display());
+        let v = self.states.replace(&command, || (state.clone(), json!({}), status.clone())).await?;
         Ok(Reply::Ok(v.state))
     }
-}
-
-/// A short, growing, jittered pause, so writers that collided spread out.
-async fn backoff(attempt: u32) {
-    let jitter = u64::from(uuid::Uuid::now_v7().as_bytes()[15]) % 8;
-    let ms = (2u64 << attempt.min(5)) + jitter;
-    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-}
-
-/// Writes `state` to imlazy's file through a temporary file in the same
-/// folder and a rename: a reader sees the old state or the new, never half.
-fn mirror(path: &Path, state: &Value) -> anyhow::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-    let text = serde_json::to_string_pretty(state)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    Ok(())
 }
