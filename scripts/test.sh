@@ -69,6 +69,10 @@ else
   python3 scripts/check_links.py docs/book README.md ARCHITECTURE.md
 fi
 
+# Every platform's locked packages, not only this one's: the hygiene test
+# reads the whole graph's rust-versions with `cargo metadata --offline`.
+echo "==> cargo fetch" >&2
+cargo fetch --locked >&2
 echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check >&2
 echo "==> cargo clippy" >&2

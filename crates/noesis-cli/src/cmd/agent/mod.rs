@@ -11,7 +11,7 @@ pub(crate) mod rules;
 mod served;
 pub(crate) mod tools;
 
-pub(crate) use drive::{Keep, connect_mcp, now_ms, progress_notes, with_text_tools};
+pub(crate) use drive::{Keep, connect_mcp, progress_notes, with_text_tools};
 pub(crate) use served::ServedAgents;
 
 use std::process::ExitCode;
