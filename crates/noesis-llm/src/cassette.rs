@@ -93,6 +93,12 @@ impl Recorder {
             response: ResponseFile::from(response),
         };
         let written = serde_json::to_string_pretty(&file).map_err(std::io::Error::other).and_then(|text| {
+            // A folder removed under a recording stays removed: the recording
+            // fails, naming the file, rather than making the folder again
+            // where nobody looks for it.
+            if !self.dir.is_dir() {
+                return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "its folder no longer exists"));
+            }
             // Atomic: a replayer reading the folder meanwhile sees the old
             // recording or the new one, and skips the hidden temporary file.
             noesis_fs::write_atomic(&self.dir.join(&name), (text + "\n").as_bytes()).map_err(|e| e.source)
