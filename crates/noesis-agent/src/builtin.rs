@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::permission::Permissions;
 use crate::run::{ToolEvidence, ToolOutput};
 use crate::tool::{Effects, ToolDecl};
-use crate::workspace::Workspace;
+use noesis_fs::Workspace;
 
 /// Most bytes `read_file` returns; the rest is cut with a note.
 pub const MAX_READ_BYTES: usize = 64 * 1024;
@@ -292,28 +292,6 @@ fn list_dir(ws: &Workspace, path: &str) -> Result<ToolOutput, String> {
     Ok(ToolOutput::ok(out))
 }
 
-/// Writes through a temporary file renamed into place: a reader never sees
-/// half a file, and a failure leaves the old one. The file keeps its mode
-/// (an executable script stays executable); a new one gets the mode any
-/// program's new file gets (0666 less the umask), not the temporary file's
-/// private 0600.
-fn write_atomically(real: &Path, content: &str) -> Result<(), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = real.parent().ok_or_else(|| format!("{}: no parent folder", real.display()))?;
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let existing = std::fs::metadata(real).ok().map(|m| m.permissions());
-    let mut tmp = tempfile::Builder::new()
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
-    if let Some(p) = existing {
-        tmp.as_file().set_permissions(p).map_err(|e| format!("{}: {e}", real.display()))?;
-    }
-    std::io::Write::write_all(&mut tmp, content.as_bytes()).map_err(|e| format!("{}: {e}", real.display()))?;
-    tmp.persist(real).map_err(|e| format!("{}: {}", real.display(), e.error))?;
-    Ok(())
-}
-
 fn write_file(ws: &Workspace, path: &str, content: &str) -> Result<ToolOutput, String> {
     let real = ws.confine(path).map_err(|e| e.to_string())?;
     // `.`, `""` or `sub/..` resolve to a folder (the root itself): the
@@ -321,7 +299,7 @@ fn write_file(ws: &Workspace, path: &str, content: &str) -> Result<ToolOutput, S
     if real == ws.root() || real.is_dir() || path.ends_with('/') {
         return Err(format!("`{path}` names a folder; give the path of a file"));
     }
-    write_atomically(&real, content)?;
+    noesis_fs::write_atomic(&real, content.as_bytes()).map_err(|e| e.to_string())?;
     Ok(ToolOutput::ok(format!("wrote {} ({} bytes)", ws.shown(&real), content.len())).with_evidence(file_evidence(
         ws,
         &real,
@@ -339,7 +317,7 @@ fn edit_file(ws: &Workspace, path: &str, old: &str, new: &str) -> Result<ToolOut
         0 => Err(format!("{path}: the text to replace does not occur in the file; read it and copy the text exactly")),
         1 => {
             let edited = text.replacen(old, new, 1);
-            write_atomically(&real, &edited)?;
+            noesis_fs::write_atomic(&real, edited.as_bytes()).map_err(|e| e.to_string())?;
             Ok(ToolOutput::ok(format!("edited {}", ws.shown(&real))).with_evidence(file_evidence(
                 ws,
                 &real,
@@ -603,12 +581,12 @@ fn matcher(pattern: &str) -> Result<globset::GlobMatcher, String> {
         .map_err(|e| format!("`{pattern}` is not a glob: {e}"))
 }
 
-/// Files under `dir` (inside the workspace), .gitignore and hidden files
-/// honoured as ripgrep does, in path order.
+/// Files under `dir` (inside the workspace) by the project's walk, but with
+/// hidden files skipped as ripgrep skips them: `glob` and `grep` show a
+/// model what a person searching the tree would see. In path order.
 fn files(ws: &Workspace, dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out: Vec<std::path::PathBuf> = ignore::WalkBuilder::new(dir)
-        .require_git(false)
-        .follow_links(false)
+    let mut out: Vec<std::path::PathBuf> = noesis_fs::walk(dir)
+        .hidden(true)
         .build()
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_some_and(|t| t.is_file()))

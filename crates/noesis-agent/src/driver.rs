@@ -17,7 +17,7 @@ use crate::builtin;
 use crate::permission::Permissions;
 use crate::run::{Action, AgentRun, Invocation, ToolOutput};
 use crate::tool::ToolDecl;
-use crate::workspace::Workspace;
+use noesis_fs::Workspace;
 
 /// A tool the host adds to the built-ins: what runs it, given the
 /// arguments (already checked against its schema). Host tools are async

@@ -60,7 +60,6 @@ mod record;
 mod replay;
 mod run;
 mod tool;
-mod workspace;
 
 pub use cognitive::{
     CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
@@ -74,6 +73,7 @@ pub use driver::{
 /// The tool registry by the seed's name: see [`Toolbox`].
 pub type ToolRegistry = Toolbox;
 pub use memory::{MemoryBuffer, MemoryItem, MemoryKind};
+pub use noesis_fs::{ConfineError, Workspace};
 pub use permission::{Effect, Layer, Permissions, RuleError, Ruling};
 pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};
@@ -82,4 +82,3 @@ pub use run::{
     RecordedCall, ReplyRecord, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence, ToolOutput, Verdict,
 };
 pub use tool::{Effects, ToolDecl};
-pub use workspace::{ConfineError, Workspace};

@@ -105,7 +105,7 @@ pub(crate) fn argument_errors(decl: &ToolDecl, arguments: &Value) -> Vec<String>
     if !arguments.is_object() {
         return vec![match arguments {
             Value::String(s) => format!("the arguments are not a JSON object: {}", clip(s, 200)),
-            other => format!("the arguments must be a JSON object, not {}", kind(other)),
+            other => format!("the arguments must be a JSON object, not {}", noesis_json::type_name(other)),
         }];
     }
     match validator(&decl.parameters).as_ref() {
@@ -147,17 +147,6 @@ fn validator(schema: &Value) -> Compiled {
         cache.clear();
     }
     cache.entry(key).or_insert(compiled).clone()
-}
-
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 pub(crate) fn clip(s: &str, max: usize) -> String {

@@ -26,7 +26,6 @@
 //! to `TXN/old/NAME` and the new one into place (two renames, with a moment
 //! between them in which the folder is absent).
 
-use std::io::Write;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -133,26 +132,10 @@ fn sync_dir(dir: &Path) {
     }
 }
 
-/// Writes `text` to `path` whole, by a rename: the file keeps its mode, a
-/// new one gets what any program's new file gets (0666 less the umask).
+/// Writes `text` to `path` whole (noesis-fs's atomic writer: the file
+/// keeps its mode, a new one gets what any program's new file gets).
 fn write_file(path: &Path, text: &str) -> Result<(), SwapError> {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
-    let existing = std::fs::metadata(path).ok().map(|m| m.permissions());
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".noesis-")
-        .permissions(std::fs::Permissions::from_mode(0o666))
-        .tempfile_in(dir)
-        .map_err(io(dir))?;
-    if let Some(p) = existing {
-        tmp.as_file().set_permissions(p).map_err(io(path))?;
-    }
-    tmp.write_all(text.as_bytes()).map_err(io(path))?;
-    tmp.as_file().sync_all().map_err(io(path))?;
-    tmp.persist(path).map_err(|e| SwapError::Io { path: path.to_owned(), source: e.error })?;
-    sync_dir(dir);
-    Ok(())
+    noesis_fs::write_atomic(path, text.as_bytes()).map_err(|e| SwapError::Io { path: e.path, source: e.source })
 }
 
 /// Exchanges two existing paths in one step, or says it cannot.

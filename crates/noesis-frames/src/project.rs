@@ -98,13 +98,9 @@ pub fn identify_cached(dir: &Path, cache: &Path) -> Result<Project, FramesError>
             key,
             serde_json::json!({"id": project.project_id, "dev": identity.0, "ino": identity.1, "born": identity.2}),
         );
-        if let Some(parent) = cache.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
-        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-        let written = serde_json::to_vec(&known).ok().and_then(|b| std::fs::write(&tmp, b).ok());
-        if written.is_none() || std::fs::rename(&tmp, cache).is_err() {
-            let _ = std::fs::remove_file(&tmp);
+        // Only a cache: a failure to write it costs the next run a lookup.
+        if let Ok(bytes) = serde_json::to_vec(&known) {
+            let _ = noesis_fs::write_atomic(cache, &bytes);
         }
     }
     Ok(project)

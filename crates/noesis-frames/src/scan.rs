@@ -127,16 +127,11 @@ pub fn scan_with_progress(
         }
     }
     let Some((first, rest)) = dirs.split_first() else { return Ok(out) };
-    let mut builder = ignore::WalkBuilder::new(first);
+    let mut builder = noesis_fs::walk_skipping(first, excluded);
     for d in rest {
         builder.add(d);
     }
-    builder
-        .hidden(false)
-        .require_git(false)
-        .follow_links(false)
-        .filter_entry(move |e| e.file_name() != ".git" && !excluded(e.path()))
-        .threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(8));
+    builder.threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get).min(8));
     let (tx, rx) = std::sync::mpsc::channel::<Result<(String, String), (PathBuf, String)>>();
     builder.build_parallel().run(|| {
         let tx = tx.clone();

@@ -17,8 +17,7 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -93,9 +92,17 @@ impl Recorder {
             request,
             response: ResponseFile::from(response),
         };
-        let written = serde_json::to_string_pretty(&file)
-            .map_err(std::io::Error::other)
-            .and_then(|text| write_atomically(&self.dir, &name, &(text + "\n")));
+        let written = serde_json::to_string_pretty(&file).map_err(std::io::Error::other).and_then(|text| {
+            // A folder removed under a recording stays removed: the recording
+            // fails, naming the file, rather than making the folder again
+            // where nobody looks for it.
+            if !self.dir.is_dir() {
+                return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "its folder no longer exists"));
+            }
+            // Atomic: a replayer reading the folder meanwhile sees the old
+            // recording or the new one, and skips the hidden temporary file.
+            noesis_fs::write_atomic(&self.dir.join(&name), (text + "\n").as_bytes()).map_err(|e| e.source)
+        });
         written.map_err(|e| {
             self.err(format!(
                 "the model answered but its recording {} could not be written: {e}",
@@ -386,18 +393,6 @@ fn parse_cassette(text: &str) -> Result<CassetteFile, String> {
         None => return Err("not a cassette: no \"version\" number".to_owned()),
     }
     serde_json::from_value(value).map_err(|e| format!("not a valid cassette: {e}"))
-}
-
-/// Writes `dir/name` so that a reader sees the old file or the new one, never
-/// half of one: a temporary file in the same directory, then a rename.
-fn write_atomically(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
-    // Hidden and not `*.json`, so a replayer reading the directory meanwhile
-    // skips it; unique, so concurrent recordings of one request do not clash.
-    // Dropped unpersisted (any error), it is removed.
-    let mut tmp = tempfile::Builder::new().prefix(&format!(".{name}.")).suffix(".tmp").tempfile_in(dir)?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(dir.join(name)).map(drop).map_err(|e| e.error)
 }
 
 // ---- keys and differences (pure) ----
@@ -746,17 +741,5 @@ mod tests {
         assert_eq!(replayed_capabilities(&[(true, caps(false)), (true, caps(true))]), caps(true));
         assert_eq!(replayed_capabilities(&[(false, caps(true))]), caps(true));
         assert_eq!(replayed_capabilities(&[]), Capabilities::default());
-    }
-
-    #[test]
-    fn atomic_write_replaces_the_file_and_leaves_no_temporary() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        write_atomically(dir, "a.json", "one").unwrap();
-        write_atomically(dir, "a.json", "two").unwrap();
-        assert_eq!(fs::read_to_string(dir.join("a.json")).unwrap(), "two");
-        let names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names, ["a.json"]);
-        assert!(write_atomically(&dir.join("missing"), "a.json", "x").is_err());
     }
 }

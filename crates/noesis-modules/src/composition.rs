@@ -226,6 +226,9 @@ fn is_module_name(s: &str) -> bool {
 }
 
 /// A JSON value's kind, for messages: "a list", "an object", …
+///
+/// Not `noesis_json::type_name`, on purpose: a composition is written in
+/// YAML, whose authors write lists, so an array is "a list" here.
 pub fn describe(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

@@ -312,8 +312,8 @@ impl Plugin for Docs {
         };
         let yaml = self.node_path(&node.module);
         let io = |e: std::io::Error| Self::fail("store", format!("{}: {e}", yaml.display()));
-        crate::write_atomic(&yaml, node.to_yaml().as_bytes()).map_err(io)?;
-        crate::write_atomic(&yaml.with_extension("md"), node.to_markdown().as_bytes()).map_err(io)
+        noesis_fs::write_atomic(&yaml, node.to_yaml().as_bytes()).map_err(|e| io(e.source))?;
+        noesis_fs::write_atomic(&yaml.with_extension("md"), node.to_markdown().as_bytes()).map_err(|e| io(e.source))
     }
 }
 

@@ -113,18 +113,19 @@ pub enum Error {
 /// without `..` whose real location (links followed) is under `root`. Paths
 /// from diffs, transcripts and models go through this before they are read
 /// or written.
+///
+/// The workspace's confinement ([`noesis_fs::Workspace::confine`]) with two
+/// rules more, on purpose: a path from a diff or a transcript is a plain
+/// relative name (no absolute path, no `..` even one that stays inside), and
+/// it names a file that exists.
 #[must_use]
 pub fn inside(root: &Path, rel: &str) -> Option<PathBuf> {
     let p = Path::new(rel);
-    if rel.is_empty()
-        || p.is_absolute()
-        || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
-    {
+    if rel.is_empty() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir)) {
         return None;
     }
-    let root = root.canonicalize().ok()?;
-    let real = root.join(p).canonicalize().ok()?;
-    real.starts_with(&root).then_some(real)
+    let real = noesis_fs::Workspace::new(root).ok()?.confine(rel).ok()?;
+    real.exists().then_some(real)
 }
 
 /// At most the first `n` bytes of `text`, cut at a character boundary.
@@ -145,21 +146,4 @@ pub(crate) fn clip_file(text: &str, budget: usize) -> String {
     } else {
         format!("{shown}\n… ({} more bytes)", text.len() - shown.len())
     }
-}
-
-/// Writes `bytes` to `path` through a temporary file of this process in the
-/// same folder and a rename, so a reader (or a second writer) never sees
-/// half a file.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
-    let tmp = dir.join(format!(".{name}.{}.{}.tmp", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-    if let Err(e) = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    Ok(())
 }

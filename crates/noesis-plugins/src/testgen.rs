@@ -173,7 +173,8 @@ impl Plugin for Testgen {
         let stored = StoredSpec { file, frame_id: frame.frame_id.to_string(), spec };
         let mut bytes = serde_json::to_vec_pretty(&stored).map_err(|e| Self::fail("store", e.to_string()))?;
         bytes.push(b'\n');
-        crate::write_atomic(&path, &bytes).map_err(|e| Self::fail("store", format!("{}: {e}", path.display())))
+        noesis_fs::write_atomic(&path, &bytes)
+            .map_err(|e| Self::fail("store", format!("{}: {}", path.display(), e.source)))
     }
 }
 
@@ -325,8 +326,8 @@ pub async fn generate(
             Lang::Rust => noesis_code::render_rust(&rust_module(file), &all),
         };
         if std::fs::read_to_string(&target).ok().as_deref() != Some(text.as_str()) {
-            crate::write_atomic(&target, text.as_bytes())
-                .map_err(|e| CoreError::Invalid(format!("{}: {e}", target.display())))?;
+            noesis_fs::write_atomic(&target, text.as_bytes())
+                .map_err(|e| CoreError::Invalid(format!("{}: {}", target.display(), e.source)))?;
             report
                 .written
                 .push(target.strip_prefix(&core.project().root).unwrap_or(&target).to_string_lossy().into_owned());

@@ -629,19 +629,8 @@ fn clean_path(raw: &str) -> Result<String, Problem> {
     Ok(segments.join("/"))
 }
 
-fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
 fn wrong_type(expected: &'static str, found: &Value) -> Problem {
-    Problem::WrongType { expected, found: kind(found) }
+    Problem::WrongType { expected, found: noesis_json::type_name(found) }
 }
 
 fn string_field<'v>(

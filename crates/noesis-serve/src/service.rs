@@ -289,8 +289,10 @@ impl Service {
             None => json!({}),
             Some(v @ Value::Object(_)) => v,
             Some(other) => {
-                let f =
-                    Failure::new(ErrorCode::E1001, format!("the input must be a JSON object, not {}", kind_of(&other)));
+                let f = Failure::new(
+                    ErrorCode::E1001,
+                    format!("the input must be a JSON object, not {}", noesis_json::type_name(&other)),
+                );
                 return Err(refuse(f, started));
             }
         };
@@ -479,17 +481,6 @@ fn is_plain_name(name: &str) -> bool {
 
 fn clip(s: &str) -> String {
     noesis_modules::truncate_chars(s, 80)
-}
-
-fn kind_of(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// Where a module was found, as a client may see it: its folder relative

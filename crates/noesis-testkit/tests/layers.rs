@@ -48,6 +48,9 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
             &["noesis-llm", "noesis-frames", "noesis-modules"],
             // Tracing sits below the LLM client, which emits its own spans.
             &["noesis-trace"],
+            // Leaves every layer may use: files written atomically, tree
+            // walks and path confinement; a JSON value's type in words.
+            &["noesis-fs", "noesis-json"],
         ],
     ),
 ];

@@ -40,15 +40,10 @@ pub(crate) fn parse(line: &[u8]) -> Result<(Value, bool), String> {
 }
 
 fn object(value: Value) -> Result<Value, String> {
-    let what = match &value {
-        Value::Object(_) => return Ok(value),
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-    };
-    Err(format!("{what}, not a JSON object"))
+    if value.is_object() {
+        return Ok(value);
+    }
+    Err(format!("{}, not a JSON object", noesis_json::type_name(&value)))
 }
 
 fn describe(e: &serde_json::Error) -> String {

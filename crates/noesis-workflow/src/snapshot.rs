@@ -145,12 +145,7 @@ enum Seen {
 /// skipping `.git` and what `.gitignore` excludes.
 fn walk(root: &Path) -> Result<BTreeMap<String, Seen>, SnapshotError> {
     let mut found = BTreeMap::new();
-    let walker = ignore::WalkBuilder::new(root)
-        .hidden(false)
-        .require_git(false)
-        .follow_links(false)
-        .filter_entry(|e| e.file_name() != ".git")
-        .build();
+    let walker = noesis_fs::walk(root).build();
     for item in walker {
         let item = item.map_err(|e| SnapshotError::Walk { root: root.to_owned(), message: e.to_string() })?;
         let path = item.path();
@@ -236,6 +231,11 @@ fn hash_file(path: &Path) -> Result<String, SnapshotError> {
 }
 
 /// Copies `path` into `blobs` under its hash (once: blobs never change).
+///
+/// Not `noesis_fs::write_atomic`, on purpose: a blob never replaces a file
+/// (it is written once, under its content's name, and a torn one would not
+/// match its hash), so the disk flush that writer makes per file would only
+/// slow a first snapshot of a large tree by one flush per file.
 fn keep(path: &Path, blobs: &Path, blake3: &str) -> Result<(), SnapshotError> {
     let blob = blobs.join(blake3);
     if blob.exists() {

@@ -1,8 +1,9 @@
-//! The workspace a run's tools may touch: every path a tool is given is
-//! resolved inside it, or refused. `..` that climbs out, an absolute path
-//! elsewhere, and a symlink (anywhere along the path) that leads out are
-//! each refused with the path named; a path that does not exist yet (a file
-//! to write) is checked through its nearest existing ancestor.
+//! Paths confined to a workspace: every path a model, a diff or a
+//! transcript names is resolved inside the root, or refused. `..` that climbs
+//! out, an absolute path elsewhere, and a symlink (anywhere along the path)
+//! that leads out are each refused with the path named; a path that does not
+//! exist yet (a file to write) is checked through its nearest existing
+//! ancestor.
 
 use std::path::{Component, Path, PathBuf};
 
