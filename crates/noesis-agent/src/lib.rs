@@ -56,6 +56,7 @@ mod driver;
 pub mod events;
 mod memory;
 pub mod permission;
+pub mod supervisor;
 mod record;
 mod replay;
 mod run;

@@ -6,8 +6,8 @@
 //! end in a v2.2 envelope — refusals included, each with its E-code.
 //! [`http`] puts it on an axum router (`noesis serve`), behind
 //! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
-//! certificate, [`tls`]; [`agents`] runs agents for its clients within the
-//! operator's [`admission`] policy.
+//! certificate, [`tls`]; [`agents`] are the routes of the agent layer's
+//! run supervisor, within the operator's policy.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No
@@ -40,7 +40,6 @@
 #![deny(missing_docs)]
 
 pub mod access;
-pub mod admission;
 pub mod agents;
 pub mod http;
 pub mod mcp;

@@ -1,94 +1,95 @@
-//! Agent runs started over HTTP (`noesis serve`): the same runs as `noesis
-//! agent`'s — the same tools over a workspace, the same store, frames when
-//! they finish — created from a request, with the provider a request may
-//! choose limited to the server's allow-list, and the approval policy,
-//! limits and tools limited to what the operator set (a request narrows).
+//! Agent runs started by clients of a server (`noesis serve`, `noesis
+//! mcp`): the same runs as `noesis agent`'s — the same tools over a
+//! workspace, the same store, frames when they finish — created from a
+//! request, with the provider a request may choose limited to the server's
+//! allow-list, and the approval policy, limits and tools limited to what
+//! the operator set (a request narrows). A run is resumed only in the
+//! workspace it recorded, with the MCP servers it had: otherwise it is
+//! refused (see [`Host::check`]).
 
 use std::sync::Arc;
 
-use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, ToolFilter, Toolbox, Workspace};
+use noesis_agent::supervisor::{AgentHost, AgentRequest, Ceiling};
+use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, ToolFilter, Toolbox};
 use noesis_llm::{ChatResponse, PriceTable, Provider};
-use noesis_modules::search::SearchPath;
-use noesis_serve::agents::{AgentHost, AgentRequest, Ceiling};
-use noesis_store::Store;
 use serde_json::{Value, json};
 
-use super::drive::{now_ms, state_of};
-use crate::config::Config;
-use crate::provider::Providers;
+use crate::host::{Host, Reach, ToolsFor};
+use crate::provider::with_text_tools;
+use crate::runs::{now_ms, record_frames, state_of};
 
-/// What `noesis serve` gives its agent runs.
-pub(crate) struct ServedAgents {
-    pub(crate) providers: Arc<Providers>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) project: noesis_frames::project::Project,
-    pub(crate) workspace: Workspace,
-    pub(crate) config: Config,
-    pub(crate) search: SearchPath,
-    pub(crate) prices: Arc<PriceTable>,
-    /// The configured MCP servers, started once for every run.
-    pub(crate) mcp: Option<Arc<noesis_mcp::McpServers>>,
+/// What a server gives its agent runs.
+pub struct ServedAgents {
+    /// The host, bound to the server's workspace (see [`Reach::Bound`]).
+    pub host: Host,
     /// How the runs' commands are confined (the operator's settings).
-    pub(crate) sandbox: noesis_sandbox::Settings,
+    pub sandbox: noesis_sandbox::Settings,
     /// Who starts the runs: `http` (`noesis serve`) or `mcp` (`noesis
     /// mcp`); each resumes the unfinished runs of its own kind.
-    pub(crate) origin: &'static str,
-    /// Which runs this process may drive (see [`super::lease`]).
-    pub(crate) leases: Arc<super::lease::Leases>,
+    pub origin: &'static str,
+    /// Which runs this process may drive (see [`crate::lease`]).
+    pub leases: Arc<crate::lease::Leases>,
     /// The most a run gets (the operator's `--approve`, `[agent]`, `[budget]`).
-    pub(crate) ceiling: Ceiling,
+    pub ceiling: Ceiling,
+    /// Where a warning goes (a run not recorded as frames).
+    pub warn: Arc<dyn Fn(&str) + Send + Sync>,
+    prices: Arc<PriceTable>,
 }
 
 impl ServedAgents {
-    fn provider(&self, name: Option<&str>, model: Option<&str>) -> Result<Arc<dyn Provider>, String> {
-        let provider = self.providers.for_agent(name, model)?;
-        Ok(super::drive::with_text_tools(provider, &self.config))
+    /// Runs over `host`, which must be bound to one workspace.
+    pub fn new(
+        host: Host,
+        sandbox: noesis_sandbox::Settings,
+        origin: &'static str,
+        leases: Arc<crate::lease::Leases>,
+        ceiling: Ceiling,
+        warn: Arc<dyn Fn(&str) + Send + Sync>,
+    ) -> ServedAgents {
+        let prices = host.prices();
+        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices }
     }
 
-    fn router(&self, provider: &Arc<dyn Provider>) -> Arc<dyn noesis_agent::ModelRouter> {
-        super::drive::router(
-            provider,
-            &crate::provider::ProviderArgs::default(),
-            &self.config,
-            Some(Arc::clone(&self.providers)),
-        )
+    fn workspace(&self) -> Result<&noesis_agent::Workspace, String> {
+        match &self.host.reach {
+            Reach::Bound { workspace, .. } => Ok(workspace),
+            Reach::Anywhere => Err("a server's agent host must be bound to its workspace".into()),
+        }
+    }
+
+    fn mcp(&self) -> Option<&Arc<noesis_mcp::McpServers>> {
+        match &self.host.reach {
+            Reach::Bound { mcp, .. } => mcp.as_ref(),
+            Reach::Anywhere => None,
+        }
+    }
+
+    fn provider(&self, name: Option<&str>, model: Option<&str>) -> Result<Arc<dyn Provider>, String> {
+        let provider = self.host.providers.for_agent(name, model)?;
+        Ok(with_text_tools(provider, self.host.config()))
     }
 
     /// The operator's rules for a run: `[permissions]` and the config's
     /// `allow_commands` (a request may add rules that only narrow them).
     fn permissions(&self) -> Result<noesis_agent::Permissions, String> {
+        let config = self.host.config();
         let commands: Vec<(&str, &str)> =
-            self.config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
-        super::rules::operator(&self.config, &super::rules::RuleFlags::default(), &commands, &self.workspace)
-            .map_err(|e| format!("{e:#}"))
+            config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
+        crate::rules::operator(config, &crate::rules::RuleFlags::default(), &commands, self.workspace()?)
+            .map_err(|e| e.to_string())
     }
 
-    fn tools(
-        &self,
-        run_id: &str,
-        depth: u64,
-        provider: Arc<dyn Provider>,
-        permissions: noesis_agent::Permissions,
-        sandbox: noesis_sandbox::Settings,
-    ) -> Toolbox {
-        let host = super::tools::Host {
-            search: self.search.clone(),
-            provider: Arc::clone(&provider),
-            store: Arc::clone(&self.store),
-            project_id: self.project.project_id.clone(),
-            run_id: run_id.to_owned(),
-            depth,
-            router: Some(ServedAgents::router(self, &provider)),
-            visible: None,
-            redactor: self.config.redactor(),
-        };
-        let tools = super::tools::with_host_tools(
-            Toolbox::with_permissions(self.workspace.clone(), permissions)
-                .with_sandbox(sandbox, Vec::new())
-                .with_redactor(self.config.redactor()),
-            &host,
-        );
-        super::drive::with_mcp(tools, self.mcp.as_ref())
+    fn tools(&self, run_id: &str, provider: &Arc<dyn Provider>, permissions: noesis_agent::Permissions) -> Result<Toolbox, String> {
+        Ok(self.host.toolbox(ToolsFor {
+            run_id,
+            depth: 0,
+            project_id: None,
+            workspace: self.workspace()?,
+            permissions,
+            sandbox: self.sandbox.clone(),
+            provider,
+            mcp: self.mcp(),
+        }))
     }
 }
 
@@ -111,7 +112,7 @@ impl AgentHost for ServedAgents {
         }
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
         let permissions = self.permissions()?;
-        let all = self.tools(id, 0, Arc::clone(&provider), permissions.clone(), self.sandbox.clone()).decls();
+        let all = self.tools(id, &provider, permissions.clone())?.decls();
         for name in &request.tools {
             if !all.iter().any(|d| &d.name == name) {
                 let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
@@ -132,50 +133,58 @@ impl AgentHost for ServedAgents {
             ..RunConfig::default()
         };
         let mut run = AgentRun::new(id, request.task.clone(), config, now_ms());
+        let mcp_servers: Vec<&str> = self.mcp().map(|m| m.names()).unwrap_or_default();
         run.host = json!({
             "task": request.task,
-            "workspace": self.workspace.root().to_string_lossy(),
-            "allow_commands": self.config.agent.allow_commands,
+            "workspace": self.workspace()?.root().to_string_lossy(),
+            "allow_commands": self.host.config().agent.allow_commands,
             "provider": provider.name(),
             "model": provider.model(),
-            "project_id": self.project.project_id,
+            "project_id": self.host.project.project_id,
             "origin": self.origin,
             "sandbox": self.sandbox,
+            "mcp_servers": mcp_servers,
             "lease": self.leases.own(),
         });
         Ok(run)
     }
 
+    fn check(&self, run: &AgentRun) -> Result<(), String> {
+        self.host.check(run).map(|_| ()).map_err(|e| e.to_string())
+    }
+
     fn router(&self, provider: &Arc<dyn Provider>) -> Option<Arc<dyn noesis_agent::ModelRouter>> {
-        Some(ServedAgents::router(self, provider))
+        Some(self.host.router(provider))
     }
 
     async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String> {
+        // Checked first: a run this server cannot provide for is refused
+        // before any provider is made.
+        self.host.check(run).map_err(|e| e.to_string())?;
         let provider = match run.host["provider"].as_str() {
-            Some(name) => {
-                super::drive::with_text_tools(self.providers.pinned(name, run.host["model"].as_str())?, &self.config)
-            }
+            Some(name) => with_text_tools(self.host.providers.pinned(name, run.host["model"].as_str())?, self.host.config()),
             None => self.provider(None, None)?,
         };
-        let depth = run.host["depth"].as_u64().unwrap_or(0);
-        let sandbox = crate::cmd::sandbox::recorded(&run.host).map_err(|e| format!("{e:#}"))?;
-        let tools = self.tools(&run.id, depth, Arc::clone(&provider), run.config.permissions.clone(), sandbox);
-        Ok((provider, Arc::new(tools)))
+        let equipped = self.host.equip(run, provider).await.map_err(|e| e.to_string())?;
+        Ok((equipped.provider, equipped.tools))
     }
 
     async fn save(&self, run: &AgentRun) -> Result<(), String> {
-        self.store.save_agent_state(&state_of(run, &self.project.project_id)).await.map_err(|e| e.to_string())
+        self.host.store.save_agent_state(&state_of(run, &self.host.project.project_id)).await.map_err(|e| e.to_string())
     }
 
     async fn load(&self, id: &str) -> Result<Option<AgentRun>, String> {
-        let Some(state) = self.store.agent_state(id, None).await.map_err(|e| e.to_string())? else { return Ok(None) };
+        let Some(state) = self.host.store.agent_state(id, None).await.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
         let mut run = AgentRun::from_json(&state.state).map_err(|e| format!("run `{id}` cannot be read: {e}"))?;
-        super::rules::restore(&mut run);
+        crate::rules::restore(&mut run);
         Ok(Some(run))
     }
 
     async fn list(&self, limit: u32) -> Result<Vec<Value>, String> {
-        let runs = self.store.agent_runs(&self.project.project_id, limit).await.map_err(|e| e.to_string())?;
+        let runs =
+            self.host.store.agent_runs(&self.host.project.project_id, limit).await.map_err(|e| e.to_string())?;
         Ok(runs
             .into_iter()
             .map(|r| {
@@ -186,7 +195,8 @@ impl AgentHost for ServedAgents {
     }
 
     async fn unfinished(&self) -> Result<Vec<String>, String> {
-        let runs = self.store.agent_runs(&self.project.project_id, 1000).await.map_err(|e| e.to_string())?;
+        let runs =
+            self.host.store.agent_runs(&self.host.project.project_id, 1000).await.map_err(|e| e.to_string())?;
         let mut ids = Vec::new();
         let mut named = std::collections::BTreeSet::new();
         for r in runs {
@@ -227,8 +237,8 @@ impl AgentHost for ServedAgents {
     }
 
     async fn finished(&self, run: &mut AgentRun) {
-        if let Err(e) = super::drive::record_frames(self.store.as_ref(), &self.project, run).await {
-            crate::out::note(&format!("warning: run {} was not recorded as frames: {e:#}", run.id));
+        if let Err(e) = record_frames(self.host.store.as_ref(), &self.host.project, run).await {
+            (self.warn)(&format!("warning: run {} was not recorded as frames: {e}", run.id));
         }
     }
 }
