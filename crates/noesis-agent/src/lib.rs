@@ -56,10 +56,10 @@ mod driver;
 pub mod events;
 mod memory;
 pub mod permission;
-pub mod supervisor;
 mod record;
 mod replay;
 mod run;
+pub mod supervisor;
 mod tool;
 mod workspace;
 

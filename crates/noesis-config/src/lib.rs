@@ -616,7 +616,8 @@ impl Config {
 
 /// One config file's text, checked; `path` names it in errors.
 pub fn parse(path: &Path, text: &str) -> Result<Config> {
-    let mut config: Config = toml::from_str(text).map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+    let mut config: Config =
+        toml::from_str(text).map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
     let p = &config.permissions;
     let sourced = [
         (noesis_agent::Effect::Allow, &p.allow),

@@ -24,6 +24,9 @@ use crate::provider::{Providers, prices};
 use crate::tools::{HostTools, with_host_tools};
 use crate::{HostError, Result, bail};
 
+/// Where a host's remarks go: the front end's way of telling a person.
+pub type Note = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Where a front end may drive runs.
 pub enum Reach {
     /// In whatever workspace a run recorded, with the MCP servers it was
@@ -53,7 +56,7 @@ pub struct Host {
     /// Where runs may be driven.
     pub reach: Reach,
     /// Where the host's remarks go (`starting MCP server …`); none: nowhere.
-    pub note: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub note: Option<Note>,
 }
 
 /// A run made drivable: hand these to a [`noesis_agent::Driver`].
@@ -272,9 +275,8 @@ impl Host {
     /// [`Host::check`].
     pub async fn equip(&self, run: &AgentRun, provider: Arc<dyn Provider>) -> Result<Equipped> {
         let recorded = self.check(run)?;
-        let workspace = Workspace::new(&recorded.workspace).map_err(|e| {
-            HostError::Message(format!("the run's workspace {}: {e}", recorded.workspace.display()))
-        })?;
+        let workspace = Workspace::new(&recorded.workspace)
+            .map_err(|e| HostError::Message(format!("the run's workspace {}: {e}", recorded.workspace.display())))?;
         let (mcp, started) = match &self.reach {
             Reach::Bound { mcp, .. } => (mcp.clone(), None),
             Reach::Anywhere => {

@@ -39,7 +39,11 @@ fn threads(env: &dyn Fn(&str) -> Option<String>) -> Result<u32> {
 }
 
 /// The local provider.
-pub fn connect(args: &ProviderArgs, config: &Config, env: &dyn Fn(&str) -> Option<String>) -> Result<Arc<dyn Provider>> {
+pub fn connect(
+    args: &ProviderArgs,
+    config: &Config,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Arc<dyn Provider>> {
     let Some(path) = model_path(args, config, env) else {
         bail!("no model file for the local provider: pass --model-path FILE.gguf or set NOESIS_HOME/HOME");
     };

@@ -135,12 +135,7 @@ pub fn endpoint(
     Ok((wire, cfg))
 }
 
-fn connect(
-    name: &str,
-    model: Option<String>,
-    args: &ProviderArgs,
-    config: &Config,
-) -> Result<Arc<dyn Provider>> {
+fn connect(name: &str, model: Option<String>, args: &ProviderArgs, config: &Config) -> Result<Arc<dyn Provider>> {
     Ok(match name {
         "test" => Arc::new(TestModel),
         "local" => crate::local::connect(args, config, &env)?,
@@ -208,7 +203,8 @@ pub fn select(
         let mut chain = vec![provider];
         for n in names.iter().filter(|n| **n != name) {
             chain.push(
-                connect(n, None, args, config).map_err(|e| HostError::Message(format!("fallback provider `{n}`: {e}")))?,
+                connect(n, None, args, config)
+                    .map_err(|e| HostError::Message(format!("fallback provider `{n}`: {e}")))?,
             );
         }
         provider = Arc::new(Fallback::new(chain).ok_or_else(|| HostError::Message("empty fallback chain".into()))?);
@@ -480,11 +476,7 @@ impl Providers {
 
     /// The provider `args` choose (for `module`, by its routes), made once
     /// per (provider, model) and kept.
-    pub fn get(
-        &self,
-        args: &ProviderArgs,
-        module: Option<(&str, Option<&str>)>,
-    ) -> Result<Arc<dyn Provider>> {
+    pub fn get(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>) -> Result<Arc<dyn Provider>> {
         let (name, model, source) = choose(args, &self.config, module, &env);
         if source == Source::Default && name != "local" && args.replay.is_none() {
             bail!("{NO_PROVIDER}");

@@ -32,7 +32,7 @@ pub struct ServedAgents {
     /// The most a run gets (the operator's `--approve`, `[agent]`, `[budget]`).
     pub ceiling: Ceiling,
     /// Where a warning goes (a run not recorded as frames).
-    pub warn: Arc<dyn Fn(&str) + Send + Sync>,
+    pub warn: crate::host::Note,
     prices: Arc<PriceTable>,
 }
 
@@ -44,7 +44,7 @@ impl ServedAgents {
         origin: &'static str,
         leases: Arc<crate::lease::Leases>,
         ceiling: Ceiling,
-        warn: Arc<dyn Fn(&str) + Send + Sync>,
+        warn: crate::host::Note,
     ) -> ServedAgents {
         let prices = host.prices();
         ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices }
@@ -79,7 +79,12 @@ impl ServedAgents {
             .map_err(|e| e.to_string())
     }
 
-    fn tools(&self, run_id: &str, provider: &Arc<dyn Provider>, permissions: noesis_agent::Permissions) -> Result<Toolbox, String> {
+    fn tools(
+        &self,
+        run_id: &str,
+        provider: &Arc<dyn Provider>,
+        permissions: noesis_agent::Permissions,
+    ) -> Result<Toolbox, String> {
         Ok(self.host.toolbox(ToolsFor {
             run_id,
             depth: 0,
@@ -162,7 +167,9 @@ impl AgentHost for ServedAgents {
         // before any provider is made.
         self.host.check(run).map_err(|e| e.to_string())?;
         let provider = match run.host["provider"].as_str() {
-            Some(name) => with_text_tools(self.host.providers.pinned(name, run.host["model"].as_str())?, self.host.config()),
+            Some(name) => {
+                with_text_tools(self.host.providers.pinned(name, run.host["model"].as_str())?, self.host.config())
+            }
             None => self.provider(None, None)?,
         };
         let equipped = self.host.equip(run, provider).await.map_err(|e| e.to_string())?;
@@ -183,8 +190,7 @@ impl AgentHost for ServedAgents {
     }
 
     async fn list(&self, limit: u32) -> Result<Vec<Value>, String> {
-        let runs =
-            self.host.store.agent_runs(&self.host.project.project_id, limit).await.map_err(|e| e.to_string())?;
+        let runs = self.host.store.agent_runs(&self.host.project.project_id, limit).await.map_err(|e| e.to_string())?;
         Ok(runs
             .into_iter()
             .map(|r| {
@@ -195,8 +201,7 @@ impl AgentHost for ServedAgents {
     }
 
     async fn unfinished(&self) -> Result<Vec<String>, String> {
-        let runs =
-            self.host.store.agent_runs(&self.host.project.project_id, 1000).await.map_err(|e| e.to_string())?;
+        let runs = self.host.store.agent_runs(&self.host.project.project_id, 1000).await.map_err(|e| e.to_string())?;
         let mut ids = Vec::new();
         let mut named = std::collections::BTreeSet::new();
         for r in runs {

@@ -125,11 +125,9 @@ impl RequestPermissions {
     /// error naming its field (`permissions.deny[0]`).
     pub fn layer(&self) -> Result<crate::Layer, crate::RuleError> {
         let mut layer = crate::Layer::narrowing("request");
-        for (effect, rules) in [
-            (crate::Effect::Allow, &self.allow),
-            (crate::Effect::Ask, &self.ask),
-            (crate::Effect::Deny, &self.deny),
-        ] {
+        for (effect, rules) in
+            [(crate::Effect::Allow, &self.allow), (crate::Effect::Ask, &self.ask), (crate::Effect::Deny, &self.deny)]
+        {
             for (i, rule) in rules.iter().enumerate() {
                 layer.add(effect, rule, &format!("permissions.{}[{i}]", effect.as_str()))?;
             }

@@ -40,8 +40,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     // A provider that cannot be set up is a configuration error: exit 2
     // now, before a client has connected, not on its first run.
     let default = providers.get(&a.host.provider, None)?;
-    let service = Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers))))
-        .with_settings(settings);
+    let service =
+        Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers)))).with_settings(settings);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let grace = std::time::Duration::from_secs(a.grace);
     // The `agent` tool, when the store opens (agent runs are kept there).

@@ -308,8 +308,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let service = Arc::new(
-        Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers))))
-            .with_settings(settings),
+        Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers)))).with_settings(settings),
     );
     // Every server needs a credential for what changes anything: without
     // --token on loopback one is made here and reads stay open; off

@@ -72,7 +72,7 @@ fn host(
     quiet: bool,
 ) -> anyhow::Result<Host> {
     let (project, store) = rt.block_on(crate::memory::context())?;
-    let note: Option<Arc<dyn Fn(&str) + Send + Sync>> = if quiet { None } else { Some(Arc::new(|m: &str| out::note(m))) };
+    let note: Option<noesis_host::host::Note> = if quiet { None } else { Some(Arc::new(|m: &str| out::note(m))) };
     Ok(Host { search: search.clone(), store: Arc::from(store), project, providers, reach: Reach::Anywhere, note })
 }
 
