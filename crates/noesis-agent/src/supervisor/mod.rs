@@ -31,8 +31,8 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{Event, EventBus, outcome_event, progress_event};
-use crate::{Action, AgentRun, Decision, Driver, Pending, Progress, Toolbox};
+use crate::events::{Event, EventBus, Subscription, outcome_event, run_topic};
+use crate::{Action, AgentRun, Decision, Driver, Pending, Toolbox};
 
 mod admission;
 
@@ -193,6 +193,21 @@ pub trait AgentHost: Send + Sync + 'static {
     }
     /// Called once a run is done (to record frames, say).
     async fn finished(&self, _run: &mut AgentRun) {}
+}
+
+/// The kind of the event that ends a run's events on the bus (its log
+/// closes there; the log does not keep it).
+pub const LOG_END: &str = "log_end";
+
+/// Copies run `id`'s events from the bus into its log until its end marker.
+async fn log_events(mut events: Subscription, live: Arc<Live>, id: String) {
+    while let Some(e) = events.recv().await {
+        if e.kind == LOG_END && e.correlation_id == id {
+            break;
+        }
+        live.push(e);
+    }
+    live.close();
 }
 
 /// A decision request from the client, answered by the run's task.
@@ -361,33 +376,43 @@ impl AgentRuns {
             pending: Mutex::new(Vec::new()),
         });
         self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), Arc::clone(&live));
+        // The run's log is a subscriber of the bus like any other, from
+        // before its first event to the end marker after its last.
+        let forward =
+            tokio::spawn(log_events(self.bus.subscribe(&run_topic(&run.id)), Arc::clone(&live), run.id.clone()));
         let me = Arc::clone(self);
         self.tasks.lock().await.spawn(async move {
-            me.drive(run, live, rx).await;
+            me.drive(run, live, rx, forward).await;
             drop(slot);
         });
     }
 
-    fn publish(&self, live: &Live, event: Event) {
-        // Other subscribers get it if they have room; the log always does.
-        let _ = self.bus.try_publish(event.clone());
-        live.push(event);
+    /// Publishes on the bus, which the run's log and every other subscriber
+    /// read; a stopped bus leaves only the log to tell.
+    async fn publish(&self, live: &Live, event: Event) {
+        if self.bus.publish(event.clone()).await.is_err() {
+            live.push(event);
+        }
     }
 
-    async fn drive(self: Arc<Self>, mut run: AgentRun, live: Arc<Live>, mut decisions: mpsc::Receiver<Decide>) {
-        let topic = format!("agents.runs.{}", run.id);
+    async fn drive(
+        self: Arc<Self>,
+        mut run: AgentRun,
+        live: Arc<Live>,
+        mut decisions: mpsc::Receiver<Decide>,
+        forward: tokio::task::JoinHandle<()>,
+    ) {
+        let topic = run_topic(&run.id);
         let equipped = self.host.equip(&run).await;
         let (provider, tools) = match equipped {
             Ok(e) => e,
             Err(e) => {
                 run.stop_for_driver(format!("the run could not be set up: {e}"));
                 let _ = self.host.save(&run).await;
-                self.end(&run, &live, &topic);
+                self.end(&run, &live, &topic, forward).await;
                 return;
             }
         };
-        let run_id = run.id.clone();
-        let observe = |p: &Progress| self.publish(&live, progress_event(&topic, &run_id, p));
         let now = now_ms;
         let host = Arc::clone(&self.host);
         let price = move |r: &ChatResponse| host.price(r);
@@ -395,25 +420,25 @@ impl AgentRuns {
             now: &now,
             price: &price,
             cancel: Some(live.cancel.clone()),
-            observe: Some(&observe),
+            events: Some(self.bus.clone()),
             tool_timeout: self.tool_timeout,
             router: self.host.router(&provider),
             ..Driver::new(provider.as_ref(), tools)
         };
         let mut keep = Keep(Arc::clone(&self.host));
-        self.publish(&live, Event::new(&topic, "run_started", &run.id, json!({"step": run.step})));
+        self.publish(&live, Event::new(&topic, "run_started", &run.id, json!({"step": run.step}))).await;
         loop {
             let action = match driver.drive(&mut run, &mut keep).await {
                 Ok(a) => a,
                 Err(e) => {
                     // Not stored: the run is as last checkpointed; a restart resumes it.
-                    self.publish(&live, Event::new(&topic, "error", &run.id, json!({"message": e.to_string()})));
+                    self.publish(&live, Event::new(&topic, "error", &run.id, json!({"message": e.to_string()}))).await;
                     break;
                 }
             };
             let Action::AwaitApproval(pending) = action else { break };
             *live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pending.clone();
-            self.publish(&live, Event::new(&topic, "approval_needed", &run.id, json!({"pending": pending})));
+            self.publish(&live, Event::new(&topic, "approval_needed", &run.id, json!({"pending": pending}))).await;
             let decided = tokio::select! {
                 d = decisions.recv() => d,
                 () = live.cancel.cancelled() => None,
@@ -425,7 +450,7 @@ impl AgentRuns {
                     let _ = answer.send(result);
                     if ok {
                         live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
-                        self.publish(&live, Event::new(&topic, "decided", &run.id, json!({"decisions": ds})));
+                        self.publish(&live, Event::new(&topic, "decided", &run.id, json!({"decisions": ds}))).await;
                     }
                 }
                 None => {
@@ -443,13 +468,17 @@ impl AgentRuns {
         } else if run.outcome.is_some() {
             self.host.finished(&mut run).await;
         }
-        self.end(&run, &live, &topic);
+        self.end(&run, &live, &topic, forward).await;
     }
 
-    fn end(&self, run: &AgentRun, live: &Live, topic: &str) {
+    async fn end(&self, run: &AgentRun, live: &Live, topic: &str, forward: tokio::task::JoinHandle<()>) {
         if let Some(outcome) = &run.outcome {
-            self.publish(live, outcome_event(topic, &run.id, outcome));
+            self.publish(live, outcome_event(topic, &run.id, outcome)).await;
         }
+        // The log closes once it has every event before the marker (or the
+        // bus stopped, which ends its subscription too).
+        let _ = self.bus.publish(Event::new(topic, LOG_END, &run.id, Value::Null)).await;
+        let _ = forward.await;
         live.close();
         // Finished runs' logs stay readable for a while, not forever: the
         // oldest beyond KEPT_LOGS go (their runs stay in the store).

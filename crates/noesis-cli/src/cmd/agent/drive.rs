@@ -8,9 +8,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use noesis_agent::events::{Event, EventBus};
 use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, Decision, Driver, Limits, Outcome, Pending, Progress, RunConfig, Strategy,
-    Verdict, Workspace,
+    Action, AgentRun, ApprovalPolicy, Decision, Driver, Limits, Outcome, Pending, RunConfig, Strategy, Verdict,
+    Workspace,
 };
 use noesis_host::host::{ToolsFor, connect_mcp, mcp_specs, recorded_sandbox};
 use noesis_host::runs::{Keep, now_ms, record_frames, session_memory, state_of};
@@ -285,17 +286,20 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
     let prices = Arc::clone(&ctx.equipped.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
     let quiet = ctx.quiet;
-    let run_id = run.id.clone();
     let spinner = Spinner::new(!quiet && std::io::stderr().is_terminal());
-    let observe = |p: &Progress| {
+    // The live view is a subscriber of the run's events, as the server's
+    // stream is: the driver publishes, this prints.
+    let bus = EventBus::new(256);
+    let mut events = bus.subscribe(&noesis_agent::events::run_topic(&run.id));
+    let show = |e: &Event| {
         if quiet {
             return;
         }
         spinner.stop();
-        out::note(&event_line(&noesis_agent::events::progress_event("agents.runs", &run_id, p)));
-        match p {
-            Progress::ModelCall { turn } => spinner.start(format!("thinking (turn {})", turn + 1)),
-            Progress::ToolStart { tool, .. } => spinner.start(format!("running {tool}")),
+        out::note(&event_line(e));
+        match e.kind.as_str() {
+            "model_call" => spinner.start(format!("thinking (turn {})", e.data["turn"].as_u64().unwrap_or(0) + 1)),
+            "tool_call" => spinner.start(format!("running {}", e.data["tool"].as_str().unwrap_or("?"))),
             _ => {}
         }
     };
@@ -314,14 +318,28 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             now: &now_ms,
             price: &price,
             cancel: Some(cancel.clone()),
-            observe: Some(&observe),
+            events: Some(bus.clone()),
             tool_timeout: ctx.tool_timeout,
             router: Some(Arc::clone(&ctx.equipped.router)),
             ..Driver::new(ctx.equipped.provider.as_ref(), Arc::clone(&ctx.equipped.tools))
         };
         let mut keep = Keep { store: ctx.host.store.as_ref(), project_id: ctx.project_id.clone() };
         loop {
-            let action = driver.drive(&mut run, &mut keep).await?;
+            let action = {
+                let drive = driver.drive(&mut run, &mut keep);
+                tokio::pin!(drive);
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(e) = events.recv() => show(&e),
+                        action = &mut drive => break action?,
+                    }
+                }
+            };
+            // Every step is shown before the run's end or a question.
+            while let Some(e) = events.try_recv() {
+                show(&e);
+            }
             let Action::AwaitApproval(pending) = action else { break };
             if !interactive {
                 break;
