@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use noesis_agent::{AgentRun, ModelRouter, Permissions, ToolDecl, Toolbox, Workspace};
+use noesis_agent::{AgentRun, ModelRouter, Permissions, RunConfig, Strategy, ToolDecl, Toolbox, Workspace};
 use noesis_config::Config;
 use noesis_frames::project::Project;
 use noesis_llm::{PriceTable, Provider};
@@ -18,7 +18,7 @@ use noesis_mcp::{McpServers, ServerSpec};
 use noesis_modules::search::SearchPath;
 use noesis_sandbox::Settings;
 use noesis_store::Store;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::provider::{Providers, prices};
 use crate::tools::{HostTools, with_host_tools};
@@ -71,6 +71,33 @@ pub struct Equipped {
     pub prices: Arc<PriceTable>,
     /// MCP servers started for this run alone: stop them when the drive ends.
     pub started: Option<Arc<McpServers>>,
+}
+
+/// A new run, as a front end asks for it.
+pub struct NewRun {
+    /// Its id.
+    pub id: String,
+    /// The task as the person gave it (what is listed and recorded).
+    pub task: String,
+    /// What the model is told after the task (an agent session's memory).
+    pub remembered: String,
+    /// Its workspace.
+    pub workspace: Workspace,
+    /// Its settings; `tools` is made here from what is offered and the
+    /// `tool_filter` (none for a single shot).
+    pub config: RunConfig,
+    /// Its own provider.
+    pub provider: Arc<dyn Provider>,
+    /// How its commands are confined.
+    pub sandbox: Settings,
+    /// The MCP servers whose tools it has.
+    pub mcp: Option<Arc<McpServers>>,
+    /// Whether those servers were started for this run alone (the caller
+    /// then stops them when the drive ends).
+    pub owns_mcp: bool,
+    /// What else its record says (`session`, `mcp` flags, `origin`,
+    /// `lease`, `allow_commands`).
+    pub record: serde_json::Map<String, Value>,
 }
 
 /// What a run's record says about where and how it runs.
@@ -237,7 +264,65 @@ impl Host {
         all
     }
 
-    /// Whether this host can drive `run` as recorded; the refusal says why
+    /// A new run made and equipped: the tools it is offered (every tool,
+    /// or those its `tool_filter` keeps; a name nobody offers is
+    /// [`HostError::UnknownTool`]), its record (task, workspace, provider,
+    /// project, sandbox, the MCP servers it has, and `new.record`) and what
+    /// drives it. `now` is its start in milliseconds.
+    pub fn start(&self, new: NewRun, now: u64) -> Result<(AgentRun, Equipped)> {
+        let NewRun { id, task, remembered, workspace, mut config, provider, sandbox, mcp, owns_mcp, record } = new;
+        let all = self.offered(&workspace, mcp.as_ref());
+        let filter = &config.tool_filter;
+        if let Some(name) = filter.only.iter().chain(&filter.except).find(|n| !all.iter().any(|d| &d.name == *n)) {
+            return Err(HostError::UnknownTool {
+                name: name.clone(),
+                known: all.iter().map(|d| d.name.clone()).collect(),
+            });
+        }
+        let offered: Vec<ToolDecl> = all
+            .into_iter()
+            .filter(|d| filter.only.is_empty() || filter.only.contains(&d.name))
+            .filter(|d| !filter.except.contains(&d.name))
+            .collect();
+        config.tools = if config.strategy == Strategy::SingleShot { Vec::new() } else { offered };
+        let full =
+            if remembered.is_empty() { task.clone() } else { format!("{task}\n\nWhat you remember:\n{remembered}") };
+        let mut run = AgentRun::new(id, full, config, now);
+        let mcp_servers: Vec<&str> = mcp.as_ref().map(|m| m.names()).unwrap_or_default();
+        let mut host = json!({
+            "task": task,
+            "workspace": workspace.root().to_string_lossy(),
+            "provider": provider.name(),
+            "model": provider.model(),
+            "project_id": self.project.project_id,
+            "sandbox": sandbox,
+            "mcp_servers": mcp_servers,
+        });
+        if let Some(h) = host.as_object_mut() {
+            h.extend(record);
+        }
+        run.host = host;
+        let tools = self.toolbox(ToolsFor {
+            run_id: &run.id,
+            depth: 0,
+            project_id: None,
+            workspace: &workspace,
+            permissions: run.config.permissions.clone(),
+            sandbox,
+            provider: &provider,
+            mcp: mcp.as_ref(),
+        });
+        let equipped = Equipped {
+            router: self.router(&provider),
+            prices: self.prices(),
+            tools: Arc::new(tools),
+            provider,
+            started: if owns_mcp { mcp } else { None },
+        };
+        Ok((run, equipped))
+    }
+
+    /// Whether this host can drive `run` as recorded; the refusal says why    /// Whether this host can drive `run` as recorded; the refusal says why
     /// not and where it can go on.
     pub fn check(&self, run: &AgentRun) -> Result<Recorded> {
         let recorded = Recorded::of(run)?;

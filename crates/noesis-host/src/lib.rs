@@ -36,7 +36,7 @@ pub mod runs;
 pub mod served;
 pub mod tools;
 
-pub use host::{Equipped, Host, Reach, Recorded};
+pub use host::{Equipped, Host, NewRun, Reach, Recorded};
 
 /// What went wrong setting a run up.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,14 @@ pub enum HostError {
     /// A permission rule.
     #[error(transparent)]
     Rule(#[from] noesis_agent::RuleError),
+    /// A new run names a tool nobody offers.
+    #[error("no tool `{name}` (the tools are {})", known.join(", "))]
+    UnknownTool {
+        /// The name given.
+        name: String,
+        /// The tools there are.
+        known: Vec<String>,
+    },
     /// A request named a provider or model the server does not allow.
     #[error("{0}")]
     NotAllowed(String),

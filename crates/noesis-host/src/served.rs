@@ -14,7 +14,8 @@ use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, ToolFilter, To
 use noesis_llm::{ChatResponse, PriceTable, Provider};
 use serde_json::{Value, json};
 
-use crate::host::{Host, Reach, ToolsFor};
+use crate::HostError;
+use crate::host::{Host, NewRun, Reach};
 use crate::provider::with_text_tools;
 use crate::runs::{now_ms, record_frames, state_of};
 
@@ -78,24 +79,6 @@ impl ServedAgents {
         crate::rules::operator(config, &crate::rules::RuleFlags::default(), &commands, self.workspace()?)
             .map_err(|e| e.to_string())
     }
-
-    fn tools(
-        &self,
-        run_id: &str,
-        provider: &Arc<dyn Provider>,
-        permissions: noesis_agent::Permissions,
-    ) -> Result<Toolbox, String> {
-        Ok(self.host.toolbox(ToolsFor {
-            run_id,
-            depth: 0,
-            project_id: None,
-            workspace: self.workspace()?,
-            permissions,
-            sandbox: self.sandbox.clone(),
-            provider,
-            mcp: self.mcp(),
-        }))
-    }
 }
 
 #[async_trait::async_trait]
@@ -117,19 +100,10 @@ impl AgentHost for ServedAgents {
         }
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
         let permissions = self.permissions()?;
-        let all = self.tools(id, &provider, permissions.clone())?.decls();
-        for name in &request.tools {
-            if !all.iter().any(|d| &d.name == name) {
-                let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
-                return Err(format!("`tools`: no tool `{name}` (the tools are {})", known.join(", ")));
-            }
-        }
         let limits = self.ceiling.limits(&request.limits)?;
-        let offered = all.into_iter().filter(|d| request.tools.is_empty() || request.tools.contains(&d.name)).collect();
         let config = RunConfig {
             strategy,
             system_prompt: request.system.clone(),
-            tools: if strategy == Strategy::SingleShot { Vec::new() } else { offered },
             approval,
             limits,
             reflect: request.reflect,
@@ -137,21 +111,30 @@ impl AgentHost for ServedAgents {
             permissions,
             ..RunConfig::default()
         };
-        let mut run = AgentRun::new(id, request.task.clone(), config, now_ms());
-        let mcp_servers: Vec<&str> = self.mcp().map(|m| m.names()).unwrap_or_default();
-        run.host = json!({
-            "task": request.task,
-            "workspace": self.workspace()?.root().to_string_lossy(),
+        let record = json!({
             "allow_commands": self.host.config().agent.allow_commands,
-            "provider": provider.name(),
-            "model": provider.model(),
-            "project_id": self.host.project.project_id,
             "origin": self.origin,
-            "sandbox": self.sandbox,
-            "mcp_servers": mcp_servers,
             "lease": self.leases.own(),
         });
-        Ok(run)
+        let new = NewRun {
+            id: id.to_owned(),
+            task: request.task.clone(),
+            remembered: String::new(),
+            workspace: self.workspace()?.clone(),
+            config,
+            provider,
+            sandbox: self.sandbox.clone(),
+            mcp: self.mcp().cloned(),
+            owns_mcp: false,
+            record: record.as_object().cloned().unwrap_or_default(),
+        };
+        match self.host.start(new, now_ms()) {
+            Ok((run, _)) => Ok(run),
+            Err(HostError::UnknownTool { name, known }) => {
+                Err(format!("`tools`: no tool `{name}` (the tools are {})", known.join(", ")))
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
 
     fn check(&self, run: &AgentRun) -> Result<(), String> {

@@ -13,9 +13,9 @@ use noesis_agent::{
     Action, AgentRun, ApprovalPolicy, Decision, Driver, Limits, Outcome, Pending, RunConfig, Strategy, Verdict,
     Workspace,
 };
-use noesis_host::host::{ToolsFor, connect_mcp, mcp_specs, recorded_sandbox};
+use noesis_host::host::{connect_mcp, mcp_specs, recorded_sandbox};
 use noesis_host::runs::{Keep, now_ms, record_frames, session_memory, state_of};
-use noesis_host::{Equipped, Host, Reach};
+use noesis_host::{Equipped, Host, NewRun, Reach};
 use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_runtime::CancellationToken;
@@ -115,18 +115,6 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
     let providers = Arc::new(Providers::new(a.drive.provider.clone(), config.clone()));
     let host = host(&rt, search, providers, a.drive.quiet)?;
-    let all = host.offered(&workspace, mcp.as_ref());
-    for name in a.tools.iter().chain(&a.no_tools) {
-        if !all.iter().any(|d| &d.name == name) {
-            let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
-            bail!("--tool/--no-tool {name}: no such tool (the tools are {})", known.join(", "));
-        }
-    }
-    let offered = all
-        .into_iter()
-        .filter(|d| a.tools.is_empty() || a.tools.contains(&d.name))
-        .filter(|d| !a.no_tools.contains(&d.name))
-        .collect();
     let limits = Limits {
         max_turns: a.max_iterations.or(config.agent.max_iterations).unwrap_or(Limits::default().max_turns),
         max_tool_calls: a.max_tool_calls,
@@ -138,12 +126,11 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     let run_config = RunConfig {
         strategy,
         system_prompt: a.system.clone(),
-        tools: if strategy == Strategy::SingleShot { Vec::new() } else { offered },
         approval: approval(a.drive.approve.as_deref(), &config),
         limits,
         reflect: a.reflect,
         tool_filter: noesis_agent::ToolFilter { only: a.tools.clone(), except: a.no_tools.clone() },
-        permissions: permissions.clone(),
+        permissions,
         ..RunConfig::default()
     };
     let project_id = host.project.project_id.clone();
@@ -151,42 +138,29 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         Some(name) => rt.block_on(session_memory(host.store.as_ref(), &project_id, name))?,
         None => String::new(),
     };
-    let full_task =
-        if remembered.is_empty() { task.clone() } else { format!("{task}\n\nWhat you remember:\n{remembered}") };
     let id = a.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     if rt.block_on(host.store.agent_state(&id, None))?.is_some() {
         bail!("--run-id {id}: a run with this id exists; resume it with `noesis agent resume {id}`");
     }
-    let mut run = AgentRun::new(id, full_task, run_config, now_ms());
-    let mcp_servers: Vec<&str> = mcp.as_ref().map(|m| m.names()).unwrap_or_default();
-    run.host = json!({
-        "task": task,
-        "workspace": workspace.root().to_string_lossy(),
-        "allow_commands": allow_commands,
-        "provider": provider.name(),
-        "model": provider.model(),
-        "session": a.session,
-        "project_id": project_id,
-        "mcp": a.mcp,
-        "mcp_servers": mcp_servers,
-        "sandbox": sandbox,
-    });
-    let tools = host.toolbox(ToolsFor {
-        run_id: &run.id,
-        depth: 0,
-        project_id: None,
-        workspace: &workspace,
-        permissions,
-        sandbox,
-        provider: &provider,
-        mcp: mcp.as_ref(),
-    });
-    let equipped = Equipped {
-        router: host.router(&provider),
-        prices: host.prices(),
-        tools: Arc::new(tools),
+    let record = json!({"allow_commands": allow_commands, "session": a.session, "mcp": a.mcp});
+    let new = NewRun {
+        id,
+        task,
+        remembered,
+        workspace,
+        config: run_config,
         provider,
-        started: mcp,
+        sandbox,
+        mcp,
+        owns_mcp: true,
+        record: record.as_object().cloned().unwrap_or_default(),
+    };
+    let (run, equipped) = match host.start(new, now_ms()) {
+        Ok(started) => started,
+        Err(noesis_host::HostError::UnknownTool { name, known }) => {
+            bail!("--tool/--no-tool {name}: no such tool (the tools are {})", known.join(", "))
+        }
+        Err(e) => return Err(e.into()),
     };
     let ctx = Ctx {
         host,
