@@ -425,6 +425,12 @@ pub struct Driver<'a> {
     pub cancel: Option<CancellationToken>,
     /// Sees each step as it happens.
     pub observe: Option<&'a (dyn Fn(&Progress) + Send + Sync)>,
+    /// Where each step is published as an event, on the run's topic
+    /// ([`crate::events::run_topic`], see [`crate::events::progress_event`]):
+    /// the one path the command line's live view, the server's stream and
+    /// the dashboard read. Published with backpressure: a subscriber that
+    /// does not read holds the run up, none is skipped.
+    pub events: Option<crate::events::EventBus>,
     /// How long one tool call may take before its result is a timeout
     /// error (the model is told; a blocking built-in finishes in the
     /// background, its result dropped).
@@ -450,13 +456,14 @@ impl<'a> Driver<'a> {
             price: &|_| 0.0,
             cancel: None,
             observe: None,
+            events: None,
             tool_timeout: TOOL_TIMEOUT,
             max_concurrent_tools: 8,
             router: None,
         }
     }
 
-    fn note(&self, p: Progress) {
+    async fn note(&self, run_id: &str, p: Progress) {
         // The steps the bus, the live view and the HTTP stream get are the
         // run span's events too, by the same kinds (no arguments: texts are
         // opt-in), so a trace lists the run's steps as they were published.
@@ -473,6 +480,10 @@ impl<'a> Driver<'a> {
         }
         if let Some(observe) = self.observe {
             observe(&p);
+        }
+        if let Some(bus) = &self.events {
+            // A stopped bus has nobody to tell; the run goes on.
+            let _ = bus.publish(crate::events::progress_event(&crate::events::run_topic(run_id), run_id, &p)).await;
         }
     }
 
@@ -508,6 +519,7 @@ impl<'a> Driver<'a> {
         // `awaiting_reply`, which resume clears, so a state already stored
         // at this step need not be stored again before the request.
         let mut stored: Option<u64> = None;
+        let run_id = run.id.clone();
         // What the sources offered when this drive began; compared again
         // only when their revision moves, so a drive without sources pays
         // one fold per model call.
@@ -523,7 +535,7 @@ impl<'a> Driver<'a> {
                         revision = self.tools.revision();
                         let current = self.tools.source_decls();
                         if run.update_tools(&sourced, &current) {
-                            self.note(Progress::ToolsChanged { tools: run.config.tools.len() });
+                            self.note(&run_id, Progress::ToolsChanged { tools: run.config.tools.len() }).await;
                             match run.next((self.now)()) {
                                 Action::CallModel(again) => request = again,
                                 // Cannot happen: a note changes no stop condition.
@@ -549,7 +561,7 @@ impl<'a> Driver<'a> {
                         None => None,
                     };
                     let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
-                    self.note(Progress::ModelCall { turn });
+                    self.note(&run_id, Progress::ModelCall { turn }).await;
                     let began = Instant::now();
                     // Planning and critique are steps of their own: a `plan`
                     // or `reflect` span with the model call under it.
@@ -587,11 +599,15 @@ impl<'a> Driver<'a> {
                             Ok(())
                         }
                         Some(Ok(reply)) => {
-                            self.note(Progress::ModelReply {
-                                turn,
-                                tool_calls: reply.tool_calls.len(),
-                                ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
-                            });
+                            self.note(
+                                &run_id,
+                                Progress::ModelReply {
+                                    turn,
+                                    tool_calls: reply.tool_calls.len(),
+                                    ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+                                },
+                            )
+                            .await;
                             let reported = run.on_model_reply(&reply, (self.price)(&reply));
                             if let Some(ids) = chat_ids {
                                 run.note_reply_span(ids);
@@ -622,10 +638,11 @@ impl<'a> Driver<'a> {
                     checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
                     stored = Some(run.step);
                     let permits = Arc::new(tokio::sync::Semaphore::new(self.max_concurrent_tools.max(1)));
+                    let mut starts = Vec::new();
                     let handles: Vec<_> = batch
                         .into_iter()
                         .map(|call| {
-                            self.note(Progress::ToolStart {
+                            starts.push(Progress::ToolStart {
                                 call_id: call.call_id.clone(),
                                 tool: call.tool.clone(),
                                 arguments: call.arguments.clone(),
@@ -690,15 +707,24 @@ impl<'a> Driver<'a> {
                             (meta, began, ids, task)
                         })
                         .collect();
+                    // Told once every call of the batch is under way; each
+                    // one's end comes after.
+                    for start in starts {
+                        self.note(&run_id, start).await;
+                    }
                     for ((id, tool), began, ids, handle) in handles {
                         let output =
                             handle.await.unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")));
-                        self.note(Progress::ToolEnd {
-                            call_id: id.clone(),
-                            tool,
-                            is_error: output.is_error,
-                            ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
-                        });
+                        self.note(
+                            &run_id,
+                            Progress::ToolEnd {
+                                call_id: id.clone(),
+                                tool,
+                                is_error: output.is_error,
+                                ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
+                            },
+                        )
+                        .await;
                         if let Some(ids) = ids {
                             run.note_call_span(&id, ids);
                         }

@@ -67,6 +67,12 @@ impl Event {
     }
 }
 
+/// The topic of run `run_id`'s events: `agents.runs.{run_id}` (subscribe
+/// to `agents.runs.*` for every run's).
+pub fn run_topic(run_id: &str) -> String {
+    format!("agents.runs.{run_id}")
+}
+
 /// The event of a drive's step, on `topic`, for run `run_id`: what the
 /// CLI's live view, the HTTP stream and traces read.
 pub fn progress_event(topic: &str, run_id: &str, progress: &Progress) -> Event {

@@ -22,12 +22,7 @@ pub(crate) fn configure(flag: Option<String>) {
     let _ = STORE_FLAG.set(flag.filter(|s| !s.is_empty()));
 }
 
-/// `$NOESIS_HOME`, else `$HOME/.noesis`, reading variables through `env`
-/// (blank counts as unset). The one place the CLI decides where its home is.
-pub(crate) fn home_from(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
-    let set = |k: &str| env(k).filter(|v| !v.trim().is_empty());
-    set("NOESIS_HOME").map(PathBuf::from).or_else(|| set("HOME").map(|h| PathBuf::from(h).join(".noesis")))
-}
+pub(crate) use noesis_config::home_from;
 
 /// [`home_from`] the process environment.
 pub(crate) fn home() -> anyhow::Result<PathBuf> {

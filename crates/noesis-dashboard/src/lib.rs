@@ -54,7 +54,7 @@ pub struct Dashboard {
     pub modules: Option<Arc<dyn Modules>>,
     /// The server's live agent runs: their pages follow them and decide,
     /// cancel and resume from the page. `None`: runs are shown as stored.
-    pub agents: Option<Arc<noesis_serve::agents::AgentRuns>>,
+    pub agents: Option<Arc<noesis_agent::supervisor::AgentRuns>>,
 }
 
 /// The modules the embedding server serves, as JSON (the server's own
@@ -387,11 +387,11 @@ fn no_agents() -> Response {
 
 /// The server's runs, when its operator lets pages steer them
 /// (`--agents`); otherwise the page that says why not.
-fn steerable(d: &Dashboard) -> Result<&Arc<noesis_serve::agents::AgentRuns>, Box<Response>> {
+fn steerable(d: &Dashboard) -> Result<&Arc<noesis_agent::supervisor::AgentRuns>, Box<Response>> {
     match &d.agents {
         None => Err(Box::new(no_agents())),
         Some(a) if !a.serves_http() => {
-            Err(Box::new(html_response(StatusCode::FORBIDDEN, html::not_found(noesis_serve::agents::AGENTS_OFF))))
+            Err(Box::new(html_response(StatusCode::FORBIDDEN, html::not_found(noesis_agent::supervisor::AGENTS_OFF))))
         }
         Some(a) => Ok(a),
     }
@@ -441,7 +441,7 @@ async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -
         .collect();
     match agents.decide(&id, decisions).await {
         Ok(()) => to_run(&id),
-        Err((status, m)) => html_response(status, html::not_found(&m)),
+        Err((refusal, m)) => html_response(status_of(refusal), html::not_found(&m)),
     }
 }
 
@@ -464,7 +464,19 @@ async fn resume_run(State(d): St, Path(id): Path<String>) -> Response {
     };
     match agents.resume(&id).await {
         Ok(()) => to_run(&id),
-        Err((status, m)) => html_response(status, html::not_found(&m)),
+        Err((refusal, m)) => html_response(status_of(refusal), html::not_found(&m)),
+    }
+}
+
+/// The status a page answers the supervisor's refusal with.
+fn status_of(refusal: noesis_agent::supervisor::Refusal) -> StatusCode {
+    use noesis_agent::supervisor::Refusal;
+    match refusal {
+        Refusal::BadRequest => StatusCode::BAD_REQUEST,
+        Refusal::Busy => StatusCode::TOO_MANY_REQUESTS,
+        Refusal::Conflict => StatusCode::CONFLICT,
+        Refusal::NotFound => StatusCode::NOT_FOUND,
+        Refusal::Failed => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

@@ -121,7 +121,9 @@ pub enum Error {
 #[must_use]
 pub fn inside(root: &Path, rel: &str) -> Option<PathBuf> {
     let p = Path::new(rel);
-    if rel.is_empty() || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir)) {
+    if rel.is_empty()
+        || p.components().any(|c| !matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
+    {
         return None;
     }
     let real = noesis_fs::Workspace::new(root).ok()?.confine(rel).ok()?;

@@ -4,25 +4,12 @@
 //! (resumable with `Last-Event-ID`), `POST /agents/runs/{id}/approvals`
 //! decides its pending calls, `POST /agents/runs/{id}/cancel` stops it.
 //!
-//! [`AgentRuns`] owns the live runs: one task per run drives it (through
-//! `noesis_agent`'s driver), checkpointing every change through the
-//! [`AgentHost`] the binary implements (provider, tools, store), and
-//! publishes each step on the [`EventBus`] (topic `agents.runs.{id}`) and in
-//! the run's event log. A run waiting for approval waits in its task for a
-//! decision or a cancel. [`AgentRuns::resume_unfinished`] continues, when
-//! the server starts, every run its last process left running: finished
-//! calls are kept, never run twice.
-//!
-//! The operator's [`RunsPolicy`] bounds all of it: without `http` the
-//! routes that start or steer a run answer 403; at most `max_runs` runs
-//! are live (a start beyond is 429 with `Retry-After`); every run is
-//! clamped to the [`Ceiling`] however its host made it, so a request can
-//! narrow the approval policy and limits, never widen them.
+//! The runs themselves are the agent layer's supervisor
+//! ([`noesis_agent::supervisor::AgentRuns`]); these are its routes, each
+//! refusal mapped to a status code and an error envelope.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -31,556 +18,31 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::{Stream, StreamExt};
-use noesis_agent::events::{Event, EventBus, outcome_event, progress_event};
-use noesis_agent::{Action, AgentRun, Decision, Driver, Pending, Progress, Toolbox, Verdict};
-use noesis_llm::{ChatResponse, Provider};
+use futures_util::StreamExt;
+use noesis_agent::events::{Event, outcome_event};
+use noesis_agent::supervisor::{RETRY_AFTER_SECS, Refusal};
+use noesis_agent::{AgentRun, Decision, Verdict};
 use noesis_modules::{ErrorCode, Failure};
-use noesis_runtime::CancellationToken;
 use serde::Deserialize;
-use serde_json::{Value, json};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
+use serde_json::json;
 
-pub use crate::admission::{Ceiling, RunsPolicy};
+// The supervisor's types by the paths the server's clients (the MCP
+// server, tests, the binary) have used.
+pub use noesis_agent::supervisor::{
+    AGENTS_OFF, AgentHost, AgentRequest, AgentRuns, Ceiling, RequestLimits, RequestPermissions, RunEvent, RunsPolicy,
+    status_of,
+};
 
-/// Events a run's log keeps for late readers; older ones are dropped (a
-/// reader resuming before them gets a `gap` event).
-const EVENT_LOG: usize = 10_000;
-/// Finished runs whose event logs are kept (ids are UUIDv7: the map's
-/// order is their age).
-const KEPT_LOGS: usize = 256;
-
-/// What a client asks for when it starts a run.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AgentRequest {
-    /// What the agent should do.
-    pub task: String,
-    /// `react` (default), `single-shot` or `chain-of-thought`.
-    #[serde(default)]
-    pub strategy: Option<String>,
-    /// Offer only these tools (default: all).
-    #[serde(default)]
-    pub tools: Vec<String>,
-    /// `ask` (default: calls that change anything wait for
-    /// `POST …/approvals`), `auto` or `never`.
-    #[serde(default)]
-    pub approve: Option<String>,
-    /// Instructions before the task.
-    #[serde(default)]
-    pub system: Option<String>,
-    /// The provider (among those the server allows).
-    #[serde(default)]
-    pub provider: Option<String>,
-    /// The model.
-    #[serde(default)]
-    pub model: Option<String>,
-    /// Limits.
-    #[serde(default)]
-    pub limits: RequestLimits,
-    /// Critique each answer and go on while the goal is not achieved.
-    #[serde(default)]
-    pub reflect: bool,
-    /// Rules of this run's own, on top of the operator's: they can only
-    /// narrow (see [`RequestPermissions`]).
-    #[serde(default)]
-    pub permissions: Option<RequestPermissions>,
-}
-
-/// Permission rules a client adds to its run (`{"allow": [], "ask": [],
-/// "deny": []}`, written as in `[permissions]`). They form a narrowing
-/// layer: `deny` and `ask` apply, `allow` admits nothing the operator's
-/// rules do not.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestPermissions {
-    /// Accepted for the same rule files everywhere; widens nothing.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// Ask a person first.
-    #[serde(default)]
-    pub ask: Vec<String>,
-    /// Refuse.
-    #[serde(default)]
-    pub deny: Vec<String>,
-}
-
-impl RequestPermissions {
-    /// The rules as a narrowing layer; a rule that does not parse is an
-    /// error naming its field (`permissions.deny[0]`).
-    pub fn layer(&self) -> Result<noesis_agent::Layer, noesis_agent::RuleError> {
-        let mut layer = noesis_agent::Layer::narrowing("request");
-        for (effect, rules) in [
-            (noesis_agent::Effect::Allow, &self.allow),
-            (noesis_agent::Effect::Ask, &self.ask),
-            (noesis_agent::Effect::Deny, &self.deny),
-        ] {
-            for (i, rule) in rules.iter().enumerate() {
-                layer.add(effect, rule, &format!("permissions.{}[{i}]", effect.as_str()))?;
-            }
-        }
-        Ok(layer)
-    }
-}
-
-/// Limits a client may set on its run.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RequestLimits {
-    /// Model calls.
-    pub max_turns: Option<u32>,
-    /// Tool calls.
-    pub max_tool_calls: Option<u32>,
-    /// Seconds since the start.
-    pub max_seconds: Option<u64>,
-    /// Input plus output tokens.
-    pub max_tokens: Option<u64>,
-    /// US dollars.
-    pub max_cost_usd: Option<f64>,
-}
-
-/// What the server needs from its host to run agents. Errors are messages
-/// for the client (no secrets in them).
-#[async_trait::async_trait]
-pub trait AgentHost: Send + Sync + 'static {
-    /// A new run `id` for `request`, its config and host data set; an error
-    /// is the client's mistake (400).
-    fn create(&self, id: &str, request: &AgentRequest) -> Result<AgentRun, String>;
-    /// The model and the tools for `run` (new or continued).
-    async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String>;
-    /// Stores `run` as it is now.
-    async fn save(&self, run: &AgentRun) -> Result<(), String>;
-    /// A stored run.
-    async fn load(&self, id: &str) -> Result<Option<AgentRun>, String>;
-    /// The stored runs, most recent first.
-    async fn list(&self, limit: u32) -> Result<Vec<Value>, String>;
-    /// Runs a previous server left unfinished (running or awaiting
-    /// approval) that this one may drive now.
-    async fn unfinished(&self) -> Result<Vec<String>, String>;
-    /// Whether stored run `id` may be driven here: false while another
-    /// process drives it.
-    async fn claim(&self, _id: &str) -> Result<bool, String> {
-        Ok(true)
-    }
-    /// Chooses each call's provider by its role (`None`: the equipped
-    /// provider answers every call).
-    fn router(&self, _provider: &Arc<dyn Provider>) -> Option<Arc<dyn noesis_agent::ModelRouter>> {
-        None
-    }
-    /// Dollars for a reply.
-    fn price(&self, _reply: &ChatResponse) -> f64 {
-        0.0
-    }
-    /// Called once a run is done (to record frames, say).
-    async fn finished(&self, _run: &mut AgentRun) {}
-}
-
-/// A decision request from the client, answered by the run's task.
-type Decide = (Vec<Decision>, oneshot::Sender<Result<(), String>>);
-
-#[derive(Default)]
-struct Log {
-    next: u64,
-    events: VecDeque<Event>,
-    done: bool,
-}
-
-struct Live {
-    log: Mutex<Log>,
-    changed: tokio::sync::Notify,
-    cancel: CancellationToken,
-    decide: mpsc::Sender<Decide>,
-    pending: Mutex<Vec<Pending>>,
-}
-
-impl Live {
-    fn push(&self, mut event: Event) {
-        let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        log.next += 1;
-        event.id = log.next;
-        log.events.push_back(event);
-        if log.events.len() > EVENT_LOG {
-            log.events.pop_front();
-        }
-        drop(log);
-        self.changed.notify_waiters();
-    }
-
-    fn close(&self) {
-        self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).done = true;
-        self.changed.notify_waiters();
-    }
-}
-
-/// The live agent runs of a server.
-pub struct AgentRuns {
-    host: Arc<dyn AgentHost>,
-    bus: EventBus,
-    live: Mutex<BTreeMap<String, Arc<Live>>>,
-    /// Cancelled when the server stops: runs stop as cancelled, resumable.
-    stop: CancellationToken,
-    tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
-    tool_timeout: Duration,
-    policy: RunsPolicy,
-    /// One permit per live run (`policy.max_runs`).
-    slots: Arc<Semaphore>,
-}
-
-/// What a client is told when the HTTP routes may not start or steer runs.
-pub const AGENTS_OFF: &str =
-    "agent runs over HTTP are off on this server: its operator starts it with --agents to allow them";
-
-impl AgentRuns {
-    /// Runs through `host`, publishing on `bus`, under the default
-    /// [`RunsPolicy`] (HTTP clients may not start runs).
-    pub fn new(host: Arc<dyn AgentHost>, bus: EventBus) -> Arc<AgentRuns> {
-        AgentRuns::with_policy(host, bus, RunsPolicy::default())
-    }
-
-    /// Runs through `host`, publishing on `bus`, under `policy`.
-    pub fn with_policy(host: Arc<dyn AgentHost>, bus: EventBus, policy: RunsPolicy) -> Arc<AgentRuns> {
-        let slots = Arc::new(Semaphore::new(policy.max_runs.max(1)));
-        Arc::new(AgentRuns {
-            host,
-            bus,
-            live: Mutex::new(BTreeMap::new()),
-            stop: CancellationToken::new(),
-            tasks: tokio::sync::Mutex::new(tokio::task::JoinSet::new()),
-            tool_timeout: noesis_agent::TOOL_TIMEOUT,
-            policy,
-            slots,
-        })
-    }
-
-    /// Whether clients of the HTTP routes and pages may start, decide,
-    /// cancel and resume runs (`serve --agents`).
-    pub fn serves_http(&self) -> bool {
-        self.policy.http
-    }
-
-    /// A slot for one more live run, or the refusal (429).
-    fn slot(&self) -> Result<OwnedSemaphorePermit, (StatusCode, String)> {
-        Arc::clone(&self.slots).try_acquire_owned().map_err(|_| {
-            (
-                StatusCode::TOO_MANY_REQUESTS,
-                format!(
-                    "{} agent runs are live on this server, its most (--max-runs); try again when one ends",
-                    self.policy.max_runs.max(1)
-                ),
-            )
-        })
-    }
-
-    /// The bus runs publish on.
-    pub fn bus(&self) -> &EventBus {
-        &self.bus
-    }
-
-    /// The run's live state while its task runs (a finished run's log
-    /// stays readable through [`AgentRuns::log`]).
-    fn live(&self, id: &str) -> Option<Arc<Live>> {
-        self.log(id).filter(|l| !l.log.lock().map(|g| g.done).unwrap_or(true))
-    }
-
-    fn log(&self, id: &str) -> Option<Arc<Live>> {
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(id).cloned()
-    }
-
-    /// Starts a new run; its id.
-    pub async fn start(self: &Arc<Self>, request: AgentRequest) -> Result<String, (StatusCode, String)> {
-        if request.task.trim().is_empty() {
-            return Err((StatusCode::BAD_REQUEST, "`task` is empty: say what the agent should do".into()));
-        }
-        let slot = self.slot()?;
-        let id = uuid::Uuid::now_v7().to_string();
-        let mut run = self.host.create(&id, &request).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
-        // The request's own rules narrow the operator's, whatever the host.
-        if let Some(p) = &request.permissions {
-            run.config.permissions.push(p.layer().map_err(|e| (StatusCode::BAD_REQUEST, e.to_string()))?);
-        }
-        // Whatever the host made of the request, never more than the operator allows.
-        self.policy.ceiling.clamp(&mut run.config);
-        self.host.save(&run).await.map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e))?;
-        self.spawn(run, Some(slot)).await;
-        Ok(id)
-    }
-
-    /// Continues every run the last server left unfinished; how many.
-    pub async fn resume_unfinished(self: &Arc<Self>) -> Result<usize, String> {
-        let ids = self.host.unfinished().await?;
-        let mut n = 0;
-        for id in ids {
-            if let Some(mut run) = self.host.load(&id).await? {
-                run.resume();
-                if let Some(host) = run.host.as_object_mut() {
-                    host.remove("server_stopped");
-                }
-                self.policy.ceiling.clamp(&mut run.config);
-                // Admitted by an earlier server: they take a slot when
-                // there is one, and go on beyond the cap when there is not.
-                let slot = Arc::clone(&self.slots).try_acquire_owned().ok();
-                self.spawn(run, slot).await;
-                n += 1;
-            }
-        }
-        Ok(n)
-    }
-
-    async fn spawn(self: &Arc<Self>, run: AgentRun, slot: Option<OwnedSemaphorePermit>) {
-        let (tx, rx) = mpsc::channel(4);
-        let live = Arc::new(Live {
-            log: Mutex::new(Log::default()),
-            changed: tokio::sync::Notify::new(),
-            cancel: self.stop.child_token(),
-            decide: tx,
-            pending: Mutex::new(Vec::new()),
-        });
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), Arc::clone(&live));
-        let me = Arc::clone(self);
-        self.tasks.lock().await.spawn(async move {
-            me.drive(run, live, rx).await;
-            drop(slot);
-        });
-    }
-
-    fn publish(&self, live: &Live, event: Event) {
-        // Other subscribers get it if they have room; the log always does.
-        let _ = self.bus.try_publish(event.clone());
-        live.push(event);
-    }
-
-    async fn drive(self: Arc<Self>, mut run: AgentRun, live: Arc<Live>, mut decisions: mpsc::Receiver<Decide>) {
-        let topic = format!("agents.runs.{}", run.id);
-        let equipped = self.host.equip(&run).await;
-        let (provider, tools) = match equipped {
-            Ok(e) => e,
-            Err(e) => {
-                run.stop_for_driver(format!("the run could not be set up: {e}"));
-                let _ = self.host.save(&run).await;
-                self.end(&run, &live, &topic);
-                return;
-            }
-        };
-        let run_id = run.id.clone();
-        let observe = |p: &Progress| self.publish(&live, progress_event(&topic, &run_id, p));
-        let now = now_ms;
-        let host = Arc::clone(&self.host);
-        let price = move |r: &ChatResponse| host.price(r);
-        let driver = Driver {
-            now: &now,
-            price: &price,
-            cancel: Some(live.cancel.clone()),
-            observe: Some(&observe),
-            tool_timeout: self.tool_timeout,
-            router: self.host.router(&provider),
-            ..Driver::new(provider.as_ref(), tools)
-        };
-        let mut keep = Keep(Arc::clone(&self.host));
-        self.publish(&live, Event::new(&topic, "run_started", &run.id, json!({"step": run.step})));
-        loop {
-            let action = match driver.drive(&mut run, &mut keep).await {
-                Ok(a) => a,
-                Err(e) => {
-                    // Not stored: the run is as last checkpointed; a restart resumes it.
-                    self.publish(&live, Event::new(&topic, "error", &run.id, json!({"message": e.to_string()})));
-                    break;
-                }
-            };
-            let Action::AwaitApproval(pending) = action else { break };
-            *live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pending.clone();
-            self.publish(&live, Event::new(&topic, "approval_needed", &run.id, json!({"pending": pending})));
-            let decided = tokio::select! {
-                d = decisions.recv() => d,
-                () = live.cancel.cancelled() => None,
-            };
-            match decided {
-                Some((ds, answer)) => {
-                    let result = run.decide(&ds).map_err(|e| e.to_string());
-                    let ok = result.is_ok();
-                    let _ = answer.send(result);
-                    if ok {
-                        live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
-                        self.publish(&live, Event::new(&topic, "decided", &run.id, json!({"decisions": ds})));
-                    }
-                }
-                None => {
-                    run.cancel();
-                    let _ = keep.0.save(&run).await;
-                    break;
-                }
-            }
-        }
-        if run.outcome == Some(noesis_agent::Outcome::Cancelled) && self.stop.is_cancelled() {
-            // Stopped by the server, not the client: the next server
-            // resumes it.
-            run.host["server_stopped"] = json!(true);
-            let _ = self.host.save(&run).await;
-        } else if run.outcome.is_some() {
-            self.host.finished(&mut run).await;
-        }
-        self.end(&run, &live, &topic);
-    }
-
-    fn end(&self, run: &AgentRun, live: &Live, topic: &str) {
-        if let Some(outcome) = &run.outcome {
-            self.publish(live, outcome_event(topic, &run.id, outcome));
-        }
-        live.close();
-        // Finished runs' logs stay readable for a while, not forever: the
-        // oldest beyond KEPT_LOGS go (their runs stay in the store).
-        let mut all = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let done: Vec<String> = all
-            .iter()
-            .filter(|(_, l)| l.log.lock().map(|g| g.done).unwrap_or(true))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in done.iter().take(done.len().saturating_sub(KEPT_LOGS)) {
-            all.remove(id);
-        }
-    }
-
-    /// Whether this server is driving run `id` now.
-    pub fn is_live(&self, id: &str) -> bool {
-        self.live(id).is_some()
-    }
-
-    /// The calls run `id` waits on (empty when it waits on none, or is not live).
-    pub fn pending(&self, id: &str) -> Vec<Pending> {
-        self.live(id).map(|l| l.pending.lock().map(|p| p.clone()).unwrap_or_default()).unwrap_or_default()
-    }
-
-    /// The id of the last event in run `id`'s log (0: none): a page that
-    /// shows the run as of now follows it from there (`?after=`).
-    pub fn last_event(&self, id: &str) -> u64 {
-        self.log(id).map_or(0, |l| l.log.lock().map(|g| g.next).unwrap_or(0))
-    }
-
-    /// Cancels live run `id`; false when it is not live here.
-    pub fn cancel(&self, id: &str) -> bool {
-        self.live(id).map(|l| l.cancel.cancel()).is_some()
-    }
-
-    /// Hands run `id` these decisions (each for a pending call); the
-    /// error is a status and a message for the person who decided.
-    pub async fn decide(&self, id: &str, decisions: Vec<Decision>) -> Result<(), (StatusCode, String)> {
-        let conflict = |m: String| (StatusCode::CONFLICT, m);
-        let Some(live) = self.live(id) else { return Err(conflict(format!("run `{id}` is not live on this server"))) };
-        let (tx, rx) = oneshot::channel();
-        if live.decide.send((decisions, tx)).await.is_err() {
-            return Err(conflict(format!("run `{id}` is no longer waiting")));
-        }
-        match rx.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(conflict(e)),
-            Err(_) => Err(conflict(format!("run `{id}` is no longer waiting"))),
-        }
-    }
-
-    /// Drives a stored run that is not live again (after a stop, a cancel
-    /// or a crash): finished calls are kept, a running one is interrupted.
-    pub async fn resume(self: &Arc<Self>, id: &str) -> Result<(), (StatusCode, String)> {
-        if self.is_live(id) {
-            return Err((StatusCode::CONFLICT, format!("run `{id}` is running already")));
-        }
-        let mut run = match self.host.load(id).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return Err((StatusCode::NOT_FOUND, format!("no agent run `{id}`"))),
-            Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
-        };
-        if matches!(run.outcome, Some(noesis_agent::Outcome::Answer { .. } | noesis_agent::Outcome::Aborted { .. })) {
-            return Err((StatusCode::CONFLICT, format!("run `{id}` is {}; there is nothing to resume", status(&run))));
-        }
-        match self.host.claim(id).await {
-            Ok(true) => {}
-            Ok(false) => {
-                return Err((StatusCode::CONFLICT, format!("run `{id}` is being driven by another noesis process")));
-            }
-            Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
-        }
-        let slot = self.slot()?;
-        run.resume();
-        self.policy.ceiling.clamp(&mut run.config);
-        self.spawn(run, Some(slot)).await;
-        Ok(())
-    }
-
-    /// Makes run `id` one to follow here: live already, finished, or (left
-    /// unfinished by a process that ended) resumed here.
-    pub async fn follow(self: &Arc<Self>, id: &str) -> Result<(), (StatusCode, String)> {
-        if self.is_live(id) {
-            return Ok(());
-        }
-        let run = match self.host.load(id).await {
-            Ok(Some(run)) => run,
-            Ok(None) => return Err((StatusCode::NOT_FOUND, format!("no agent run `{id}`"))),
-            Err(e) => return Err((StatusCode::INTERNAL_SERVER_ERROR, e)),
-        };
-        let left = match &run.outcome {
-            None => true,
-            Some(noesis_agent::Outcome::Cancelled) => run.host["server_stopped"] == true,
-            Some(_) => false,
-        };
-        if left { self.resume(id).await } else { Ok(()) }
-    }
-
-    /// Follows run `id` to its end, handing `each` every event as it comes;
-    /// `cancel` cancels the run (it still ends, as cancelled). The run as
-    /// stored at the end.
-    pub async fn wait(
-        &self,
-        id: &str,
-        mut each: impl FnMut(&Event),
-        cancel: &CancellationToken,
-    ) -> Result<AgentRun, String> {
-        if let Some(live) = self.log(id) {
-            let mut events = std::pin::pin!(raw_events(Arc::clone(&live), 0));
-            loop {
-                tokio::select! {
-                    e = events.next() => match e {
-                        Some(e) => each(&e),
-                        None => break,
-                    },
-                    () = cancel.cancelled(), if !live.cancel.is_cancelled() => live.cancel.cancel(),
-                }
-            }
-        }
-        self.host.load(id).await?.ok_or_else(|| format!("no agent run `{id}`"))
-    }
-
-    /// Stops every run as cancelled (resumable) and waits for their tasks.
-    pub async fn shutdown(&self) {
-        self.stop.cancel();
-        let mut tasks = self.tasks.lock().await;
-        while tasks.join_next().await.is_some() {}
-    }
-
-    /// The routes, to merge into the server's router (its token rules,
-    /// body limit and error envelopes apply).
-    pub fn router(self: &Arc<Self>) -> Router {
-        Router::new()
-            .route("/agents/runs", post(start_run).get(list_runs))
-            .route("/agents/runs/{id}", get(show_run))
-            .route("/agents/runs/{id}/events", get(events))
-            .route("/agents/runs/{id}/approvals", post(approvals))
-            .route("/agents/runs/{id}/cancel", post(cancel))
-            .with_state(Arc::clone(self))
-    }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
-}
-
-struct Keep(Arc<dyn AgentHost>);
-
-#[async_trait::async_trait]
-impl noesis_agent::Checkpoint for Keep {
-    async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
-        self.0.save(run).await
-    }
+/// The routes of `runs`, to merge into the server's router (its token
+/// rules, body limit and error envelopes apply).
+pub fn router(runs: &Arc<AgentRuns>) -> Router {
+    Router::new()
+        .route("/agents/runs", post(start_run).get(list_runs))
+        .route("/agents/runs/{id}", get(show_run))
+        .route("/agents/runs/{id}/events", get(events))
+        .route("/agents/runs/{id}/approvals", post(approvals))
+        .route("/agents/runs/{id}/cancel", post(cancel))
+        .with_state(Arc::clone(runs))
 }
 
 type St = State<Arc<AgentRuns>>;
@@ -603,14 +65,6 @@ fn store_failed(e: &str) -> Response {
     refusal(StatusCode::INTERNAL_SERVER_ERROR, ErrorCode::E4000, format!("the run store failed: {e}"))
 }
 
-/// An event of a run's log, as [`AgentRuns::wait`] hands it out.
-pub type RunEvent = Event;
-
-/// What a run is doing (see [`AgentRun::status`]).
-pub fn status_of(run: &AgentRun) -> &'static str {
-    run.status()
-}
-
 fn status(run: &AgentRun) -> &'static str {
     run.status()
 }
@@ -618,7 +72,7 @@ fn status(run: &AgentRun) -> &'static str {
 /// 403 naming `--agents` when the operator did not allow HTTP clients to
 /// start or steer runs.
 fn agents_off(runs: &AgentRuns) -> Option<Response> {
-    (!runs.policy.http).then(|| {
+    (!runs.serves_http()).then(|| {
         crate::http::refusal(
             StatusCode::FORBIDDEN,
             Failure::new(ErrorCode::E4007, AGENTS_OFF).suggest("read runs with GET /agents/runs; start them elsewhere"),
@@ -639,10 +93,10 @@ async fn start_run(State(runs): St, body: Bytes) -> Response {
             StatusCode::CREATED,
             &json!({"run_id": id, "status": "running", "events": format!("/agents/runs/{id}/events")}),
         ),
-        Err((StatusCode::BAD_REQUEST, m)) => bad_request(m),
-        Err((StatusCode::TOO_MANY_REQUESTS, m)) => {
+        Err((Refusal::BadRequest, m)) => bad_request(m),
+        Err((Refusal::Busy, m)) => {
             let mut resp = refusal(StatusCode::TOO_MANY_REQUESTS, ErrorCode::E4002, m);
-            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, crate::admission::RETRY_AFTER_SECS.into());
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
             resp
         }
         Err((_, m)) => store_failed(&m),
@@ -658,16 +112,16 @@ async fn list_runs(State(runs): St, uri: axum::http::Uri) -> Response {
         Some(Ok(n)) => n.clamp(1, 1000),
         Some(Err(_)) => return bad_request("`limit` must be a whole number"),
     };
-    match runs.host.list(limit).await {
+    match runs.list(limit).await {
         Ok(list) => json_response(StatusCode::OK, &json!({"runs": list})),
         Err(e) => store_failed(&e),
     }
 }
 
 async fn show_run(State(runs): St, Path(id): Path<String>) -> Response {
-    match runs.host.load(&id).await {
+    match runs.load(&id).await {
         Ok(Some(run)) => {
-            let live = runs.live(&id).is_some();
+            let live = runs.is_live(&id);
             let mut body = json!({
                 "run_id": run.id,
                 "status": status(&run),
@@ -675,7 +129,7 @@ async fn show_run(State(runs): St, Path(id): Path<String>) -> Response {
                 "step": run.step,
                 "usage": run.usage,
                 "outcome": run.outcome,
-                "pending": runs.live(&id).map(|l| l.pending.lock().map(|p| p.clone()).unwrap_or_default()),
+                "pending": live.then(|| runs.pending(&id)),
             });
             body["run"] = run.to_json();
             json_response(StatusCode::OK, &body)
@@ -717,8 +171,8 @@ async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Resp
         Ok(b) => b,
         Err(e) => return bad_request(format!("the request body is not a valid decision: {e}")),
     };
-    let Some(live) = runs.live(&id) else {
-        return match runs.host.load(&id).await {
+    if !runs.is_live(&id) {
+        return match runs.load(&id).await {
             Ok(Some(run)) => refusal(
                 StatusCode::CONFLICT,
                 ErrorCode::E4003,
@@ -727,8 +181,8 @@ async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Resp
             Ok(None) => not_found(&id),
             Err(e) => store_failed(&e),
         };
-    };
-    let pending = live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    }
+    let pending = runs.pending(&id);
     if pending.is_empty() {
         return refusal(
             StatusCode::CONFLICT,
@@ -773,12 +227,10 @@ async fn cancel(State(runs): St, Path(id): Path<String>) -> Response {
     if let Some(refused) = agents_off(&runs) {
         return refused;
     }
-    match runs.live(&id) {
-        Some(live) => {
-            live.cancel.cancel();
-            json_response(StatusCode::ACCEPTED, &json!({"run_id": id, "status": "cancelling"}))
-        }
-        None => match runs.host.load(&id).await {
+    if runs.cancel(&id) {
+        json_response(StatusCode::ACCEPTED, &json!({"run_id": id, "status": "cancelling"}))
+    } else {
+        match runs.load(&id).await {
             Ok(Some(run)) => refusal(
                 StatusCode::CONFLICT,
                 ErrorCode::E4003,
@@ -786,7 +238,7 @@ async fn cancel(State(runs): St, Path(id): Path<String>) -> Response {
             ),
             Ok(None) => not_found(&id),
             Err(e) => store_failed(&e),
-        },
+        }
     }
 }
 
@@ -809,9 +261,9 @@ async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap, uri
         .and_then(|v| v.trim().parse().ok())
         .or(query_after)
         .unwrap_or(0);
-    let Some(live) = runs.log(&id) else {
+    let Some(events) = runs.events(&id, after) else {
         // Not run by this server: what the store knows, as one event.
-        return match runs.host.load(&id).await {
+        return match runs.load(&id).await {
             Ok(Some(run)) => {
                 let event = match &run.outcome {
                     Some(o) => outcome_event("", &run.id, o),
@@ -824,38 +276,6 @@ async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap, uri
             Err(e) => store_failed(&e),
         };
     };
-    Sse::new(follow(live, after)).keep_alive(KeepAlive::default()).into_response()
-}
-
-/// The run's events after `after`, then each as it comes, ending with the run.
-fn follow(live: Arc<Live>, after: u64) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    raw_events(live, after).map(|e| Ok(sse(&e)))
-}
-
-fn raw_events(live: Arc<Live>, after: u64) -> impl Stream<Item = Event> {
-    futures_util::stream::unfold((live, after), |(live, mut after)| async move {
-        loop {
-            let changed = live.changed.notified();
-            let (batch, done) = {
-                let log = live.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let first = log.events.front().map_or(log.next + 1, |e| e.id);
-                let mut batch: Vec<Event> = Vec::new();
-                if after + 1 < first && after < log.next {
-                    batch.push(Event { id: first - 1, ..Event::new("", "gap", "", json!({"missed_before": first})) });
-                }
-                batch.extend(log.events.iter().filter(|e| e.id > after).cloned());
-                (batch, log.done)
-            };
-            if let Some(last) = batch.last() {
-                after = last.id;
-                drop(changed);
-                return Some((futures_util::stream::iter(batch), (live, after)));
-            }
-            if done {
-                return None;
-            }
-            changed.await;
-        }
-    })
-    .flatten()
+    let stream = events.map(|e| Ok::<_, Infallible>(sse(&e)));
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }

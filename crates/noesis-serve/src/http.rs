@@ -114,7 +114,7 @@ pub struct ServeConfig {
     /// Pages served beside the API (the dashboard), behind the same token
     /// rules: a browser signs in once at `/login` and gets a cookie.
     pub pages: Option<Router>,
-    /// The agent-run routes ([`crate::agents::AgentRuns::router`]), behind
+    /// The agent-run routes ([`crate::agents::router`]), behind
     /// the same token rules, body limit and error envelopes.
     pub agents: Option<Router>,
     /// The plugin routes ([`crate::plugins::PluginRuns::router`]), likewise.

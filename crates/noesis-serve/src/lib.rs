@@ -6,9 +6,9 @@
 //! end in a v2.2 envelope — refusals included, each with its E-code.
 //! [`http`] puts it on an axum router (`noesis serve`), behind
 //! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
-//! certificate, [`tls`]; [`agents`] runs agents for its clients within the
-//! operator's [`admission`] policy; [`plugins`] runs the frame plugins
-//! (docs, review, testgen) and [`episodes`] runs `solve` episodes
+//! certificate, [`tls`]; [`agents`] are the routes of the agent layer's
+//! run supervisor, within the operator's policy; [`plugins`] runs the frame
+//! plugins (docs, review, testgen) and [`episodes`] runs `solve` episodes
 //! (noesis-workflow's driver) on the server's project.
 //!
 //! Architecture invariant: no provider selection, config files or printing
@@ -42,7 +42,6 @@
 #![deny(missing_docs)]
 
 pub mod access;
-pub mod admission;
 pub mod agents;
 pub mod episodes;
 pub mod http;

@@ -173,7 +173,7 @@ async fn start_full(
     let mut config = ServeConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: Some(TOKEN.into()),
-        agents: Some(agents.router()),
+        agents: Some(noesis_serve::agents::router(&agents)),
         ..ServeConfig::default()
     };
     tweak(&mut config);

@@ -60,11 +60,7 @@ const TEST_ONLY: &[&str] = &["noesis-testkit"];
 
 /// Arrows that point up today and are being removed on another branch;
 /// each is allowed until then and should be deleted from here when it is.
-const EXCEPTIONS: &[(&str, &str)] = &[
-    // The dashboard reaches the server's access rules and run supervisor
-    // through noesis-serve; the `host` branch moves them down.
-    ("noesis-dashboard", "noesis-serve"),
-];
+const EXCEPTIONS: &[(&str, &str)] = &[];
 
 /// Where `name` sits: (layer index, tier index), lower numbers higher up.
 fn place(name: &str) -> Option<(usize, usize)> {

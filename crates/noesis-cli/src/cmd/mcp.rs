@@ -34,19 +34,18 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let settings = a.host.settings(&config, frames.clone())?;
     // Providers are chosen as `noesis serve` chooses them: the client's
     // provider and model over the flags, one provider per choice.
-    let agent_config = config.clone();
     // No HTTP routes here; the cap and the ceiling hold for the `agent` tool.
     let policy = a.host.runs_policy(&config, false)?;
     let providers = Arc::new(a.host.providers(config)?);
     // A provider that cannot be set up is a configuration error: exit 2
     // now, before a client has connected, not on its first run.
     let default = providers.get(&a.host.provider, None)?;
-    let service = Service::new(search.clone(), Arc::clone(&providers) as Arc<dyn noesis_serve::ProviderSource>)
-        .with_settings(settings);
+    let service =
+        Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers)))).with_settings(settings);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let grace = std::time::Duration::from_secs(a.grace);
     // The `agent` tool, when the store opens (agent runs are kept there).
-    let agents = super::serve::agent_runs(&rt, search, agent_config, &providers, "mcp", policy)?;
+    let agents = super::serve::agent_runs(&rt, search, &providers, "mcp", policy)?;
     let mcp = match agents.clone() {
         Some(agents) => {
             // What an earlier session left unfinished (it ended, or was

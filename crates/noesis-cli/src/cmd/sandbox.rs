@@ -45,15 +45,6 @@ fn home() -> Option<PathBuf> {
     std::env::var_os("HOME").filter(|h| !h.is_empty()).map(PathBuf::from)
 }
 
-/// The settings a stored run was started with (`host.sandbox`); a run
-/// stored before the sandbox existed is confined with the defaults.
-pub(crate) fn recorded(host: &Value) -> anyhow::Result<Settings> {
-    match host.get("sandbox") {
-        None | Some(Value::Null) => Ok(Settings::default()),
-        Some(v) => serde_json::from_value(v.clone()).context("the run's recorded sandbox settings"),
-    }
-}
-
 /// Says loudly that commands run unconfined (the operator chose it).
 pub(crate) fn warn_if_off(settings: &Settings, quiet: bool) {
     if settings.mode == Mode::Off && !quiet {

@@ -120,7 +120,7 @@ impl HostArgs {
     /// max_iterations` and `[budget]`.
     pub(crate) fn runs_policy(&self, config: &Config, http: bool) -> anyhow::Result<noesis_serve::agents::RunsPolicy> {
         let approve = match self.approve.as_deref().or(config.agent.approve.as_deref()) {
-            Some(text) => noesis_serve::admission::parse_approval(text).map_err(anyhow::Error::msg)?,
+            Some(text) => noesis_agent::supervisor::parse_approval(text).map_err(anyhow::Error::msg)?,
             None => noesis_agent::ApprovalPolicy::Ask,
         };
         let limits = noesis_agent::Limits {
@@ -298,13 +298,14 @@ fn write_token(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
 }
 
 fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
-    let config = crate::config::load(&env, &std::env::current_dir()?)?.config;
+    let loaded = crate::config::load(&env, &std::env::current_dir()?)?;
+    allowed_hosts(&loaded)?;
+    let config = loaded.config;
     let writer = a.host.frame_writer();
     let settings = a.host.settings(&config, writer.clone())?;
     let policy = a.host.runs_policy(&config, a.agents)?;
     let mut allow_hosts = config.serve.allow_hosts.clone();
     allow_hosts.extend(a.allow_host.iter().cloned());
-    let agent_config = config.clone();
     let docs_dir = std::path::PathBuf::from(config.frames.docs_dir.as_deref().unwrap_or("docs/noesis"));
     let episode_config = config.clone();
     let providers = Arc::new(a.host.providers(config)?);
@@ -316,11 +317,10 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
             out::note(&format!("note: modules cannot run from this dashboard: {e:#}"));
             None
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let service = Arc::new(
-        Service::new(search.clone(), Arc::clone(&providers) as Arc<dyn noesis_serve::ProviderSource>)
-            .with_settings(settings),
+        Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers)))).with_settings(settings),
     );
     // Every server needs a credential for what changes anything: without
     // --token on loopback one is made here and reads stay open; off
@@ -350,7 +350,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         episodes: None,
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let agents = agent_runs(&rt, search, agent_config, &providers, "http", policy)?;
+    let agents = agent_runs(&rt, search, &providers, "http", policy)?;
     let plugins = if a.plugins { plugin_runs(&rt, &service, docs_dir)? } else { None };
     let episodes = match a.episodes {
         true => super::episodes::episodes(&rt, search, episode_config, a.host.provider.clone())?,
@@ -358,7 +358,7 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     };
     let config = ServeConfig {
         pages: dashboard(&rt, &service, agents.as_ref()),
-        agents: agents.as_ref().map(noesis_serve::agents::AgentRuns::router),
+        agents: agents.as_ref().map(noesis_serve::agents::router),
         plugins: plugins.as_ref().map(noesis_serve::plugins::PluginRuns::router),
         episodes: Some(
             episodes.as_ref().map_or_else(noesis_serve::episodes::off, noesis_serve::episodes::Episodes::router),
@@ -426,13 +426,30 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// Agent runs over HTTP, in the store in force, on the current folder as
-/// workspace, with `[mcp.servers]` started once; `None` (with a warning)
-/// when the store cannot be opened.
+/// Checks `[serve] allow_hosts` as the server will, naming the file that
+/// gave the list (a closer file's list replaces the others').
+fn allowed_hosts(loaded: &noesis_config::Loaded) -> anyhow::Result<()> {
+    let from = loaded.files.iter().rev().find(|f| {
+        std::fs::read_to_string(f)
+            .ok()
+            .and_then(|text| noesis_config::parse(f, &text).ok())
+            .is_some_and(|c| !c.serve.allow_hosts.is_empty())
+    });
+    for (i, h) in loaded.config.serve.allow_hosts.iter().enumerate() {
+        if let Err(e) = noesis_serve::access::host_name(h) {
+            let file = from.map(|f| format!("{}: ", f.display())).unwrap_or_default();
+            anyhow::bail!("{file}serve.allow_hosts[{i}]: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Agent runs for a server's clients, in the store in force, on the current
+/// folder as workspace, with `[mcp.servers]` started once; `None` (with a
+/// warning) when the store cannot be opened.
 pub(crate) fn agent_runs(
     rt: &tokio::runtime::Runtime,
     search: &SearchPath,
-    config: Config,
     providers: &Arc<Providers>,
     origin: &'static str,
     policy: noesis_serve::agents::RunsPolicy,
@@ -444,28 +461,27 @@ pub(crate) fn agent_runs(
             return Ok(None);
         }
     };
+    let config = providers.config();
     let workspace = noesis_agent::Workspace::new(&std::env::current_dir()?)
         .map_err(|e| anyhow::anyhow!("the current folder cannot be the agents' workspace: {e}"))?;
-    let sandbox = crate::cmd::sandbox::SandboxArgs::default().settings(&config);
+    let sandbox = crate::cmd::sandbox::SandboxArgs::default().settings(config);
     crate::cmd::sandbox::warn_if_off(&sandbox, false);
-    let confine = noesis_mcp::Confine { settings: sandbox.clone(), workspace: workspace.root().to_path_buf() };
-    let mcp = crate::cmd::agent::connect_mcp(rt, &config, &[], false, confine)?;
-    let host = crate::cmd::agent::ServedAgents {
-        sandbox,
-        providers: Arc::clone(providers),
+    let note = |m: &str| out::note(m);
+    let specs = noesis_host::host::mcp_specs(config, &[])?;
+    let mcp = rt.block_on(noesis_host::host::connect_mcp(specs, sandbox.clone(), &workspace, Some(&note as _)))?;
+    let host = noesis_host::Host {
+        search: search.clone(),
         store: Arc::from(store),
         project,
-        workspace,
-        prices: prices(&config),
-        config,
-        search: search.clone(),
-        mcp,
-        origin,
-        leases: Arc::new(crate::cmd::agent::lease::Leases::new(crate::memory::home()?.join("agent-leases"))?),
-        ceiling: policy.ceiling,
+        providers: Arc::clone(providers),
+        reach: noesis_host::Reach::Bound { workspace, mcp },
+        note: None,
     };
+    let leases = Arc::new(noesis_host::lease::Leases::new(crate::memory::home()?.join("agent-leases"))?);
+    let warn = Arc::new(|m: &str| out::note(m));
+    let served = noesis_host::served::ServedAgents::new(host, sandbox, origin, leases, policy.ceiling, warn);
     Ok(Some(noesis_serve::agents::AgentRuns::with_policy(
-        Arc::new(host),
+        Arc::new(served),
         noesis_agent::events::EventBus::new(1024),
         policy,
     )))

@@ -4,131 +4,36 @@
 //! terminal (or the run paused for `approve`/`deny`).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
+use noesis_agent::events::{Event, EventBus};
 use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, Checkpoint, Decision, Driver, Limits, MemoryBuffer, MemoryKind, Outcome, Pending,
-    Permissions, Progress, RunConfig, Strategy, Toolbox, Verdict, Workspace,
+    Action, AgentRun, ApprovalPolicy, Decision, Driver, Limits, Outcome, Pending, RunConfig, Strategy, Verdict,
+    Workspace,
 };
-use noesis_llm::{ChatResponse, PriceTable, Provider};
+use noesis_host::host::{connect_mcp, mcp_specs, recorded_sandbox};
+use noesis_host::runs::{Keep, now_ms, record_frames, session_memory, state_of};
+use noesis_host::{Equipped, Host, NewRun, Reach};
+use noesis_llm::{ChatResponse, Provider};
 use noesis_modules::search::SearchPath;
 use noesis_runtime::CancellationToken;
-use noesis_store::{AgentState, Store};
 use serde_json::{Value, json};
 
 use super::{DriveArgs, StartArgs, exit_code, status};
 use crate::config::Config;
 use crate::out;
-use crate::provider::{ProviderArgs, prices, select};
-
-/// Milliseconds since the Unix epoch: runs are continued by other
-/// processes, so their clock must be the machine's, not a process's.
-pub(crate) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
-}
-
-/// Stores each state of the run before the next step.
-pub(crate) struct Keep<'a> {
-    pub(crate) store: &'a dyn Store,
-    pub(crate) project_id: String,
-}
-
-/// The stored form of `run` now.
-pub(super) fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
-    AgentState {
-        run_id: run.id.clone(),
-        project_id: project_id.to_owned(),
-        task: run.host.get("task").and_then(Value::as_str).unwrap_or(&run.task).to_owned(),
-        status: status(run).to_owned(),
-        step: i64::try_from(run.step).unwrap_or(i64::MAX),
-        forked_from: run.forked_from.as_ref().map(|(id, _)| id.clone()),
-        state: run.to_json(),
-        at: i64::try_from(now_ms()).unwrap_or(i64::MAX),
-    }
-}
-
-#[async_trait::async_trait]
-impl Checkpoint for Keep<'_> {
-    async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
-        self.store.save_agent_state(&state_of(run, &self.project_id)).await.map_err(|e| e.to_string())
-    }
-}
+use crate::provider::{ProviderArgs, Providers, select, with_text_tools};
 
 /// Everything a drive needs besides the run.
 struct Ctx {
-    store: Arc<dyn Store>,
-    project: noesis_frames::project::Project,
+    host: Host,
     project_id: String,
-    provider: Arc<dyn Provider>,
-    tools: Arc<Toolbox>,
-    prices: Arc<PriceTable>,
+    equipped: Equipped,
     json: bool,
     quiet: bool,
     tool_timeout: std::time::Duration,
-    /// The MCP servers whose tools are in `tools`, stopped when the drive ends.
-    mcp: Option<Arc<noesis_mcp::McpServers>>,
-    /// Chooses each call's provider by its role.
-    router: Arc<dyn noesis_agent::ModelRouter>,
-}
-
-/// The router of a run whose own provider is `provider`.
-pub(super) fn router(
-    provider: &Arc<dyn Provider>,
-    flags: &ProviderArgs,
-    config: &Config,
-    providers: Option<Arc<crate::provider::Providers>>,
-) -> Arc<dyn noesis_agent::ModelRouter> {
-    Arc::new(super::route::Router {
-        default: Arc::clone(provider),
-        providers: providers
-            .unwrap_or_else(|| Arc::new(crate::provider::Providers::new(flags.clone(), config.clone()))),
-        config: config.clone(),
-        prices: prices(config),
-    })
-}
-
-/// Connects the MCP servers of `config` and of `flags` (`--mcp`); `None`
-/// when there are none.
-pub(crate) fn connect_mcp(
-    rt: &tokio::runtime::Runtime,
-    config: &Config,
-    flags: &[String],
-    quiet: bool,
-    confine: noesis_mcp::Confine,
-) -> anyhow::Result<Option<Arc<noesis_mcp::McpServers>>> {
-    let mut specs = Vec::new();
-    for (name, entry) in &config.mcp.servers {
-        specs.push(entry.spec(name, "noesis.toml")?);
-    }
-    for flag in flags {
-        let spec = noesis_mcp::ServerSpec::parse_flag(flag).map_err(|e| anyhow::anyhow!("--mcp {flag}: {e}"))?;
-        // A flag names a server for this run; it wins over the config's.
-        specs.retain(|s| s.name != spec.name);
-        specs.push(spec);
-    }
-    if specs.is_empty() {
-        return Ok(None);
-    }
-    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
-    if !quiet {
-        out::note(&format!("starting MCP server{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", ")));
-    }
-    let servers = rt.block_on(noesis_mcp::McpServers::connect_confined(specs, confine))?;
-    Ok(Some(Arc::new(servers)))
-}
-
-/// `tools` with the MCP servers' tools.
-pub(super) fn with_mcp(tools: Toolbox, mcp: Option<&Arc<noesis_mcp::McpServers>>) -> Toolbox {
-    match mcp {
-        Some(servers) => tools.with_source(Arc::clone(servers) as Arc<dyn noesis_agent::ToolSource>),
-        None => tools,
-    }
 }
 
 fn load_config() -> anyhow::Result<Config> {
@@ -143,8 +48,6 @@ fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
     }
 }
 
-/// `provider`, speaking the JSON tool protocol in text when it has no tool
-/// calling of its own or the config says so (`[providers.NAME] tools = false`).
 /// What a run started by another command (solve's CODER, ask) reports on
 /// stderr as it goes, indented under that command's own lines.
 pub(crate) fn progress_notes(
@@ -161,25 +64,17 @@ pub(crate) fn progress_notes(
     }
 }
 
-pub(crate) fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {
-    let off = config.providers.get(provider.name()).and_then(|e| e.tools) == Some(false);
-    if off || !provider.capabilities().tools { Arc::new(noesis_llm::TextTools::new(provider)) } else { provider }
-}
-
-/// The tools over `workspace`, checking `permissions` (the run's), with
-/// the host's own, commands confined by `sandbox` and results redacted by
-/// the config's rules.
-fn toolbox(
-    workspace: &Workspace,
-    permissions: Permissions,
-    host: &super::tools::Host,
-    sandbox: noesis_sandbox::Settings,
-    config: &Config,
-) -> Toolbox {
-    let tools = Toolbox::with_permissions(workspace.clone(), permissions)
-        .with_sandbox(sandbox, Vec::new())
-        .with_redactor(config.redactor());
-    super::tools::with_host_tools(tools, host)
+/// The command line's agent host: runs go on wherever they recorded, in
+/// the store in force, remarks on stderr unless `quiet`.
+fn host(
+    rt: &tokio::runtime::Runtime,
+    search: &SearchPath,
+    providers: Arc<Providers>,
+    quiet: bool,
+) -> anyhow::Result<Host> {
+    let (project, store) = rt.block_on(crate::memory::context())?;
+    let note: Option<noesis_host::host::Note> = if quiet { None } else { Some(Arc::new(|m: &str| out::note(m))) };
+    Ok(Host { search: search.clone(), store: Arc::from(store), project, providers, reach: Reach::Anywhere, note })
 }
 
 pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
@@ -203,25 +98,13 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         .map(|c| (c.as_str(), "[agent] allow_commands"))
         .chain(a.allow_commands.iter().map(|c| (c.as_str(), "--allow-command")))
         .collect();
-    let permissions = super::rules::operator(&config, &a.rules, &commands, &workspace)?;
+    let permissions = noesis_host::rules::operator(&config, &a.rules, &commands, &workspace)?;
     let sandbox = a.sandbox.settings(&config);
     crate::cmd::sandbox::warn_if_off(&sandbox, a.drive.quiet);
     let rt = crate::memory::runtime()?;
-    let confine = noesis_mcp::Confine { settings: sandbox.clone(), workspace: workspace.root().to_path_buf() };
-    let mcp = connect_mcp(&rt, &config, &a.mcp, a.drive.quiet, confine)?;
-    let mut all = with_mcp(Toolbox::new(workspace.clone(), Vec::new()), mcp.as_ref()).decls();
-    all.extend(super::tools::decls(0));
-    for name in a.tools.iter().chain(&a.no_tools) {
-        if !all.iter().any(|d| &d.name == name) {
-            let known: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
-            bail!("--tool/--no-tool {name}: no such tool (the tools are {})", known.join(", "));
-        }
-    }
-    let offered = all
-        .into_iter()
-        .filter(|d| a.tools.is_empty() || a.tools.contains(&d.name))
-        .filter(|d| !a.no_tools.contains(&d.name))
-        .collect();
+    let note = |m: &str| out::note(m);
+    let note: Option<&(dyn Fn(&str) + Send + Sync)> = (!a.drive.quiet).then_some(&note);
+    let mcp = rt.block_on(connect_mcp(mcp_specs(&config, &a.mcp)?, sandbox.clone(), &workspace, note))?;
     let strategy = match a.strategy.as_str() {
         "single-shot" => Strategy::SingleShot,
         "chain-of-thought" => Strategy::ChainOfThought,
@@ -229,6 +112,9 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     };
     // Checks --max-cost; the run keeps the figures in its limits.
     crate::provider::budget(&a.drive.provider, &config)?;
+    let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
+    let providers = Arc::new(Providers::new(a.drive.provider.clone(), config.clone()));
+    let host = host(&rt, search, providers, a.drive.quiet)?;
     let limits = Limits {
         max_turns: a.max_iterations.or(config.agent.max_iterations).unwrap_or(Limits::default().max_turns),
         max_tool_calls: a.max_tool_calls,
@@ -240,85 +126,54 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     let run_config = RunConfig {
         strategy,
         system_prompt: a.system.clone(),
-        tools: if strategy == Strategy::SingleShot { Vec::new() } else { offered },
         approval: approval(a.drive.approve.as_deref(), &config),
         limits,
         reflect: a.reflect,
         tool_filter: noesis_agent::ToolFilter { only: a.tools.clone(), except: a.no_tools.clone() },
-        permissions: permissions.clone(),
+        permissions,
         ..RunConfig::default()
     };
-    let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
-    let (project, store) = rt.block_on(crate::memory::context())?;
-    let store: Arc<dyn Store> = Arc::from(store);
+    let project_id = host.project.project_id.clone();
     let remembered = match &a.session {
-        Some(name) => rt.block_on(session_memory(store.as_ref(), &project.project_id, name))?,
+        Some(name) => rt.block_on(session_memory(host.store.as_ref(), &project_id, name))?,
         None => String::new(),
     };
-    let full_task =
-        if remembered.is_empty() { task.clone() } else { format!("{task}\n\nWhat you remember:\n{remembered}") };
     let id = a.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    if rt.block_on(store.agent_state(&id, None))?.is_some() {
+    if rt.block_on(host.store.agent_state(&id, None))?.is_some() {
         bail!("--run-id {id}: a run with this id exists; resume it with `noesis agent resume {id}`");
     }
-    let mut run = AgentRun::new(id, full_task, run_config, now_ms());
-    run.host = json!({
-        "task": task,
-        "workspace": workspace.root().to_string_lossy(),
-        "allow_commands": allow_commands,
-        "provider": provider.name(),
-        "model": provider.model(),
-        "session": a.session,
-        "project_id": project.project_id,
-        "mcp": a.mcp,
-        "sandbox": sandbox,
-    });
-    let run_router = router(&provider, &a.drive.provider, &config, None);
-    let host = super::tools::Host {
-        search: search.clone(),
-        provider: Arc::clone(&provider),
-        store: Arc::clone(&store),
-        project_id: project.project_id.clone(),
-        run_id: run.id.clone(),
-        depth: 0,
-        router: Some(Arc::clone(&run_router)),
-        visible: None,
-        redactor: config.redactor(),
+    let record = json!({"allow_commands": allow_commands, "session": a.session, "mcp": a.mcp});
+    let new = NewRun {
+        id,
+        task,
+        remembered,
+        workspace,
+        config: run_config,
+        provider,
+        sandbox,
+        mcp,
+        owns_mcp: true,
+        record: record.as_object().cloned().unwrap_or_default(),
+    };
+    let (run, equipped) = match host.start(new, now_ms()) {
+        Ok(started) => started,
+        Err(noesis_host::HostError::UnknownTool { name, known }) => {
+            bail!("--tool/--no-tool {name}: no such tool (the tools are {})", known.join(", "))
+        }
+        Err(e) => return Err(e.into()),
     };
     let ctx = Ctx {
-        store,
-        project_id: project.project_id.clone(),
-        project,
-        provider,
-        tools: Arc::new(with_mcp(toolbox(&workspace, permissions, &host, sandbox, &config), mcp.as_ref())),
-        prices: prices(&config),
+        host,
+        project_id,
+        equipped,
         json: a.drive.json,
         quiet: a.drive.quiet,
         tool_timeout: std::time::Duration::from_secs(a.drive.tool_timeout),
-        mcp,
-        router: run_router,
     };
     if !ctx.quiet {
         out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
     }
     drive_to_end(&rt, &ctx, run)
-}
-
-/// What earlier runs of session `name` asked and answered, oldest first.
-async fn session_memory(store: &dyn Store, project_id: &str, name: &str) -> anyhow::Result<String> {
-    let mut memory = MemoryBuffer::new(20);
-    let runs = store.agent_runs(project_id, 200).await?;
-    for summary in runs.iter().rev() {
-        let Some(state) = store.agent_state(&summary.run_id, None).await? else { continue };
-        if state.state["host"]["session"].as_str() != Some(name) {
-            continue;
-        }
-        memory.push(MemoryKind::User, summary.task.clone());
-        if let Some(text) = state.state["outcome"]["text"].as_str() {
-            memory.push(MemoryKind::Response, text);
-        }
-    }
-    Ok(memory.to_context_string())
 }
 
 /// Sets the provider of a continued run: the flags' when they name one,
@@ -334,51 +189,25 @@ fn provider_for(run: &AgentRun, flags: &ProviderArgs, config: &Config) -> anyhow
     select(&flags, config, None)
 }
 
+/// The drive of a stored run: its own recorded host (workspace, rules,
+/// sandbox, MCP servers), with the flags' provider or its own.
 fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<Ctx> {
     let config = load_config()?;
-    let root = run.host["workspace"].as_str().map(PathBuf::from).context("the run does not name its workspace")?;
-    let workspace = Workspace::new(&root).with_context(|| format!("the run's workspace {}", root.display()))?;
     let provider = with_text_tools(provider_for(run, &d.provider, &config)?, &config);
-    let (project, store) = rt.block_on(crate::memory::context())?;
-    let store: Arc<dyn Store> = Arc::from(store);
-    let project_id = run.host["project_id"].as_str().map_or_else(|| project.project_id.clone(), str::to_owned);
-    let run_router = router(&provider, &d.provider, &config, None);
-    let host = super::tools::Host {
-        search: search.clone(),
-        provider: Arc::clone(&provider),
-        store: Arc::clone(&store),
-        project_id: project_id.clone(),
-        run_id: run.id.clone(),
-        depth: run.host["depth"].as_u64().unwrap_or(0),
-        router: Some(Arc::clone(&run_router)),
-        visible: None,
-        redactor: config.redactor(),
-    };
-    let flags: Vec<String> = run.host["mcp"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
-        .unwrap_or_default();
+    let providers = Arc::new(Providers::new(d.provider.clone(), config));
+    let host = host(rt, search, providers, d.quiet)?;
     // The run goes on under the confinement it was started with, wherever
     // it is resumed.
-    let sandbox = crate::cmd::sandbox::recorded(&run.host)?;
-    crate::cmd::sandbox::warn_if_off(&sandbox, d.quiet);
-    let confine = noesis_mcp::Confine { settings: sandbox.clone(), workspace: workspace.root().to_path_buf() };
-    let mcp = connect_mcp(rt, &config, &flags, d.quiet, confine)?;
+    crate::cmd::sandbox::warn_if_off(&recorded_sandbox(&run.host)?, d.quiet);
+    let equipped = rt.block_on(host.equip(run, provider))?;
+    let project_id = run.host["project_id"].as_str().map_or_else(|| host.project.project_id.clone(), str::to_owned);
     Ok(Ctx {
-        store,
-        project,
+        host,
         project_id,
-        provider,
-        tools: Arc::new(with_mcp(
-            toolbox(&workspace, run.config.permissions.clone(), &host, sandbox, &config),
-            mcp.as_ref(),
-        )),
-        prices: prices(&config),
+        equipped,
         json: d.json,
         quiet: d.quiet,
         tool_timeout: std::time::Duration::from_secs(d.tool_timeout),
-        mcp,
-        router: run_router,
     })
 }
 
@@ -411,7 +240,7 @@ pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: Driv
         out::note(&format!("run {} forked from {original} at step {}", run.id, stored.step));
     }
     if no_run {
-        rt.block_on(ctx.store.save_agent_state(&state_of(&run, &ctx.project_id)))?;
+        rt.block_on(ctx.host.store.save_agent_state(&state_of(&run, &ctx.project_id)))?;
         if ctx.json {
             out::json(&outcome_json(&run), false)?;
         } else {
@@ -428,20 +257,23 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
         && std::io::stdin().is_terminal()
         && std::io::stderr().is_terminal();
     let cancel = CancellationToken::new();
-    let prices = Arc::clone(&ctx.prices);
+    let prices = Arc::clone(&ctx.equipped.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
     let quiet = ctx.quiet;
-    let run_id = run.id.clone();
     let spinner = Spinner::new(!quiet && std::io::stderr().is_terminal());
-    let observe = |p: &Progress| {
+    // The live view is a subscriber of the run's events, as the server's
+    // stream is: the driver publishes, this prints.
+    let bus = EventBus::new(256);
+    let mut events = bus.subscribe(&noesis_agent::events::run_topic(&run.id));
+    let show = |e: &Event| {
         if quiet {
             return;
         }
         spinner.stop();
-        out::note(&event_line(&noesis_agent::events::progress_event("agents.runs", &run_id, p)));
-        match p {
-            Progress::ModelCall { turn } => spinner.start(format!("thinking (turn {})", turn + 1)),
-            Progress::ToolStart { tool, .. } => spinner.start(format!("running {tool}")),
+        out::note(&event_line(e));
+        match e.kind.as_str() {
+            "model_call" => spinner.start(format!("thinking (turn {})", e.data["turn"].as_u64().unwrap_or(0) + 1)),
+            "tool_call" => spinner.start(format!("running {}", e.data["tool"].as_str().unwrap_or("?"))),
             _ => {}
         }
     };
@@ -460,14 +292,28 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             now: &now_ms,
             price: &price,
             cancel: Some(cancel.clone()),
-            observe: Some(&observe),
+            events: Some(bus.clone()),
             tool_timeout: ctx.tool_timeout,
-            router: Some(Arc::clone(&ctx.router)),
-            ..Driver::new(ctx.provider.as_ref(), Arc::clone(&ctx.tools))
+            router: Some(Arc::clone(&ctx.equipped.router)),
+            ..Driver::new(ctx.equipped.provider.as_ref(), Arc::clone(&ctx.equipped.tools))
         };
-        let mut keep = Keep { store: ctx.store.as_ref(), project_id: ctx.project_id.clone() };
+        let mut keep = Keep { store: ctx.host.store.as_ref(), project_id: ctx.project_id.clone() };
         loop {
-            let action = driver.drive(&mut run, &mut keep).await?;
+            let action = {
+                let drive = driver.drive(&mut run, &mut keep);
+                tokio::pin!(drive);
+                loop {
+                    tokio::select! {
+                        biased;
+                        Some(e) = events.recv() => show(&e),
+                        action = &mut drive => break action?,
+                    }
+                }
+            };
+            // Every step is shown before the run's end or a question.
+            while let Some(e) = events.try_recv() {
+                show(&e);
+            }
             let Action::AwaitApproval(pending) = action else { break };
             if !interactive {
                 break;
@@ -477,67 +323,18 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             run.decide(&decisions)?;
         }
         if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
-            && let Err(e) = record_frames(ctx.store.as_ref(), &ctx.project, &mut run).await
+            && let Err(e) = record_frames(ctx.host.store.as_ref(), &ctx.host.project, &mut run).await
         {
-            out::note(&format!("warning: the run was not recorded as frames: {e:#}"));
+            out::note(&format!("warning: the run was not recorded as frames: {e}"));
         }
         spinner.stop();
-        if let Some(mcp) = &ctx.mcp {
+        if let Some(mcp) = &ctx.equipped.started {
             mcp.shutdown().await;
         }
         anyhow::Ok(())
     })?;
     report(&run, ctx.json)?;
     Ok(exit_code(&run))
-}
-
-fn sub_agent_ids(run: &AgentRun) -> Vec<String> {
-    run.calls
-        .iter()
-        .flat_map(|c| &c.evidence)
-        .filter_map(|e| match e {
-            noesis_agent::ToolEvidence::SubAgent { run_id } => Some(run_id.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Writes a finished run's frames (once), under the session's root when a
-/// session is open, and notes the root frame in the run.
-pub(super) async fn record_frames(
-    store: &dyn Store,
-    project: &noesis_frames::project::Project,
-    run: &mut AgentRun,
-) -> anyhow::Result<()> {
-    if run.host.get("frame_id").is_some_and(|f| !f.is_null()) {
-        return Ok(());
-    }
-    let project_id = run.host["project_id"].as_str().unwrap_or(&project.project_id).to_owned();
-    let parent = match store.latest_session_root(&project_id).await? {
-        Some(id) => store.frame(&id).await?.filter(|f| f.status != noesis_frames::Status::Invalidated),
-        None => None,
-    };
-    // Sub-agent runs, to hang under the calls that started them.
-    let mut children = std::collections::BTreeMap::new();
-    let mut queue: Vec<String> = sub_agent_ids(run);
-    while let Some(id) = queue.pop() {
-        if children.contains_key(&id) {
-            continue;
-        }
-        if let Some(state) = store.agent_state(&id, None).await?
-            && let Ok(child) = AgentRun::from_json(&state.state)
-        {
-            queue.extend(sub_agent_ids(&child));
-            children.insert(id, child);
-        }
-    }
-    let frames = super::frames::frames_of(run, project, parent.as_ref(), noesis_frames::Timestamp::now(), &children)?;
-    store.insert_frames(&frames).await?;
-    if let Some(root) = frames.first() {
-        run.host["frame_id"] = json!(root.frame_id.to_string());
-        store.save_agent_state(&state_of(run, &project_id)).await?;
-    }
-    Ok(())
 }
 
 /// A one-line spinner on a terminal's stderr while the model or a tool

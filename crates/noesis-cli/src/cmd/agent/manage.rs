@@ -8,7 +8,9 @@ use noesis_agent::{AgentRun, CallStatus, Decision, Entry, Verdict};
 use noesis_store::AgentState;
 use serde_json::{Value, json};
 
-use super::drive::{Keep, outcome_json, short_args};
+use noesis_host::runs::Keep;
+
+use super::drive::{outcome_json, short_args};
 use super::status;
 use crate::out;
 
@@ -19,29 +21,10 @@ pub(super) fn load_run(
     id: &str,
     step: Option<i64>,
 ) -> anyhow::Result<(AgentRun, AgentState)> {
-    let stored = rt.block_on(async {
+    rt.block_on(async {
         let (project, store) = crate::memory::context().await?;
-        if let Some(s) = store.agent_state(id, step).await? {
-            return anyhow::Ok(s);
-        }
-        let runs = store.agent_runs(&project.project_id, u32::MAX).await?;
-        let matching: Vec<_> = runs.iter().filter(|r| r.run_id.starts_with(id)).collect();
-        match matching.as_slice() {
-            [one] => store
-                .agent_state(&one.run_id, step)
-                .await?
-                .with_context(|| format!("run {} has no state at or before step {}", one.run_id, step.unwrap_or(0))),
-            [] => bail!("no agent run `{id}` in this project (`noesis agent list` shows them)"),
-            many => bail!(
-                "`{id}` names {} runs ({}); give more of the id",
-                many.len(),
-                many.iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>().join(", ")
-            ),
-        }
-    })?;
-    let mut run = AgentRun::from_json(&stored.state).with_context(|| format!("agent run {}", stored.run_id))?;
-    super::rules::restore(&mut run);
-    Ok((run, stored))
+        Ok(noesis_host::runs::find(store.as_ref(), &project.project_id, id, step).await?)
+    })
 }
 
 fn when(ms: i64) -> String {

@@ -3,16 +3,22 @@
 //! is `noesis_agent`'s; this is a driver: provider, tools, store, terminal.
 
 mod drive;
-mod frames;
-pub(crate) mod lease;
 mod manage;
-mod route;
-pub(crate) mod rules;
-mod served;
-pub(crate) mod tools;
 
-pub(crate) use drive::{Keep, connect_mcp, progress_notes, with_text_tools};
-pub(crate) use served::ServedAgents;
+pub(crate) use drive::progress_notes;
+// The host's pieces by the paths `solve`, `ask` and the plugins use.
+pub(crate) use noesis_host::provider::with_text_tools;
+pub(crate) use noesis_host::runs::Keep;
+
+/// The permission rules of a run (see `noesis_host::rules`).
+pub(crate) mod rules {
+    pub(crate) use noesis_host::rules::{RuleFlags, operator};
+}
+
+/// The host's own tools (see `noesis_host::tools`).
+pub(crate) mod tools {
+    pub(crate) use noesis_host::tools::{HostTools as Host, MAX_DEPTH, with_frame_tools};
+}
 
 use std::process::ExitCode;
 
@@ -184,7 +190,7 @@ pub(crate) struct StartArgs {
     #[arg(long = "allow-command", value_name = "CMD")]
     allow_commands: Vec<String>,
     #[command(flatten)]
-    rules: rules::RuleFlags,
+    rules: noesis_host::rules::RuleFlags,
     /// The folder the tools may touch [default: the current directory].
     #[arg(long, value_name = "DIR")]
     workspace: Option<std::path::PathBuf>,

@@ -31,7 +31,7 @@ fn clip(text: &str, n: usize) -> String {
 /// The frames of `run`, parents before children, under `parent` (a
 /// session's root) when given. Sub-agent runs found in `children` hang
 /// under the call that started them.
-pub(super) fn frames_of(
+pub fn frames_of(
     run: &AgentRun,
     project: &Project,
     parent: Option<&CausalFrame>,

@@ -10,15 +10,20 @@ use noesis_agent::ModelRouter;
 use noesis_llm::policy::{Candidate, ProviderFacts, choose};
 use noesis_llm::{ChatRequest, Deadline, Fallback, PriceTable, Provider};
 
-use crate::config::Config;
+use noesis_config::Config;
+
 use crate::provider::Providers;
 
-pub(crate) struct Router {
+/// A run's router (see the module).
+pub struct Router {
     /// The run's own provider (what answers a role without a policy).
-    pub(crate) default: Arc<dyn Provider>,
-    pub(crate) providers: Arc<Providers>,
-    pub(crate) config: Config,
-    pub(crate) prices: Arc<PriceTable>,
+    pub default: Arc<dyn Provider>,
+    /// Where other providers come from.
+    pub providers: Arc<Providers>,
+    /// Whose `[agent.roles]` decide.
+    pub config: Config,
+    /// Prices for cost caps.
+    pub prices: Arc<PriceTable>,
 }
 
 struct Facts<'a>(&'a Config);
@@ -52,7 +57,7 @@ impl ModelRouter for Router {
             let made = if c == &own {
                 Arc::clone(&self.default)
             } else {
-                super::drive::with_text_tools(self.providers.pinned(&c.provider, c.model.as_deref())?, &self.config)
+                crate::provider::with_text_tools(self.providers.pinned(&c.provider, c.model.as_deref())?, &self.config)
             };
             chain.push(match choice.deadline {
                 Some(limit) => Arc::new(Deadline::new(made, limit)),

@@ -16,33 +16,37 @@ use noesis_runtime::compose::{ComposeOptions, SearchResolver, execute};
 use noesis_store::{FrameFilter, Store};
 use serde_json::{Value, json};
 
-use super::drive::{Keep, now_ms};
+use crate::runs::{Keep, now_ms};
 
 /// How deep sub-agents may nest (a run started from the command line is
 /// depth 0).
-pub(crate) const MAX_DEPTH: u64 = 2;
+pub const MAX_DEPTH: u64 = 2;
 
 /// What the host tools reach.
 #[derive(Clone)]
-pub(crate) struct Host {
-    pub(crate) search: SearchPath,
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) store: Arc<dyn Store>,
-    pub(crate) project_id: String,
+pub struct HostTools {
+    /// Where `run_module` finds modules.
+    pub search: SearchPath,
+    /// What answers `run_module` (and a sub-agent without a router).
+    pub provider: Arc<dyn Provider>,
+    /// Frames and runs.
+    pub store: Arc<dyn Store>,
+    /// The project whose frames are searched.
+    pub project_id: String,
     /// The run the tools serve (sub-agents are named after it).
-    pub(crate) run_id: String,
+    pub run_id: String,
     /// The run's depth.
-    pub(crate) depth: u64,
+    pub depth: u64,
     /// The run's router: a sub-agent's calls go through it as `sub_agent`.
-    pub(crate) router: Option<Arc<dyn noesis_agent::ModelRouter>>,
+    pub router: Option<Arc<dyn noesis_agent::ModelRouter>>,
     /// When set, the only sessions whose frames `search_frames` and
     /// `open_frame` show (plus promoted frames): a plugin's view.
-    pub(crate) visible: Option<Arc<Vec<String>>>,
+    pub visible: Option<Arc<Vec<String>>>,
     /// What redacts the results of the run's tools (a sub-agent's too).
-    pub(crate) redactor: Arc<noesis_sandbox::Redactor>,
+    pub redactor: Arc<noesis_sandbox::Redactor>,
 }
 
-impl Host {
+impl HostTools {
     fn sees(&self, f: &noesis_frames::CausalFrame) -> bool {
         match &self.visible {
             None => true,
@@ -56,7 +60,7 @@ impl Host {
 
 /// `tools` with only the frame tools (`search_frames`, `open_frame`) added:
 /// past cognition to navigate, nothing that runs or spawns.
-pub(crate) fn with_frame_tools(tools: Toolbox, host: &Host) -> Toolbox {
+pub fn with_frame_tools(tools: Toolbox, host: &HostTools) -> Toolbox {
     let mut tools = tools;
     for decl in decls(MAX_DEPTH).into_iter().filter(|d| matches!(d.name.as_str(), "search_frames" | "open_frame")) {
         let h = host.clone();
@@ -72,7 +76,7 @@ pub(crate) fn with_frame_tools(tools: Toolbox, host: &Host) -> Toolbox {
 
 /// The declarations of the host tools (the same for every run, so a stored
 /// run's tool list does not depend on where it is resumed).
-pub(crate) fn decls(depth: u64) -> Vec<ToolDecl> {
+pub fn decls(depth: u64) -> Vec<ToolDecl> {
     let mut all = vec![
         ToolDecl::read_only(
             "run_module",
@@ -117,7 +121,7 @@ pub(crate) fn decls(depth: u64) -> Vec<ToolDecl> {
 }
 
 /// `tools` with the host's tools added.
-pub(super) fn with_host_tools(tools: Toolbox, host: &Host) -> Toolbox {
+pub fn with_host_tools(tools: Toolbox, host: &HostTools) -> Toolbox {
     let mut tools = tools;
     for decl in decls(host.depth) {
         let h = host.clone();
@@ -132,7 +136,7 @@ pub(super) fn with_host_tools(tools: Toolbox, host: &Host) -> Toolbox {
     tools
 }
 
-async fn run_module(h: Host, args: Value) -> ToolOutput {
+async fn run_module(h: HostTools, args: Value) -> ToolOutput {
     let name = args["module"].as_str().unwrap_or_default().to_owned();
     let found = match h.search.resolve(&name) {
         Ok(f) => f,
@@ -167,7 +171,7 @@ fn frame_line(f: &noesis_frames::CausalFrame) -> String {
     )
 }
 
-async fn search_frames(h: Host, args: Value) -> ToolOutput {
+async fn search_frames(h: HostTools, args: Value) -> ToolOutput {
     let status = match args["status"].as_str().map(str::parse::<noesis_frames::Status>) {
         Some(Ok(s)) => Some(s),
         Some(Err(e)) => return ToolOutput::error(e.to_string()),
@@ -215,7 +219,7 @@ async fn search_frames(h: Host, args: Value) -> ToolOutput {
     }
 }
 
-async fn open_frame(h: Host, args: Value) -> ToolOutput {
+async fn open_frame(h: HostTools, args: Value) -> ToolOutput {
     let prefix = args["frame_id"].as_str().unwrap_or_default();
     let id = match h.store.resolve(Some(&h.project_id), prefix).await {
         Ok(id) => id,
@@ -239,7 +243,7 @@ async fn open_frame(h: Host, args: Value) -> ToolOutput {
 /// A child run of the same configuration, one level deeper, driven to its
 /// end here and stored like any run (its frames hang under the parent's
 /// call when the parent's are written).
-async fn sub_agent(h: Host, args: Value) -> ToolOutput {
+async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
     let task = args["task"].as_str().unwrap_or_default().to_owned();
     let parent = match h.store.agent_state(&h.run_id, None).await {
         Ok(Some(s)) => match AgentRun::from_json(&s.state) {
@@ -265,7 +269,7 @@ async fn sub_agent(h: Host, args: Value) -> ToolOutput {
     host["parent_run"] = json!(h.run_id);
     host["frame_id"] = Value::Null;
     run.host = host;
-    let child = Host { run_id: id.clone(), depth, ..h.clone() };
+    let child = HostTools { run_id: id.clone(), depth, ..h.clone() };
     let workspace = match run.host["workspace"].as_str().map(std::path::Path::new) {
         Some(p) => match noesis_agent::Workspace::new(p) {
             Ok(w) => w,
@@ -273,9 +277,9 @@ async fn sub_agent(h: Host, args: Value) -> ToolOutput {
         },
         None => return ToolOutput::error("the parent run names no workspace".to_owned()),
     };
-    let sandbox = match crate::cmd::sandbox::recorded(&run.host) {
+    let sandbox = match crate::host::recorded_sandbox(&run.host) {
         Ok(s) => s,
-        Err(e) => return ToolOutput::error(format!("{e:#}")),
+        Err(e) => return ToolOutput::error(e.to_string()),
     };
     // The parent's rules, as its config carries them; its confinement and
     // redaction.

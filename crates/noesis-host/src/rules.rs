@@ -8,34 +8,35 @@
 use noesis_agent::{AgentRun, Effect, Layer, Permissions, Workspace};
 use serde_json::Value;
 
-use crate::config::Config;
+use noesis_config::Config;
 
 /// The rule flags of `noesis agent` and `noesis solve`.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub(crate) struct RuleFlags {
+#[derive(Debug, Clone, Default)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct RuleFlags {
     /// Let calls matching RULE run without asking (repeatable), e.g.
     /// 'run_command(cargo test *)', 'write_file(src/**)', 'mcp:fs__*'.
-    #[arg(long = "allow-tool", value_name = "RULE")]
-    pub(crate) allow: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long = "allow-tool", value_name = "RULE"))]
+    pub allow: Vec<String>,
     /// Ask before calls matching RULE run, whatever --approve says
     /// (repeatable).
-    #[arg(long = "ask-tool", value_name = "RULE")]
-    pub(crate) ask: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long = "ask-tool", value_name = "RULE"))]
+    pub ask: Vec<String>,
     /// Refuse calls matching RULE (repeatable; deny wins over ask and allow).
-    #[arg(long = "deny-tool", value_name = "RULE")]
-    pub(crate) deny: Vec<String>,
+    #[cfg_attr(feature = "clap", arg(long = "deny-tool", value_name = "RULE"))]
+    pub deny: Vec<String>,
 }
 
 /// The operator's permissions for a run over `workspace`: the config's
 /// rules, the flags', and each of `commands` (with where it came from) as
 /// `--allow-command` does. A rule that does not parse is an error naming
 /// it and where it came from.
-pub(crate) fn operator(
+pub fn operator(
     config: &Config,
     flags: &RuleFlags,
     commands: &[(&str, &str)],
     workspace: &Workspace,
-) -> anyhow::Result<Permissions> {
+) -> Result<Permissions, noesis_agent::RuleError> {
     let mut layer = Layer::granting("operator");
     for (effect, rule, from) in &config.permissions.sourced {
         layer.add(*effect, rule, from)?;
@@ -57,7 +58,7 @@ pub(crate) fn operator(
 
 /// A run stored before its rules were recorded in it: the `allow_commands`
 /// its host kept become its command rules, as they were then.
-pub(crate) fn restore(run: &mut AgentRun) {
+pub fn restore(run: &mut AgentRun) {
     if run.config.permissions.has_rules() {
         return;
     }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 /// This process's lease, and the dead processes' leases it took over.
-pub(crate) struct Leases {
+pub struct Leases {
     dir: PathBuf,
     own: String,
     held: Mutex<BTreeMap<String, std::fs::File>>,
@@ -24,24 +24,26 @@ fn valid(lease: &str) -> bool {
 
 impl Leases {
     /// A new lease in `dir`, locked for the life of this process.
-    pub(crate) fn new(dir: PathBuf) -> anyhow::Result<Leases> {
-        use anyhow::Context;
-        std::fs::create_dir_all(&dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+    pub fn new(dir: PathBuf) -> crate::Result<Leases> {
+        let fail = |path: &std::path::Path, what: &str, e: std::io::Error| {
+            crate::HostError::Message(format!("{}: cannot {what}: {e}", path.display()))
+        };
+        std::fs::create_dir_all(&dir).map_err(|e| fail(&dir, "create", e))?;
         let own = uuid::Uuid::now_v7().to_string();
         let path = dir.join(&own);
-        let file = std::fs::File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
-        file.lock().with_context(|| format!("{}: cannot lock", path.display()))?;
+        let file = std::fs::File::create(&path).map_err(|e| fail(&path, "create", e))?;
+        file.lock().map_err(|e| fail(&path, "lock", e))?;
         Ok(Leases { dir, own: own.clone(), held: Mutex::new(BTreeMap::from([(own, file)])) })
     }
 
     /// This process's lease, for the runs it starts.
-    pub(crate) fn own(&self) -> &str {
+    pub fn own(&self) -> &str {
         &self.own
     }
 
     /// Whether runs under `lease` may be driven here: it is ours, or its
     /// process is gone (then it is ours from now on).
-    pub(crate) fn take(&self, lease: &str) -> bool {
+    pub fn take(&self, lease: &str) -> bool {
         let mut held = self.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if held.contains_key(lease) {
             return true;
@@ -65,7 +67,7 @@ impl Leases {
 
     /// Removes the lease files of gone processes that no unfinished run
     /// names any more.
-    pub(crate) fn sweep(&self, named: &BTreeSet<String>) {
+    pub fn sweep(&self, named: &BTreeSet<String>) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
         for e in entries.flatten() {
             let lease = e.file_name().to_string_lossy().into_owned();

@@ -5,9 +5,9 @@
 //! when it is as strict or stricter (never > ask > auto), each limit is the
 //! smaller of the request's and the operator's.
 
-use noesis_agent::{ApprovalPolicy, Limits, RunConfig};
+use crate::{ApprovalPolicy, Limits, RunConfig};
 
-use crate::agents::RequestLimits;
+use super::RequestLimits;
 
 /// Live runs a server drives at once by default.
 pub const DEFAULT_MAX_RUNS: usize = 8;

@@ -1,0 +1,232 @@
+//! Agent runs started by clients of a server (`noesis serve`, `noesis
+//! mcp`): the same runs as `noesis agent`'s — the same tools over a
+//! workspace, the same store, frames when they finish — created from a
+//! request, with the provider a request may choose limited to the server's
+//! allow-list, and the approval policy, limits and tools limited to what
+//! the operator set (a request narrows). A run is resumed only in the
+//! workspace it recorded, with the MCP servers it had: otherwise it is
+//! refused (see [`Host::check`]).
+
+use std::sync::Arc;
+
+use noesis_agent::supervisor::{AgentHost, AgentRequest, Ceiling};
+use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, ToolFilter, Toolbox};
+use noesis_llm::{ChatResponse, PriceTable, Provider};
+use serde_json::{Value, json};
+
+use crate::HostError;
+use crate::host::{Host, NewRun, Reach};
+use crate::provider::with_text_tools;
+use crate::runs::{now_ms, record_frames, state_of};
+
+/// What a server gives its agent runs.
+pub struct ServedAgents {
+    /// The host, bound to the server's workspace (see [`Reach::Bound`]).
+    pub host: Host,
+    /// How the runs' commands are confined (the operator's settings).
+    pub sandbox: noesis_sandbox::Settings,
+    /// Who starts the runs: `http` (`noesis serve`) or `mcp` (`noesis
+    /// mcp`); each resumes the unfinished runs of its own kind.
+    pub origin: &'static str,
+    /// Which runs this process may drive (see [`crate::lease`]).
+    pub leases: Arc<crate::lease::Leases>,
+    /// The most a run gets (the operator's `--approve`, `[agent]`, `[budget]`).
+    pub ceiling: Ceiling,
+    /// Where a warning goes (a run not recorded as frames).
+    pub warn: crate::host::Note,
+    prices: Arc<PriceTable>,
+}
+
+impl ServedAgents {
+    /// Runs over `host`, which must be bound to one workspace.
+    pub fn new(
+        host: Host,
+        sandbox: noesis_sandbox::Settings,
+        origin: &'static str,
+        leases: Arc<crate::lease::Leases>,
+        ceiling: Ceiling,
+        warn: crate::host::Note,
+    ) -> ServedAgents {
+        let prices = host.prices();
+        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices }
+    }
+
+    fn workspace(&self) -> Result<&noesis_agent::Workspace, String> {
+        match &self.host.reach {
+            Reach::Bound { workspace, .. } => Ok(workspace),
+            Reach::Anywhere => Err("a server's agent host must be bound to its workspace".into()),
+        }
+    }
+
+    fn mcp(&self) -> Option<&Arc<noesis_mcp::McpServers>> {
+        match &self.host.reach {
+            Reach::Bound { mcp, .. } => mcp.as_ref(),
+            Reach::Anywhere => None,
+        }
+    }
+
+    fn provider(&self, name: Option<&str>, model: Option<&str>) -> Result<Arc<dyn Provider>, String> {
+        let provider = self.host.providers.for_agent(name, model)?;
+        Ok(with_text_tools(provider, self.host.config()))
+    }
+
+    /// The operator's rules for a run: `[permissions]` and the config's
+    /// `allow_commands` (a request may add rules that only narrow them).
+    fn permissions(&self) -> Result<noesis_agent::Permissions, String> {
+        let config = self.host.config();
+        let commands: Vec<(&str, &str)> =
+            config.agent.allow_commands.iter().map(|c| (c.as_str(), "[agent] allow_commands")).collect();
+        crate::rules::operator(config, &crate::rules::RuleFlags::default(), &commands, self.workspace()?)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[async_trait::async_trait]
+impl AgentHost for ServedAgents {
+    fn create(&self, id: &str, request: &AgentRequest) -> Result<AgentRun, String> {
+        let strategy = match request.strategy.as_deref() {
+            None | Some("react") => Strategy::React,
+            Some("single-shot") => Strategy::SingleShot,
+            Some("chain-of-thought") => Strategy::ChainOfThought,
+            Some(other) => {
+                return Err(format!("`strategy`: `{other}` is not react, single-shot or chain-of-thought"));
+            }
+        };
+        let mut approval = self.ceiling.approval(request.approve.as_deref())?;
+        if self.origin == "mcp" && approval == ApprovalPolicy::Ask {
+            // Nobody can be asked over MCP: under an operator's `ask`, calls
+            // that change anything are denied (and the agent told).
+            approval = ApprovalPolicy::Never;
+        }
+        let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
+        let permissions = self.permissions()?;
+        let limits = self.ceiling.limits(&request.limits)?;
+        let config = RunConfig {
+            strategy,
+            system_prompt: request.system.clone(),
+            approval,
+            limits,
+            reflect: request.reflect,
+            tool_filter: ToolFilter { only: request.tools.clone(), except: Vec::new() },
+            permissions,
+            ..RunConfig::default()
+        };
+        let record = json!({
+            "allow_commands": self.host.config().agent.allow_commands,
+            "origin": self.origin,
+            "lease": self.leases.own(),
+        });
+        let new = NewRun {
+            id: id.to_owned(),
+            task: request.task.clone(),
+            remembered: String::new(),
+            workspace: self.workspace()?.clone(),
+            config,
+            provider,
+            sandbox: self.sandbox.clone(),
+            mcp: self.mcp().cloned(),
+            owns_mcp: false,
+            record: record.as_object().cloned().unwrap_or_default(),
+        };
+        match self.host.start(new, now_ms()) {
+            Ok((run, _)) => Ok(run),
+            Err(HostError::UnknownTool { name, known }) => {
+                Err(format!("`tools`: no tool `{name}` (the tools are {})", known.join(", ")))
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn check(&self, run: &AgentRun) -> Result<(), String> {
+        self.host.check(run).map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    fn router(&self, provider: &Arc<dyn Provider>) -> Option<Arc<dyn noesis_agent::ModelRouter>> {
+        Some(self.host.router(provider))
+    }
+
+    async fn equip(&self, run: &AgentRun) -> Result<(Arc<dyn Provider>, Arc<Toolbox>), String> {
+        // Checked first: a run this server cannot provide for is refused
+        // before any provider is made.
+        self.host.check(run).map_err(|e| e.to_string())?;
+        let provider = match run.host["provider"].as_str() {
+            Some(name) => {
+                with_text_tools(self.host.providers.pinned(name, run.host["model"].as_str())?, self.host.config())
+            }
+            None => self.provider(None, None)?,
+        };
+        let equipped = self.host.equip(run, provider).await.map_err(|e| e.to_string())?;
+        Ok((equipped.provider, equipped.tools))
+    }
+
+    async fn save(&self, run: &AgentRun) -> Result<(), String> {
+        self.host.store.save_agent_state(&state_of(run, &self.host.project.project_id)).await.map_err(|e| e.to_string())
+    }
+
+    async fn load(&self, id: &str) -> Result<Option<AgentRun>, String> {
+        let Some(state) = self.host.store.agent_state(id, None).await.map_err(|e| e.to_string())? else {
+            return Ok(None);
+        };
+        let mut run = AgentRun::from_json(&state.state).map_err(|e| format!("run `{id}` cannot be read: {e}"))?;
+        crate::rules::restore(&mut run);
+        Ok(Some(run))
+    }
+
+    async fn list(&self, limit: u32) -> Result<Vec<Value>, String> {
+        let runs = self.host.store.agent_runs(&self.host.project.project_id, limit).await.map_err(|e| e.to_string())?;
+        Ok(runs
+            .into_iter()
+            .map(|r| {
+                json!({"run_id": r.run_id, "task": r.task, "status": r.status, "step": r.latest_step,
+                       "forked_from": r.forked_from})
+            })
+            .collect())
+    }
+
+    async fn unfinished(&self) -> Result<Vec<String>, String> {
+        let runs = self.host.store.agent_runs(&self.host.project.project_id, 1000).await.map_err(|e| e.to_string())?;
+        let mut ids = Vec::new();
+        let mut named = std::collections::BTreeSet::new();
+        for r in runs {
+            // Only runs a process of this kind started: a run of `noesis
+            // agent` that stopped is its owner's to resume.
+            let open = matches!(r.status.as_str(), "running" | "awaiting_approval" | "cancelled");
+            if !open {
+                continue;
+            }
+            let Some(run) = self.load(&r.run_id).await? else { continue };
+            if run.host["origin"] != self.origin || (r.status == "cancelled" && run.host["server_stopped"] != true) {
+                continue;
+            }
+            match run.host["lease"].as_str() {
+                Some(lease) => {
+                    named.insert(lease.to_owned());
+                    // A run whose process lives is that process's.
+                    if self.leases.take(lease) {
+                        ids.push(r.run_id);
+                    }
+                }
+                // Started before leases: only a server resumed those.
+                None if self.origin == "http" => ids.push(r.run_id),
+                None => {}
+            }
+        }
+        self.leases.sweep(&named);
+        Ok(ids)
+    }
+
+    async fn claim(&self, id: &str) -> Result<bool, String> {
+        let Some(run) = self.load(id).await? else { return Ok(true) };
+        Ok(run.host["lease"].as_str().is_none_or(|lease| self.leases.take(lease)))
+    }
+
+    fn price(&self, reply: &ChatResponse) -> f64 {
+        reply.usage.and_then(|u| self.prices.cost(&reply.model, u)).unwrap_or(0.0)
+    }
+
+    async fn finished(&self, run: &mut AgentRun) {
+        if let Err(e) = record_frames(self.host.store.as_ref(), &self.host.project, run).await {
+            (self.warn)(&format!("warning: run {} was not recorded as frames: {e}", run.id));
+        }
+    }
+}
