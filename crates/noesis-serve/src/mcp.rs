@@ -6,16 +6,19 @@
 //!
 //! | method | answer |
 //! |---|---|
-//! | `initialize` | the client's protocol revision if it is one of [`PROTOCOL_VERSIONS`], else the newest; `serverInfo` and the `tools` and `resources` capabilities |
+//! | `initialize` | the client's protocol revision if it is one of [`PROTOCOL_VERSIONS`], else the newest; `serverInfo` and the `tools`, `resources` and `prompts` capabilities |
 //! | `ping` | `{}` |
 //! | `tools/list` | `run` (module, input, args, provider, model), `list`, `info` (module) |
 //! | `tools/call` | `content` (the result as JSON text) and `structuredContent` (the result itself); for `run` the result is the v2.2 envelope and `isError` is true when it is a failure |
 //! | `resources/list` | one `module://NAME` per module that loads |
 //! | `resources/read` | `{manifest, prompt, schema}` of the module as JSON text |
+//! | `prompts/list` | one prompt per module that loads, its arguments the top-level properties of the module's input schema |
+//! | `prompts/get` | the module's prompt rendered with the arguments, as one user message |
 //!
 //! Errors are JSON-RPC codes: a line that is not JSON `-32700` (the server
 //! reads on), a message that is not a request `-32600`, an unknown method
-//! `-32601`, bad params `-32602` with the field named, an unknown resource
+//! `-32601`, bad params `-32602` with the field named (an unknown prompt
+//! and arguments that do not fit its module included), an unknown resource
 //! `-32002`. Tool failures are results with `isError`, never protocol
 //! errors, so the model calling the tool sees them; from revision
 //! 2025-11-25 on that includes bad tool arguments (an E1001–E1003 envelope
@@ -40,6 +43,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::service::{RunRequest, Service, refuse};
+
+mod prompts;
 
 /// How long requests in flight may go on after the input ends, by default.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
@@ -331,6 +336,11 @@ impl Mcp {
             },
             "resources/templates/list" => list_params(&request.params).map(|()| json!({"resourceTemplates": []})),
             "resources/read" => self.read_resource(&request.params).await,
+            "prompts/list" => match list_params(&request.params) {
+                Ok(()) => self.prompts().await,
+                Err(e) => Err(e),
+            },
+            "prompts/get" => self.get_prompt(&request.params).await,
             other => Err(RpcError::new(METHOD_NOT_FOUND, format!("unknown method `{other}`"))),
         };
         self.running.lock().unwrap_or_else(PoisonError::into_inner).remove(&request.key);
@@ -359,6 +369,7 @@ impl Mcp {
             "capabilities": {
                 "tools": {"listChanged": false},
                 "resources": {"subscribe": false, "listChanged": false},
+                "prompts": {"listChanged": false},
             },
             "serverInfo": server,
             "instructions": INSTRUCTIONS,
@@ -532,6 +543,59 @@ impl Mcp {
             })
             .collect();
         Ok(json!({"resources": resources}))
+    }
+
+    /// One prompt per module that loads, so an editor lists the modules
+    /// as slash commands.
+    async fn prompts(&self) -> Result<Value, RpcError> {
+        let service = Arc::clone(&self.service);
+        let prompts = blocking(move || {
+            service
+                .list()
+                .into_iter()
+                .filter(|m| m.valid)
+                // A module that stopped loading since it was listed is left out, as `resources/list` does.
+                .filter_map(|m| service.module(&m.name).ok().map(|module| (module, m.responsibility)))
+                .map(|(module, description)| prompts::listing(&module, description.as_deref()))
+                .collect::<Vec<Value>>()
+        })
+        .await?;
+        Ok(json!({"prompts": prompts}))
+    }
+
+    async fn get_prompt(&self, params: &Value) -> Result<Value, RpcError> {
+        let params = params_object(params)?;
+        let name = match params.get("name") {
+            Some(Value::String(s)) => s.clone(),
+            Some(_) => return Err(RpcError::invalid_params("`name` must be a string")),
+            None => return Err(RpcError::invalid_params("`name` is missing: which prompt (prompts/list names them)")),
+        };
+        let arguments = match params.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(_) => return Err(RpcError::invalid_params("`arguments` must be an object of strings")),
+        };
+        let service = Arc::clone(&self.service);
+        let found = blocking(move || {
+            let description = service.list().into_iter().find(|m| m.name == name).and_then(|m| m.responsibility);
+            service.module(&name).map(|m| (m, description)).map_err(|envelope| (name, envelope))
+        })
+        .await?;
+        let (module, description) = match found {
+            Ok(found) => found,
+            Err((name, envelope)) => {
+                let message = envelope.pointer("/error/message").and_then(Value::as_str).unwrap_or("cannot be read");
+                // The specification makes an unknown prompt invalid params.
+                if envelope.pointer("/error/code").and_then(Value::as_str) == Some(ErrorCode::E4006.as_str()) {
+                    return Err(RpcError::invalid_params(format!(
+                        "no prompt `{name}` (prompts/list names them): {message}"
+                    )));
+                }
+                return Err(RpcError::new(INTERNAL_ERROR, message));
+            }
+        };
+        let input = prompts::input(&module, &arguments).map_err(RpcError::invalid_params)?;
+        Ok(prompts::render(&module, &input, description.as_deref()))
     }
 
     async fn read_resource(&self, params: &Value) -> Result<Value, RpcError> {
@@ -981,7 +1045,11 @@ mod tests {
             (r#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#, -32600, json!(1)),
             (r#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#, -32600, Value::Null),
             (r#"{"jsonrpc":"2.0","id":1,"method":5}"#, -32600, json!(1)),
-            (r#"{"jsonrpc":"2.0","id":"a","method":"prompts/list"}"#, -32601, json!("a")),
+            (r#"{"jsonrpc":"2.0","id":"a","method":"completion/complete"}"#, -32601, json!("a")),
+            (r#"{"jsonrpc":"2.0","id":5,"method":"prompts/list","params":{"cursor":"x"}}"#, -32602, json!(5)),
+            (r#"{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{}}"#, -32602, json!(5)),
+            (r#"{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"nope"}}"#, -32602, json!(5)),
+            (r#"{"jsonrpc":"2.0","id":5,"method":"prompts/get","params":{"name":"../x"}}"#, -32602, json!(5)),
             (r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{}}"#, -32602, json!(2)),
             (r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope"}}"#, -32602, json!(2)),
             (r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":[1]}"#, -32602, json!(2)),
@@ -1165,6 +1233,49 @@ mod tests {
         assert!(body["schema"]["input"].is_object(), "{body}");
         let r = check(&mcp, r#"{"jsonrpc":"2.0","id":3,"method":"resources/templates/list"}"#).unwrap();
         assert_eq!(r["result"], json!({"resourceTemplates": []}));
+    }
+
+    #[test]
+    fn mcp_each_module_is_a_prompt_with_arguments_from_its_input_schema() {
+        for version in PROTOCOL_VERSIONS {
+            let r = check(&server(), &init(version)).unwrap();
+            assert!(r["result"]["capabilities"]["prompts"].is_object(), "{version}: {r}");
+        }
+        let mcp = initialized("2025-11-25");
+        let r = check(&mcp, r#"{"jsonrpc":"2.0","id":1,"method":"prompts/list"}"#).unwrap();
+        let prompts = r["result"]["prompts"].as_array().unwrap();
+        let names: Vec<&str> = prompts.iter().map(|p| p["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"code-simplifier") && names.contains(&"meeting-details"), "{names:?}");
+        let meeting = prompts.iter().find(|p| p["name"] == "meeting-details").unwrap();
+        assert!(meeting["description"].as_str().is_some_and(|d| !d.is_empty()), "{meeting}");
+        assert_eq!(
+            meeting["arguments"],
+            json!([{"name": "message", "required": true, "description": "A short message that sets up a meeting"}])
+        );
+
+        let get = |params: Value| {
+            let line = json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/get", "params": params}).to_string();
+            check(&mcp, &line).unwrap()
+        };
+        let r = get(json!({"name": "meeting-details", "arguments": {"message": "Lunch with Ada on Friday"}}));
+        let messages = r["result"]["messages"].as_array().unwrap_or_else(|| panic!("{r}"));
+        assert_eq!(messages[0]["role"], "user");
+        let text = messages[0]["content"]["text"].as_str().unwrap();
+        assert!(text.starts_with("# Meeting details") && text.contains("Lunch with Ada on Friday"), "{text}");
+        assert_eq!(r["result"]["description"], meeting["description"]);
+        // Arguments that do not fit are invalid params naming the argument.
+        for (params, says) in [
+            (json!({"name": "meeting-details"}), "`message` is missing"),
+            (json!({"name": "meeting-details", "arguments": {"message": 1}}), "`message` must be a string"),
+            (json!({"name": "meeting-details", "arguments": {"message": "x", "day": "Fri"}}), "`day`"),
+            (json!({"name": "meeting-details", "arguments": {"message": ""}}), "/message"),
+            (json!({"name": "meeting-details", "arguments": []}), "`arguments`"),
+            (json!({"name": "nope"}), "no prompt `nope`"),
+        ] {
+            let r = get(params.clone());
+            assert_eq!(r["error"]["code"], -32602, "{params} → {r}");
+            assert!(r["error"]["message"].as_str().unwrap().contains(says), "{params} → {r}");
+        }
     }
 
     /// Feeds `serve` lines and collects what it writes.
