@@ -7,7 +7,9 @@
 //! [`http`] puts it on an axum router (`noesis serve`), behind
 //! [`access`] (the `Host` allow-list, tokens and sessions) and, with a
 //! certificate, [`tls`]; [`agents`] runs agents for its clients within the
-//! operator's [`admission`] policy.
+//! operator's [`admission`] policy. [`mcp`] is what the MCP server of
+//! `noesis mcp` (`noesis_mcp::server`) serves: this `Service` and these
+//! agent runs.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No
