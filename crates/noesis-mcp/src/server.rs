@@ -73,6 +73,8 @@ use tools::{AgentCall, BadArgument, agent_call, agent_tool, known_fields, module
 
 mod host;
 mod prompts;
+#[cfg(test)]
+mod tests;
 mod tools;
 
 /// How long requests in flight may go on after the input ends, by default.
