@@ -93,6 +93,62 @@ fn mcp_python_sdk_client() {
     assert_eq!(body["manifest"]["name"], "code-simplifier");
     assert!(body["prompt"].as_str().is_some_and(|p| !p.is_empty()) && body["schema"].is_object(), "{body}");
     assert_eq!(r["read_missing"]["code"], -32002, "{}", r["read_missing"]);
+
+    // Modules as prompts (an editor's slash commands), arguments from the input schema.
+    assert!(init["capabilities"]["prompts"].is_object(), "{init}");
+    let prompts = r["prompts"]["prompts"].as_array().unwrap();
+    let meeting = prompts.iter().find(|p| p["name"] == "meeting-details").expect("a prompt per module");
+    assert_eq!(meeting["arguments"][0]["name"], "message", "{meeting}");
+    assert_eq!(meeting["arguments"][0]["required"], true, "{meeting}");
+    let message = &r["prompt"]["messages"][0];
+    assert_eq!(message["role"], "user", "{}", r["prompt"]);
+    let text = message["content"]["text"].as_str().unwrap();
+    assert!(text.contains("Lunch with Ada on Friday at noon"), "{text}");
+    let missing = &r["prompt_missing_argument"];
+    assert_eq!(missing["code"], -32602, "{missing}");
+    assert!(missing["message"].as_str().unwrap().contains("`message`"), "{missing}");
+    assert_eq!(r["prompt_unknown"]["code"], -32602, "{}", r["prompt_unknown"]);
+}
+
+/// Each module is an MCP prompt over stdio: an editor lists the modules as
+/// slash commands (before, `prompts/list` was an unknown method), and a
+/// prompt is the module's prompt rendered with the arguments given.
+#[test]
+fn mcp_serves_each_module_as_a_prompt_over_stdio() {
+    let w = Work::new();
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+               "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "prompts/list"}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "prompts/get",
+               "params": {"name": "code-simplifier", "arguments": {"code": "x = 1 + 0", "language": "python"}}}),
+        json!({"jsonrpc": "2.0", "id": 4, "method": "prompts/get",
+               "params": {"name": "code-simplifier", "arguments": {"code": "x", "options": "not json"}}}),
+    ];
+    let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let o = w.noesis().args(["mcp", "--provider", "test"]).write_stdin(input).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out: Vec<Value> =
+        String::from_utf8(o.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let answer = |id: i64| out.iter().find(|m| m["id"] == id).unwrap_or_else(|| panic!("no answer {id}: {out:?}"));
+    assert_eq!(answer(1)["result"]["capabilities"]["prompts"], json!({"listChanged": false}));
+    let prompts = answer(2)["result"]["prompts"].as_array().unwrap();
+    let cs = prompts.iter().find(|p| p["name"] == "code-simplifier").expect("code-simplifier is a prompt");
+    let arguments: Vec<(&str, bool)> = cs["arguments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["name"].as_str().unwrap(), a["required"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(arguments[0], ("code", true), "{cs}");
+    assert!(arguments.contains(&("language", false)), "{cs}");
+    let text = answer(3)["result"]["messages"][0]["content"]["text"].as_str().unwrap().to_owned();
+    assert!(text.starts_with("# Code Simplifier"), "{text}");
+    assert!(text.contains("x = 1 + 0") && text.contains("python"), "the arguments are in the prompt: {text}");
+    let refused = &answer(4)["error"];
+    assert_eq!(refused["code"], -32602, "{refused}");
+    assert!(refused["message"].as_str().unwrap().contains("`options`"), "{refused}");
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! certificate, [`tls`]; [`agents`] are the routes of the agent layer's
 //! run supervisor, within the operator's policy; [`plugins`] runs the frame
 //! plugins (docs, review, testgen) and [`episodes`] runs `solve` episodes
-//! (noesis-workflow's driver) on the server's project.
+//! (noesis-workflow's driver) on the server's project. [`mcp`] is what the
+//! MCP server of `noesis mcp` (`noesis_mcp::server`) serves: this `Service`
+//! and these agent runs.
 //!
 //! Architecture invariant: no provider selection, config files or printing
 //! here; the binary decides which provider answers and where logs go. No

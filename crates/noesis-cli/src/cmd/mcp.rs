@@ -5,9 +5,10 @@ use std::io::{BufRead, Read};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use noesis_mcp::server::{Mcp, PROTOCOL_VERSIONS};
 use noesis_modules::search::SearchPath;
 use noesis_serve::Service;
-use noesis_serve::mcp::{Mcp, PROTOCOL_VERSIONS};
+use noesis_serve::mcp::McpAgents;
 use tokio::sync::mpsc;
 
 use super::serve::HostArgs;
@@ -55,7 +56,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
                 Ok(n) => out::note(&format!("resuming {n} agent run(s) an earlier session left unfinished")),
                 Err(e) => out::note(&format!("warning: unfinished agent runs were not resumed: {e}")),
             }
-            Mcp::with_agents(Arc::new(service), grace, agents)
+            Mcp::with_agents(Arc::new(service), grace, Arc::new(McpAgents(agents)))
         }
         None => Mcp::with_grace(Arc::new(service), grace),
     };

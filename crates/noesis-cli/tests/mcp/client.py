@@ -51,6 +51,13 @@ async def main(noesis: str, work: str) -> None:
             report["resources"] = dump(await session.list_resources())
             report["read"] = dump(await session.read_resource("module://code-simplifier"))
             report["read_missing"] = await protocol_error(session.read_resource("module://no-such-module"))
+            # Each module is a prompt: what editors list as slash commands.
+            report["prompts"] = dump(await session.list_prompts())
+            report["prompt"] = dump(
+                await session.get_prompt("meeting-details", {"message": "Lunch with Ada on Friday at noon"})
+            )
+            report["prompt_missing_argument"] = await protocol_error(session.get_prompt("meeting-details", {}))
+            report["prompt_unknown"] = await protocol_error(session.get_prompt("no-such-module", {}))
     json.dump(report, sys.stdout)
 
 
