@@ -14,7 +14,8 @@
 //! - [`plugin`]: the frame core's plugin boundary, and the built-in plugins
 //!   (`docs`, `review`, `testgen`, `ask`) as library calls;
 //! - [`sandbox`]: how a process a model chose runs confined;
-//! - [`workflow`]: the episode's state rules;
+//! - [`workflow`]: the `solve` episode as a state machine, its driver and
+//!   the versioned CognitiveState;
 //! - [`prelude`]: the names most programs want.
 //!
 //! Run a built-in module with the test model (no network, no key):
@@ -104,9 +105,18 @@ pub mod sandbox {
     pub use noesis_sandbox::{Finished, Mode, Redactor, RunOptions, Sandbox, SandboxError, Settings, Support, probe};
 }
 
-/// The verified workflow's state: the episode's nodes and the rules for
-/// moving between them over a persisted `CognitiveState`.
+/// The verified workflow: the `solve` episode (PLANNER → REASONER → CODER →
+/// VERIFIER → CONSOLIDATOR, REFLECTOR on failure) as a state machine without
+/// I/O ([`workflow::Episode`]: `next()` says what to do, the caller feeds
+/// the result back), its [`workflow::Driver`] over the engine, and the
+/// versioned CognitiveState it keeps.
 pub mod workflow {
+    pub use noesis_workflow::driver::{Approver, DriveError as EpisodeDriveError, Driver, Observer};
+    pub use noesis_workflow::episode::{
+        CoderReport, CoderRun, Episode, EpisodeError, Head, Memory, Op, Outcome, Step, TestRun, TestSet, apply,
+    };
+    pub use noesis_workflow::snapshot::Changes;
+    pub use noesis_workflow::versions::States;
     pub use noesis_workflow::{NODES, Node, StateError, Transitioned, initial, transition};
 }
 
