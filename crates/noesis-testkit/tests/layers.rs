@@ -208,3 +208,36 @@ fn the_rules_catch_arrows_up_sideways_unknown_crates_and_test_only_ones() {
         "{unknown:?}"
     );
 }
+
+#[test]
+fn every_crate_has_its_sentence_in_crates_readme_under_its_layer() {
+    // crates/README.md lists the crates by layer, one sentence each; a new
+    // crate, or one moved to another layer, must be written there too.
+    let (crates, _) = workspace();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md")).expect("crates/README.md");
+    let mut missing = Vec::new();
+    for name in &crates {
+        let line = format!("- `{name}` — ");
+        let Some(at) = readme.find(&line) else {
+            missing.push(format!("{name}: no line `- `{name}` — …`"));
+            continue;
+        };
+        let heading = readme[..at].rfind("\n## ").map(|h| readme[h + 4..].lines().next().unwrap_or_default());
+        let want = match place(name) {
+            Some((l, _)) => match LAYERS[l].0 {
+                "front end" => "Front ends",
+                "façade" => "Façade",
+                "engine" => "Engine",
+                "boundary" => "Trust boundary",
+                _ => "Base",
+            },
+            None if TEST_ONLY.contains(&name.as_str()) => "Tests only",
+            None => continue, // every_dependency_points_down_the_layers names it
+        };
+        if heading != Some(want) {
+            missing.push(format!("{name}: listed under {heading:?}, belongs under \"{want}\""));
+        }
+    }
+    assert!(missing.is_empty(), "crates/README.md:\n{}", missing.join("\n"));
+}
