@@ -6,6 +6,9 @@
 //!
 //! `cargo run -p noesis --example agent_with_tool`
 
+// An example shows what it does on stdout.
+#![allow(clippy::print_stdout)]
+
 use std::sync::{Arc, Mutex};
 
 use noesis::agent::{Pending, ToolFn};
@@ -69,9 +72,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ChatResponse::text("Saved your note.", "playback", StructuredMode::Text),
     ]));
 
-    let mut config = RunConfig::default();
-    config.tools = tools.decls();
-    config.approval = ApprovalPolicy::Ask;
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Ask, ..RunConfig::default() };
     let mut run = AgentRun::new("example-run", "Remember to buy milk.", config, 0);
     let driver = Driver::new(&model, Arc::clone(&tools));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;

@@ -10,6 +10,9 @@
 //!
 //! `cargo run -p noesis --example custom_plugin`
 
+// An example shows what it does on stdout.
+#![allow(clippy::print_stdout)]
+
 use noesis::frames::{CausalFrame, Timestamp, identify};
 use noesis::plugin::{ContextSlice, CoreContext, Parsed, PluginError, Step, Think, Thought, inside};
 use noesis::prelude::*;

@@ -8,6 +8,9 @@
 //!
 //! `cargo run -p noesis --example episode`
 
+// An example shows what it does on stdout.
+#![allow(clippy::print_stdout)]
+
 use noesis::workflow::{Changes, CoderReport, Episode, Head, Op, Outcome, Step, TestRun, apply, initial};
 use serde_json::json;
 

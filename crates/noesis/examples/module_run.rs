@@ -5,6 +5,9 @@
 //!
 //! `cargo run -p noesis --example module_run`
 
+// An example shows what it does on stdout.
+#![allow(clippy::print_stdout)]
+
 use noesis::llm::{Scripted, TestModel};
 use noesis::module::{RunOptions, load_dir, run};
 use serde_json::json;
