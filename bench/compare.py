@@ -41,6 +41,8 @@ def main():
         ap.add_argument(a, required=True)
     ap.add_argument("--runs", type=int, default=20)
     args = ap.parse_args()
+    # The short path runs in a project folder of its own: paths must not be relative.
+    args.module = os.path.abspath(args.module)
 
     expected = os.path.join(args.module, "tests", "case1.expected.json")
     input_file = os.path.join(args.module, "tests", "case1.input.json")
@@ -87,10 +89,10 @@ def short_path(args, env):
         subprocess.run(git + ["commit", "-q", "--allow-empty", "-m", "root"], check=True)
         env = dict(env, NOESIS_HOME=os.path.join(tmp, "home"))
         env.pop("NOESIS_STORE", None)
-        subprocess.run([args.noesis, "state", "init", "bench the short path"], env=env, check=True,
+        subprocess.run([args.noesis, "state", "init"], env=env, check=True,
                        capture_output=True, cwd=project)
         cases = {
-            "state get": [args.noesis, "state", "get", "user_query"],
+            "state get": [args.noesis, "state", "get", "current_node"],
             "agent list": [args.noesis, "agent", "list"],
             "run code-simplifier in a project": [args.noesis, "run", args.module, "--input",
                                                  os.path.join(args.module, "tests", "case1.input.json")],
