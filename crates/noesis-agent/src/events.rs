@@ -518,3 +518,144 @@ mod tests {
         assert!(a.try_recv().is_none());
     }
 }
+
+/// A bounded, numbered record of one run's (or episode's) events that
+/// readers follow from any point: what a server streams as SSE and a page
+/// catches up from. Ids start at 1 and increase; the oldest events are
+/// dropped beyond the capacity, and a reader that asks for dropped ones gets
+/// one `gap` event (`{"missed_before": FIRST}`) instead of a silent hole.
+/// Once closed, followers end after the last event.
+#[derive(Debug)]
+pub struct EventLog {
+    inner: Mutex<LogInner>,
+    changed: Notify,
+    capacity: usize,
+}
+
+#[derive(Debug, Default)]
+struct LogInner {
+    next: u64,
+    events: std::collections::VecDeque<Event>,
+    done: bool,
+}
+
+impl EventLog {
+    /// An empty log keeping at most `capacity` events.
+    pub fn new(capacity: usize) -> EventLog {
+        EventLog { inner: Mutex::new(LogInner::default()), changed: Notify::new(), capacity: capacity.max(1) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogInner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Appends `event` under the next id and wakes the followers.
+    pub fn push(&self, mut event: Event) {
+        let mut log = self.lock();
+        log.next += 1;
+        event.id = log.next;
+        log.events.push_back(event);
+        if log.events.len() > self.capacity {
+            log.events.pop_front();
+        }
+        drop(log);
+        self.changed.notify_waiters();
+    }
+
+    /// No more events: followers end after the last one.
+    pub fn close(&self) {
+        self.lock().done = true;
+        self.changed.notify_waiters();
+    }
+
+    /// Whether [`EventLog::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().done
+    }
+
+    /// The id of the last event (0: none yet).
+    pub fn last_id(&self) -> u64 {
+        self.lock().next
+    }
+
+    /// The events after id `after` (a `gap` first when some were dropped),
+    /// then each as it comes, ending when the log is closed.
+    pub fn follow(self: Arc<Self>, after: u64) -> impl futures_util::Stream<Item = Event> + Send + 'static {
+        use futures_util::StreamExt;
+        futures_util::stream::unfold((self, after), |(log, mut after)| async move {
+            loop {
+                let changed = log.changed.notified();
+                let (batch, done) = {
+                    let inner = log.lock();
+                    let first = inner.events.front().map_or(inner.next + 1, |e| e.id);
+                    let mut batch: Vec<Event> = Vec::new();
+                    if after + 1 < first && after < inner.next {
+                        batch.push(Event {
+                            id: first - 1,
+                            ..Event::new("", "gap", "", json!({"missed_before": first}))
+                        });
+                    }
+                    batch.extend(inner.events.iter().filter(|e| e.id > after).cloned());
+                    (batch, inner.done)
+                };
+                if let Some(last) = batch.last() {
+                    after = last.id;
+                    drop(changed);
+                    return Some((futures_util::stream::iter(batch), (log, after)));
+                }
+                if done {
+                    return None;
+                }
+                changed.await;
+            }
+        })
+        .flatten()
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use futures_util::StreamExt;
+
+    fn ev(kind: &str) -> Event {
+        Event::new("t", kind, "r", json!({}))
+    }
+
+    #[tokio::test]
+    async fn followers_get_what_they_missed_then_what_comes_and_end_at_close() {
+        let log = Arc::new(EventLog::new(10));
+        log.push(ev("a"));
+        log.push(ev("b"));
+        assert_eq!(log.last_id(), 2);
+        let mut from_one = Box::pin(Arc::clone(&log).follow(1));
+        assert_eq!(from_one.next().await.map(|e| (e.id, e.kind)), Some((2, "b".to_owned())));
+        let pusher = Arc::clone(&log);
+        let later = tokio::spawn(async move {
+            pusher.push(ev("c"));
+            pusher.close();
+        });
+        assert_eq!(from_one.next().await.map(|e| (e.id, e.kind)), Some((3, "c".to_owned())));
+        assert!(from_one.next().await.is_none(), "closed: the stream ends");
+        later.await.unwrap();
+        assert!(log.is_closed());
+        let all: Vec<u64> = Arc::clone(&log).follow(0).map(|e| e.id).collect().await;
+        assert_eq!(all, [1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_reader_behind_the_capacity_is_told_of_the_gap() {
+        let log = Arc::new(EventLog::new(2));
+        for k in ["a", "b", "c", "d"] {
+            log.push(ev(k));
+        }
+        log.close();
+        let got: Vec<(u64, String)> = Arc::clone(&log).follow(0).map(|e| (e.id, e.kind)).collect().await;
+        assert_eq!(got, [(2, "gap".to_owned()), (3, "c".to_owned()), (4, "d".to_owned())]);
+        let gap: Vec<Event> = Arc::clone(&log).follow(0).take(1).collect().await;
+        assert_eq!(gap[0].data["missed_before"], 3);
+        // Up to date with what is kept: no gap.
+        let got: Vec<u64> = log.follow(3).map(|e| e.id).collect().await;
+        assert_eq!(got, [4]);
+    }
+}

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use futures_util::StreamExt;
 use noesis_agent::events::{Event, outcome_event};
 use noesis_agent::supervisor::{RETRY_AFTER_SECS, Refusal};
-use noesis_agent::{AgentRun, Decision, Verdict};
+use noesis_agent::{AgentRun, Decision, Pending, Verdict};
 use noesis_modules::{ErrorCode, Failure};
 use serde::Deserialize;
 use serde_json::json;
@@ -142,9 +142,10 @@ async fn show_run(State(runs): St, Path(id): Path<String>) -> Response {
 /// `{"decisions": [{"call_id", "verdict": "approve" | "deny" | "approve_edited" | "abort",
 /// "arguments"?, "message"?, "arguments_hash"?}]}` or `{"approve_all": true}` /
 /// `{"deny_all": "why"}`: one decision for the whole pending batch.
+/// Episodes take the same body (`crate::episodes`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ApprovalsBody {
+pub(crate) struct ApprovalsBody {
     #[serde(default)]
     decisions: Vec<ClientDecision>,
     #[serde(default)]
@@ -161,6 +162,43 @@ struct ClientDecision {
     verdict: Verdict,
     #[serde(default)]
     arguments_hash: Option<String>,
+}
+
+impl ApprovalsBody {
+    /// The decisions on `pending` this body makes: one for every call with
+    /// `approve_all`/`deny_all`, else those named (a call that is not
+    /// waiting is refused, naming it); a hash left out is the one shown.
+    pub(crate) fn decisions(self, pending: &[Pending]) -> Result<Vec<Decision>, String> {
+        if self.approve_all || self.deny_all.is_some() {
+            return Ok(pending
+                .iter()
+                .map(|p| Decision {
+                    call_id: p.call_id.clone(),
+                    tool: p.tool.clone(),
+                    arguments_hash: p.arguments_hash.clone(),
+                    verdict: match &self.deny_all {
+                        Some(message) => Verdict::Deny { message: Some(message.clone()) },
+                        None => Verdict::Approve,
+                    },
+                })
+                .collect());
+        }
+        self.decisions
+            .into_iter()
+            .map(|d| {
+                let p = pending
+                    .iter()
+                    .find(|p| p.call_id == d.call_id)
+                    .ok_or_else(|| format!("call `{}` is not waiting for a decision", d.call_id))?;
+                Ok(Decision {
+                    call_id: d.call_id,
+                    tool: p.tool.clone(),
+                    arguments_hash: d.arguments_hash.unwrap_or_else(|| p.arguments_hash.clone()),
+                    verdict: d.verdict,
+                })
+            })
+            .collect()
+    }
 }
 
 async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Response {
@@ -190,33 +228,10 @@ async fn approvals(State(runs): St, Path(id): Path<String>, body: Bytes) -> Resp
             format!("run `{id}` has no call waiting for a decision"),
         );
     }
-    let mut decisions = Vec::new();
-    if body.approve_all || body.deny_all.is_some() {
-        for p in &pending {
-            let verdict = match &body.deny_all {
-                Some(message) => Verdict::Deny { message: Some(message.clone()) },
-                None => Verdict::Approve,
-            };
-            decisions.push(Decision {
-                call_id: p.call_id.clone(),
-                tool: p.tool.clone(),
-                arguments_hash: p.arguments_hash.clone(),
-                verdict,
-            });
-        }
-    } else {
-        for d in body.decisions {
-            let Some(p) = pending.iter().find(|p| p.call_id == d.call_id) else {
-                return bad_request(format!("call `{}` is not waiting for a decision", d.call_id));
-            };
-            decisions.push(Decision {
-                call_id: d.call_id,
-                tool: p.tool.clone(),
-                arguments_hash: d.arguments_hash.unwrap_or_else(|| p.arguments_hash.clone()),
-                verdict: d.verdict,
-            });
-        }
-    }
+    let decisions = match body.decisions(&pending) {
+        Ok(d) => d,
+        Err(m) => return bad_request(m),
+    };
     match runs.decide(&id, decisions).await {
         Ok(()) => json_response(StatusCode::OK, &json!({"run_id": id, "status": "running"})),
         Err((_, m)) => refusal(StatusCode::CONFLICT, ErrorCode::E4003, m),

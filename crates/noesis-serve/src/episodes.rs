@@ -13,7 +13,7 @@
 //! `episodes.{id}`) and in the episode's log, and hands decisions to its
 //! [`Approver`]. The project has one state, so one episode runs at a time.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -26,8 +26,10 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::{Stream, StreamExt};
-use noesis_agent::events::{Event, EventBus, progress_event};
-use noesis_agent::{Decision, Pending, Progress, Verdict};
+use noesis_agent::events::{Event, EventBus, EventLog, progress_event};
+use noesis_agent::{Decision, Pending, Progress};
+
+use crate::agents::ApprovalsBody;
 use noesis_modules::{ErrorCode, Failure};
 use noesis_workflow::driver::{self, Approver, Begin, Driver, Observer};
 use noesis_workflow::versions::{self, States};
@@ -91,19 +93,11 @@ pub trait EpisodeHost: Send + Sync + 'static {
 /// Decisions for the waiting calls, and who to tell once they are taken.
 type Decide = (Vec<Decision>, oneshot::Sender<()>);
 
-#[derive(Default)]
-struct Log {
-    next: u64,
-    events: VecDeque<Event>,
-    done: bool,
-}
-
 /// One episode's live state: its log and the calls waiting for a person.
 struct Live {
     id: String,
     topic: String,
-    log: Mutex<Log>,
-    changed: tokio::sync::Notify,
+    log: Arc<EventLog>,
     bus: EventBus,
     /// The CODER run and its calls waiting for a decision.
     pending: Mutex<Option<(String, Vec<Pending>)>>,
@@ -112,27 +106,18 @@ struct Live {
 
 impl Live {
     fn publish(&self, kind: &str, data: Value) {
-        let mut event = Event::new(&self.topic, kind, &self.id, data);
+        let event = Event::new(&self.topic, kind, &self.id, data);
         // Other subscribers get it if they have room; the log always does.
         let _ = self.bus.try_publish(event.clone());
-        let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        log.next += 1;
-        event.id = log.next;
-        log.events.push_back(event);
-        if log.events.len() > EVENT_LOG {
-            log.events.pop_front();
-        }
-        drop(log);
-        self.changed.notify_waiters();
+        self.log.push(event);
     }
 
     fn close(&self) {
-        self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).done = true;
-        self.changed.notify_waiters();
+        self.log.close();
     }
 
     fn done(&self) -> bool {
-        self.log.lock().map(|l| l.done).unwrap_or(true)
+        self.log.is_closed()
     }
 }
 
@@ -251,8 +236,7 @@ impl Episodes {
         let live = Arc::new(Live {
             id: id.clone(),
             topic: format!("episodes.{id}"),
-            log: Mutex::new(Log::default()),
-            changed: tokio::sync::Notify::new(),
+            log: Arc::new(EventLog::new(EVENT_LOG)),
             bus: self.bus.clone(),
             pending: Mutex::new(None),
             decide: Mutex::new(None),
@@ -296,37 +280,7 @@ impl Episodes {
         let Some((_, pending)) = live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone() else {
             return Err(conflict(format!("episode {id} has no call waiting for a decision")));
         };
-        let mut decisions = Vec::new();
-        if body.approve_all || body.deny_all.is_some() {
-            for p in &pending {
-                let verdict = match &body.deny_all {
-                    Some(message) => Verdict::Deny { message: Some(message.clone()) },
-                    None => Verdict::Approve,
-                };
-                decisions.push(Decision {
-                    call_id: p.call_id.clone(),
-                    tool: p.tool.clone(),
-                    arguments_hash: p.arguments_hash.clone(),
-                    verdict,
-                });
-            }
-        } else {
-            for d in body.decisions {
-                let Some(p) = pending.iter().find(|p| p.call_id == d.call_id) else {
-                    return Err((
-                        StatusCode::BAD_REQUEST,
-                        ErrorCode::E1001,
-                        format!("call `{}` is not waiting for a decision", d.call_id),
-                    ));
-                };
-                decisions.push(Decision {
-                    call_id: d.call_id,
-                    tool: p.tool.clone(),
-                    arguments_hash: d.arguments_hash.unwrap_or_else(|| p.arguments_hash.clone()),
-                    verdict: d.verdict,
-                });
-            }
-        }
+        let decisions = body.decisions(&pending).map_err(|m| (StatusCode::BAD_REQUEST, ErrorCode::E1001, m))?;
         let tx = live.decide.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let Some(tx) = tx else { return Err(conflict(format!("episode {id} is no longer waiting"))) };
         let (answer, told) = oneshot::channel();
@@ -424,29 +378,6 @@ async fn show_episode(State(episodes): St, Path(id): Path<String>) -> Response {
     )
 }
 
-/// `{"decisions": [{"call_id", "verdict": …}]}`, `{"approve_all": true}` or
-/// `{"deny_all": "why"}`, as for agent runs.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ApprovalsBody {
-    #[serde(default)]
-    decisions: Vec<ClientDecision>,
-    #[serde(default)]
-    approve_all: bool,
-    #[serde(default)]
-    deny_all: Option<String>,
-}
-
-// No deny_unknown_fields: serde cannot have it beside `flatten`.
-#[derive(Deserialize)]
-struct ClientDecision {
-    call_id: String,
-    #[serde(flatten)]
-    verdict: Verdict,
-    #[serde(default)]
-    arguments_hash: Option<String>,
-}
-
 async fn approvals(State(episodes): St, Path(id): Path<String>, body: Bytes) -> Response {
     let body: ApprovalsBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
@@ -484,27 +415,8 @@ async fn events(State(episodes): St, Path(id): Path<String>, headers: HeaderMap)
     Sse::new(follow(live, after)).keep_alive(KeepAlive::default()).into_response()
 }
 
-/// The episode's events after `after`, then each as it comes, ending with it.
+/// The episode's events after `after` (a `gap` first when the log no
+/// longer holds some), then each as it comes, ending with it.
 fn follow(live: Arc<Live>, after: u64) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    futures_util::stream::unfold((live, after), |(live, mut after)| async move {
-        loop {
-            let changed = live.changed.notified();
-            let (batch, done) = {
-                let log = live.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let batch: Vec<Event> = log.events.iter().filter(|e| e.id > after).cloned().collect();
-                (batch, log.done)
-            };
-            if let Some(last) = batch.last() {
-                after = last.id;
-                drop(changed);
-                return Some((futures_util::stream::iter(batch), (live, after)));
-            }
-            if done {
-                return None;
-            }
-            changed.await;
-        }
-    })
-    .flatten()
-    .map(|e| Ok(sse(&e)))
+    Arc::clone(&live.log).follow(after).map(|e| Ok(sse(&e)))
 }

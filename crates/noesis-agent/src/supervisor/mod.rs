@@ -20,7 +20,7 @@
 //! Architecture invariant: no HTTP here — refusals are [`Refusal`]s that
 //! each front end maps to its own status codes.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{Event, EventBus, Subscription, outcome_event, run_topic};
+use crate::events::{Event, EventBus, EventLog, Subscription, outcome_event, run_topic};
 use crate::{Action, AgentRun, Decision, Driver, Pending, Toolbox};
 
 mod admission;
@@ -213,37 +213,20 @@ async fn log_events(mut events: Subscription, live: Arc<Live>, id: String) {
 /// A decision request from the client, answered by the run's task.
 type Decide = (Vec<Decision>, oneshot::Sender<Result<(), String>>);
 
-#[derive(Default)]
-struct Log {
-    next: u64,
-    events: VecDeque<Event>,
-    done: bool,
-}
-
 struct Live {
-    log: Mutex<Log>,
-    changed: tokio::sync::Notify,
+    log: Arc<EventLog>,
     cancel: CancellationToken,
     decide: mpsc::Sender<Decide>,
     pending: Mutex<Vec<Pending>>,
 }
 
 impl Live {
-    fn push(&self, mut event: Event) {
-        let mut log = self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        log.next += 1;
-        event.id = log.next;
-        log.events.push_back(event);
-        if log.events.len() > EVENT_LOG {
-            log.events.pop_front();
-        }
-        drop(log);
-        self.changed.notify_waiters();
+    fn push(&self, event: Event) {
+        self.log.push(event);
     }
 
     fn close(&self) {
-        self.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).done = true;
-        self.changed.notify_waiters();
+        self.log.close();
     }
 }
 
@@ -314,7 +297,7 @@ impl AgentRuns {
     /// The run's live state while its task runs (a finished run's log
     /// stays readable through [`AgentRuns::log`]).
     fn live(&self, id: &str) -> Option<Arc<Live>> {
-        self.log(id).filter(|l| !l.log.lock().map(|g| g.done).unwrap_or(true))
+        self.log(id).filter(|l| !l.log.is_closed())
     }
 
     fn log(&self, id: &str) -> Option<Arc<Live>> {
@@ -369,8 +352,7 @@ impl AgentRuns {
     async fn spawn(self: &Arc<Self>, run: AgentRun, slot: Option<OwnedSemaphorePermit>) {
         let (tx, rx) = mpsc::channel(4);
         let live = Arc::new(Live {
-            log: Mutex::new(Log::default()),
-            changed: tokio::sync::Notify::new(),
+            log: Arc::new(EventLog::new(EVENT_LOG)),
             cancel: self.stop.child_token(),
             decide: tx,
             pending: Mutex::new(Vec::new()),
@@ -483,11 +465,7 @@ impl AgentRuns {
         // Finished runs' logs stay readable for a while, not forever: the
         // oldest beyond KEPT_LOGS go (their runs stay in the store).
         let mut all = self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let done: Vec<String> = all
-            .iter()
-            .filter(|(_, l)| l.log.lock().map(|g| g.done).unwrap_or(true))
-            .map(|(id, _)| id.clone())
-            .collect();
+        let done: Vec<String> = all.iter().filter(|(_, l)| l.log.is_closed()).map(|(id, _)| id.clone()).collect();
         for id in done.iter().take(done.len().saturating_sub(KEPT_LOGS)) {
             all.remove(id);
         }
@@ -508,7 +486,7 @@ impl AgentRuns {
     /// of them); `None` when the run has no log here (it was not driven by
     /// this process, or long ago).
     pub fn events(&self, id: &str, after: u64) -> Option<impl Stream<Item = Event> + Send + use<>> {
-        self.log(id).map(|live| raw_events(live, after))
+        self.log(id).map(|live| Arc::clone(&live.log).follow(after))
     }
 
     /// Whether clients may start and steer runs (`serve --agents`).
@@ -529,7 +507,7 @@ impl AgentRuns {
     /// The id of the last event in run `id`'s log (0: none): a page that
     /// shows the run as of now follows it from there (`?after=`).
     pub fn last_event(&self, id: &str) -> u64 {
-        self.log(id).map_or(0, |l| l.log.lock().map(|g| g.next).unwrap_or(0))
+        self.log(id).map_or(0, |l| l.log.last_id())
     }
 
     /// Cancels live run `id`; false when it is not live here.
@@ -611,7 +589,7 @@ impl AgentRuns {
         cancel: &CancellationToken,
     ) -> Result<AgentRun, String> {
         if let Some(live) = self.log(id) {
-            let mut events = std::pin::pin!(raw_events(Arc::clone(&live), 0));
+            let mut events = std::pin::pin!(Arc::clone(&live.log).follow(0));
             loop {
                 tokio::select! {
                     e = events.next() => match e {
@@ -659,32 +637,4 @@ pub fn status_of(run: &AgentRun) -> &'static str {
 
 fn status(run: &AgentRun) -> &'static str {
     run.status()
-}
-
-fn raw_events(live: Arc<Live>, after: u64) -> impl Stream<Item = Event> {
-    futures_util::stream::unfold((live, after), |(live, mut after)| async move {
-        loop {
-            let changed = live.changed.notified();
-            let (batch, done) = {
-                let log = live.log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                let first = log.events.front().map_or(log.next + 1, |e| e.id);
-                let mut batch: Vec<Event> = Vec::new();
-                if after + 1 < first && after < log.next {
-                    batch.push(Event { id: first - 1, ..Event::new("", "gap", "", json!({"missed_before": first})) });
-                }
-                batch.extend(log.events.iter().filter(|e| e.id > after).cloned());
-                (batch, log.done)
-            };
-            if let Some(last) = batch.last() {
-                after = last.id;
-                drop(changed);
-                return Some((futures_util::stream::iter(batch), (live, after)));
-            }
-            if done {
-                return None;
-            }
-            changed.await;
-        }
-    })
-    .flatten()
 }
