@@ -127,6 +127,9 @@ pub fn unpack(url: &str, bytes: &[u8], checksum: Option<&str>, into: &Path) -> R
         if !(kind.is_file() || kind.is_dir() || kind.is_pax_global_extensions() || kind.is_pax_local_extensions()) {
             return Err(refuse("only files and folders may be in a module tarball (no links or devices)".into()));
         }
+        if rel.as_os_str().is_empty() && !kind.is_dir() && kind.is_file() {
+            return Err(refuse("it names the folder itself but is not a folder".into()));
+        }
         total += entry.size();
         if total > MAX_UNPACKED {
             return Err(bad(format!("more than {MAX_UNPACKED} bytes unpacked")));
@@ -136,6 +139,18 @@ pub fn unpack(url: &str, bytes: &[u8], checksum: Option<&str>, into: &Path) -> R
             return Err(bad(format!("more than {MAX_ENTRIES} entries")));
         }
     }
+    // Second pass: written. A failure here (a file where a folder is, a full
+    // disk) takes back what this call wrote, so a refused tarball leaves no
+    // half module behind.
+    let existed = into.exists();
+    let written = write_entries(bytes, into, &bad);
+    if written.is_err() && !existed {
+        let _ = std::fs::remove_dir_all(into);
+    }
+    written
+}
+
+fn write_entries(bytes: &[u8], into: &Path, bad: &dyn Fn(String) -> TarballError) -> Result<(), TarballError> {
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(bytes));
     for entry in archive.entries().map_err(|e| bad(e.to_string()))? {
         let mut entry = entry.map_err(|e| bad(e.to_string()))?;
@@ -143,7 +158,7 @@ pub fn unpack(url: &str, bytes: &[u8], checksum: Option<&str>, into: &Path) -> R
         if kind.is_pax_global_extensions() || kind.is_pax_local_extensions() {
             continue;
         }
-        let rel = safe(&entry.path().map_err(|e| bad(e.to_string()))?).map_err(&bad)?;
+        let rel = safe(&entry.path().map_err(|e| bad(e.to_string()))?).map_err(bad)?;
         let dest = into.join(&rel);
         if kind.is_dir() {
             std::fs::create_dir_all(&dest).map_err(|e| bad(format!("{}: {e}", dest.display())))?;
@@ -203,6 +218,22 @@ mod tests {
         let err = unpack("t", &bytes, Some("sha256:00"), e.path()).unwrap_err();
         assert!(matches!(err, TarballError::Checksum { .. }), "{err}");
         assert_eq!(std::fs::read_dir(e.path()).unwrap().count(), 0, "nothing unpacked");
+    }
+
+    #[test]
+    fn a_file_named_like_the_folder_itself_is_refused_and_a_failed_write_leaves_nothing() {
+        // Found by the property test: `a` written, then `.` (a file) failed
+        // to be created over the folder, and `a` stayed behind.
+        let d = tempfile::tempdir().unwrap();
+        let into = d.path().join("in");
+        let err = unpack("t", &tarball(&[("a", b"x"), (".", b"")]), None, &into).unwrap_err();
+        assert!(err.to_string().contains("names the folder itself"), "{err}");
+        assert!(!into.exists());
+        // A file where a later entry needs a folder fails while writing:
+        // what was written is taken back.
+        let err = unpack("t", &tarball(&[("a", b"x"), ("a/b", b"y")]), None, &into).unwrap_err();
+        assert!(matches!(err, TarballError::Bad { .. }), "{err}");
+        assert!(!into.exists(), "the half-written folder is gone");
     }
 
     #[test]
