@@ -396,6 +396,9 @@ impl AgentRuntime {
             return Err(RuntimeError::Stopping);
         }
         let mut agents = self.agents.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // A name is free again once its agent has stopped (a run resumed
+        // after its first drive ended is the same agent again).
+        agents.retain(|a| a.name != name || a.running.load(Ordering::SeqCst));
         if agents.iter().any(|a| a.name == name) {
             return Err(RuntimeError::NameTaken(name.into()));
         }
@@ -448,13 +451,9 @@ impl AgentRuntime {
         Some(if agent.running.load(Ordering::SeqCst) { Lifecycle::Running } else { Lifecycle::Stopped })
     }
 
-    /// Stops gracefully: the bus refuses events from outside, every event
-    /// already delivered to an agent is handled (and what agents publish
-    /// meanwhile too), then the agents end. Returns each agent's final
-    /// state, in creation order.
-    pub async fn stop(&self) -> Vec<AgentState> {
-        self.stopping.store(true, Ordering::SeqCst);
-        self.bus.inner.closed.store(true, Ordering::SeqCst);
+    /// Waits until every event delivered to an agent has been handled
+    /// (what agents publish meanwhile too); the bus stays open.
+    pub async fn idle(&self) {
         loop {
             let idle = self.pending.idle.notified();
             if self.pending.count.load(Ordering::SeqCst) == 0 {
@@ -462,6 +461,16 @@ impl AgentRuntime {
             }
             idle.await;
         }
+    }
+
+    /// Stops gracefully: the bus refuses events from outside, every event
+    /// already delivered to an agent is handled (and what agents publish
+    /// meanwhile too), then the agents end. Returns each agent's final
+    /// state, in creation order.
+    pub async fn stop(&self) -> Vec<AgentState> {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.bus.inner.closed.store(true, Ordering::SeqCst);
+        self.idle().await;
         // Dropping the agents' senders ends their loops.
         self.bus.lock().retain(|s| s.pending.is_none());
         let agents = std::mem::take(&mut *self.agents.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
@@ -505,6 +514,29 @@ mod tests {
         waiting.await.unwrap().unwrap();
         let rest: Vec<Value> = std::iter::from_fn(|| sub.try_recv()).map(|e| e.data).collect();
         assert_eq!(rest, [json!(1), json!(3)]);
+    }
+
+    #[tokio::test]
+    async fn a_name_is_free_again_once_its_agent_has_stopped() {
+        struct StopAtOnce;
+        #[async_trait::async_trait]
+        impl AgentBehavior for StopAtOnce {
+            async fn on_event(&mut self, _e: &Event, _s: &mut AgentState) -> Vec<AgentAction> {
+                vec![AgentAction::Stop]
+            }
+        }
+        let rt = AgentRuntime::new(EventBus::new(8));
+        rt.create_agent("a", StopAtOnce, &["t"]).unwrap();
+        assert_eq!(rt.create_agent("a", StopAtOnce, &["t"]), Err(RuntimeError::NameTaken("a".into())));
+        rt.bus().publish(Event::new("t", "k", "c", Value::Null)).await.unwrap();
+        rt.idle().await;
+        // Its loop has ended once the event is handled; wait for the flag.
+        while rt.lifecycle("a") != Some(Lifecycle::Stopped) {
+            tokio::task::yield_now().await;
+        }
+        rt.create_agent("a", StopAtOnce, &["t"]).unwrap();
+        assert_eq!(rt.lifecycle("a"), Some(Lifecycle::Running));
+        assert_eq!(rt.stop().await.len(), 1, "the stopped one was replaced, not kept");
     }
 
     #[tokio::test]

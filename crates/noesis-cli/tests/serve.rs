@@ -836,6 +836,80 @@ fn serve_runs_an_episode_for_a_client_only_with_episodes() {
     assert_eq!((state["episode_id"].as_str(), &state["current_node"]), (Some(id), &json!("CONSOLIDATOR")));
 }
 
+/// A live episode's dashboard page follows its events and decides the
+/// CODER call a rule asks a person about; once it is done the page shows it
+/// as stored.
+#[test]
+fn the_dashboard_follows_a_live_episode_and_decides_coders_call() {
+    let work = Work::new();
+    work.write("calc.py", "def add(a, b):\n    return a - b\n");
+    work.write("check.sh", "grep -q 'return a + b' calc.py\n");
+    work.write("noesis.toml", "[permissions]\nask = [\"edit_file\"]\n");
+    let envelope = |data: Value| {
+        Reply::Chat(
+            json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "s"}, "data": data}).to_string(),
+        )
+    };
+    let fake = FakeServer::start(vec![
+        envelope(json!({"problem_reflection": {"goal": "add adds", "inputs": [], "outputs": [], "constraints": [],
+                                               "edge_cases": []},
+                        "possible_solutions": ["fix it"], "selected_solution": "fix it", "rationale": "r"})),
+        envelope(json!({"plan": ["change - to +"], "thoughts": [], "rationale": "r"})),
+        tool_reply("fix", "edit_file", &json!({"path": "calc.py", "old": "return a - b", "new": "return a + b"})),
+        Reply::Chat("Fixed.".into()),
+    ])
+    .unwrap();
+    let base_url = fake.base_url();
+    let envs = [("LLM_PROVIDER", "openai"), ("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let s = serve(&work, &["--episodes"], &envs);
+    let task = json!({"task": "make add add", "tests": ["sh check.sh"]});
+    let (status, started) = http(&s.addr, "POST", "/episodes", Some(&task), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["episode_id"].as_str().unwrap().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let shown = loop {
+        let (_, shown) = http(&s.addr, "GET", &format!("/episodes/{id}/status"), None, None);
+        if shown["pending"]["calls"].as_array().is_some_and(|c| !c.is_empty()) {
+            break shown;
+        }
+        assert!(Instant::now() < deadline, "CODER's call never waited: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let hash = shown["pending"]["calls"][0]["arguments_hash"].as_str().unwrap().to_owned();
+    let cookie = sign_in(&s);
+    let (status, page) = form(&s.addr, &cookie, "GET", &format!("/episodes/{id}"), "");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(&format!("id=\"live\" data-events=\"/episodes/{id}/events?after=")), "{page}");
+    assert!(page.contains(&format!("action=\"/episodes/{id}/decide\"")) && page.contains(&hash), "{page}");
+    assert!(
+        work.path().join("calc.py").exists()
+            && !std::fs::read_to_string(work.path().join("calc.py")).unwrap().contains("a + b")
+    );
+    // The stream the page reads answers `?after=` as it answers Last-Event-ID.
+    let after: u64 = page.split("events?after=").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+    assert!(after > 0, "{page}");
+    let (status, raw) = form(
+        &s.addr,
+        &cookie,
+        "POST",
+        &format!("/episodes/{id}/decide"),
+        &format!("call=fix&hash={hash}&verdict=approve"),
+    );
+    assert_eq!(status, 303, "{raw}");
+    assert!(raw.to_lowercase().contains(&format!("location: /episodes/{id}")), "{raw}");
+    let events = follow_stream(&s.addr, &format!("/episodes/{id}/events?after={after}"), None, "episode_done");
+    assert!(events.iter().all(|(n, _, _)| *n > after), "only what came after the page: {events:?}");
+    assert!(events.iter().any(|(_, k, _)| k == "decided"), "{events:?}");
+    let (_, _, done) = events.last().unwrap();
+    assert_eq!(done["outcome"], "solved", "{events:?}");
+    assert!(std::fs::read_to_string(work.path().join("calc.py")).unwrap().contains("return a + b"));
+    let (_, page) = form(&s.addr, &cookie, "GET", &format!("/episodes/{id}"), "");
+    assert!(!page.contains("id=\"live\"") && !page.contains("/decide"), "a finished episode has no live view: {page}");
+    // Nothing waits any more: a late decision is refused.
+    let (status, _) = form(&s.addr, &cookie, "POST", &format!("/episodes/{id}/decide"), "call=all&verdict=approve");
+    assert_eq!(status, 409);
+}
+
 #[test]
 fn allow_host_admits_a_name_and_anything_else_is_refused() {
     let work = Work::new();
@@ -1006,4 +1080,55 @@ fn plugins_are_served_only_with_the_flag_and_stream_their_report() {
     assert_eq!(report["units"], 1, "{report}");
     assert_eq!(report["stale"][0]["unit"], "calc", "{report}");
     assert!(fake.received().is_empty(), "status asks no model");
+}
+
+/// `ask` over HTTP: the agent searches the project's frames with its tools,
+/// its steps stream as `progress`, the answer is the `report` (what `noesis
+/// ask --json` prints) and a frame in the project; a bad body is refused
+/// before any model call.
+#[test]
+fn ask_is_served_with_the_plugins_and_streams_the_agents_steps() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![
+        tool_reply("s1", "search_frames", &json!({"text": "parser"})),
+        Reply::Chat("{\"answer\": \"nothing about the parser yet\", \"confidence\": 0.4, \"cites\": []}".into()),
+    ])
+    .unwrap();
+    let base_url = fake.base_url();
+    let envs = [("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
+    let s = serve(&work, &["--provider", "openai", "--model", "gpt-4o-mini", "--plugins"], &envs);
+    let (_, listed) = http(&s.addr, "GET", "/plugins", None, None);
+    let ask = listed["plugins"].as_array().unwrap().iter().find(|p| p["name"] == "ask").cloned();
+    assert_eq!(ask.map(|a| a["body"].clone()), Some(json!(["query", "files", "max_tool_calls", "provider", "model"])));
+    for (body, want) in [
+        (json!({"query": "  "}), 400),
+        (json!({"query": "q", "files": ["../secret"]}), 403),
+        (json!({"query": "q", "max_tool_calls": 0}), 400),
+        (json!({"query": "q", "nope": 1}), 400),
+    ] {
+        let (code, env) = http(&s.addr, "POST", "/plugins/ask", Some(&body), Some(&s.token));
+        assert_eq!(code, want, "{body}: {env}");
+        assert_valid_envelope(&env);
+    }
+    assert!(fake.received().is_empty(), "refused before any model call");
+    let raw = http_raw(&s.addr, "/plugins/ask", &json!({"query": "what do we know about the parser"}), &s.token);
+    assert!(raw.starts_with("HTTP/1.1 200") && raw.contains("text/event-stream"), "{raw}");
+    let items: Vec<Value> = raw
+        .split("event: progress\ndata: ")
+        .skip(1)
+        .filter_map(|r| r.lines().next())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(items.iter().all(|i| i["plugin"] == "ask"), "{items:?}");
+    assert!(items.iter().any(|i| i["item"] == "tool_call search_frames"), "{items:?}");
+    let report = raw.split("event: report\ndata: ").nth(1).and_then(|r| r.lines().next()).expect(&raw);
+    let report: Value = serde_json::from_str(report).unwrap();
+    assert_eq!(report["frame"]["conclusion"], "nothing about the parser yet", "{report}");
+    assert_eq!(report["children"].as_array().map(Vec::len), Some(1), "the search is a child frame: {report}");
+    assert_eq!(report["promoted"], false);
+    assert_eq!(fake.received().len(), 2);
+    // The answer is a frame of the server's project, as a CLI ask's is.
+    let frames = output(work.noesis_bare().args(["frames", "list", "--json"])).json();
+    let id = report["frame"]["frame_id"].as_str().unwrap();
+    assert!(frames.as_array().unwrap().iter().any(|f| f["frame_id"] == id), "{frames}");
 }

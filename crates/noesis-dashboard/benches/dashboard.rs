@@ -93,6 +93,7 @@ fn main() {
         project_id: PROJECT.into(),
         modules: None,
         agents: None,
+        episodes: None,
     });
     let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).expect("bind");
     let addr = listener.local_addr().expect("addr").to_string();

@@ -55,6 +55,9 @@ pub struct Dashboard {
     /// The server's live agent runs: their pages follow them and decide,
     /// cancel and resume from the page. `None`: runs are shown as stored.
     pub agents: Option<Arc<noesis_agent::supervisor::AgentRuns>>,
+    /// The server's live `solve` episodes: their pages follow them and
+    /// decide CODER's waiting calls. `None`: episodes are shown as stored.
+    pub episodes: Option<Arc<noesis_workflow::served::Episodes>>,
 }
 
 /// The modules the embedding server serves, as JSON (the server's own
@@ -93,6 +96,7 @@ pub fn router(dashboard: Dashboard) -> Router {
         .route("/episodes", get(episodes))
         .route("/usage", get(usage))
         .route("/episodes/{id}", get(episode))
+        .route("/episodes/{id}/decide", axum::routing::post(decide_episode))
         .route("/assets/app.css", get(css))
         .route("/assets/app.js", get(js))
         // Browsers ask for it on every page; nothing to show, nothing to log.
@@ -319,7 +323,8 @@ async fn episode(State(d): St, Path(id): Path<String>) -> Response {
                     html::not_found(&format!("no episode {id} in this project")),
                 );
             }
-            html_response(StatusCode::OK, html::episode_page(&mine))
+            let live = d.episodes.as_ref().and_then(|e| e.live(&id));
+            html_response(StatusCode::OK, html::episode_page(&mine, live.as_ref()))
         }
         Err(e) => failed(&e),
     }
@@ -397,18 +402,16 @@ fn steerable(d: &Dashboard) -> Result<&Arc<noesis_agent::supervisor::AgentRuns>,
     }
 }
 
-/// A decision from the run's page: `call` (or `all`), `verdict`
-/// (`approve`, `deny`, `approve_edited`, `abort`), the `hash` the person
-/// saw, a `message` for a denial and `arguments` (JSON) for an edit.
-async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+/// The decisions a page's form makes of the calls waiting: `call` (or
+/// `all`), `verdict` (`approve`, `deny`, `approve_edited`, `abort`), the
+/// `hash` the person saw, a `message` for a denial and `arguments` (JSON)
+/// for an edit. A page that says why when the form is wrong.
+fn decisions_of(body: &[u8], pending: &[noesis_agent::Pending]) -> Result<Vec<noesis_agent::Decision>, Box<Response>> {
     use noesis_agent::{Decision, Verdict};
-    let agents = match steerable(&d) {
-        Ok(a) => a,
-        Err(r) => return *r,
-    };
-    let form: std::collections::HashMap<String, String> = form_urlencoded::parse(&body).into_owned().collect();
+    let form: std::collections::HashMap<String, String> = form_urlencoded::parse(body).into_owned().collect();
     let field = |k: &str| form.get(k).map(String::as_str).unwrap_or_default();
     let message = Some(field("message").trim().to_owned()).filter(|m| !m.is_empty());
+    let refuse = |status: StatusCode, m: &str| Box::new(html_response(status, html::not_found(m)));
     let verdict = match field("verdict") {
         "approve" => Verdict::Approve,
         "deny" => Verdict::Deny { message },
@@ -416,20 +419,16 @@ async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -
         "approve_edited" => match serde_json::from_str(field("arguments")) {
             Ok(arguments) => Verdict::ApproveEdited { arguments },
             Err(e) => {
-                return html_response(
-                    StatusCode::BAD_REQUEST,
-                    html::not_found(&format!("the edited arguments are not JSON: {e}")),
-                );
+                return Err(refuse(StatusCode::BAD_REQUEST, &format!("the edited arguments are not JSON: {e}")));
             }
         },
-        other => return html_response(StatusCode::BAD_REQUEST, html::not_found(&format!("no verdict `{other}`"))),
+        other => return Err(refuse(StatusCode::BAD_REQUEST, &format!("no verdict `{other}`"))),
     };
-    let pending = agents.pending(&id);
     let chosen: Vec<_> = pending.iter().filter(|p| field("call") == "all" || p.call_id == field("call")).collect();
     if chosen.is_empty() {
-        return html_response(StatusCode::CONFLICT, html::not_found("no such call waits for a decision"));
+        return Err(refuse(StatusCode::CONFLICT, "no such call waits for a decision"));
     }
-    let decisions = chosen
+    Ok(chosen
         .into_iter()
         .map(|p| Decision {
             call_id: p.call_id.clone(),
@@ -438,10 +437,50 @@ async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -
             arguments_hash: if field("call") == "all" { p.arguments_hash.clone() } else { field("hash").to_owned() },
             verdict: verdict.clone(),
         })
-        .collect();
+        .collect())
+}
+
+/// A decision from the run's page (see [`decisions_of`]).
+async fn decide(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+    let agents = match steerable(&d) {
+        Ok(a) => a,
+        Err(r) => return *r,
+    };
+    let decisions = match decisions_of(&body, &agents.pending(&id)) {
+        Ok(ds) => ds,
+        Err(r) => return *r,
+    };
     match agents.decide(&id, decisions).await {
         Ok(()) => to_run(&id),
         Err((refusal, m)) => html_response(status_of(refusal), html::not_found(&m)),
+    }
+}
+
+/// A decision from a live episode's page: CODER's waiting calls.
+async fn decide_episode(State(d): St, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+    let Some(episodes) = &d.episodes else {
+        return html_response(StatusCode::NOT_FOUND, html::not_found("this server runs no episodes"));
+    };
+    let mut made = None;
+    let decided = episodes
+        .decide(&id, |pending| match decisions_of(&body, pending) {
+            Ok(ds) => Ok(ds),
+            Err(page) => {
+                made = Some(page);
+                Err(String::new())
+            }
+        })
+        .await;
+    match (decided, made) {
+        (Ok(()), _) => {
+            let mut resp = StatusCode::SEE_OTHER.into_response();
+            if let Ok(to) = HeaderValue::from_str(&format!("/episodes/{}", html::enc(&id))) {
+                resp.headers_mut().insert(header::LOCATION, to);
+            }
+            resp
+        }
+        (Err(_), Some(page)) => *page,
+        (Err((refusal, m)), None) => html_response(status_of(refusal), html::not_found(&m)),
     }
 }
 

@@ -39,6 +39,58 @@ pub trait AskHost: Send + Sync {
     fn observe(&self, _run_id: &str, _progress: &noesis_agent::Progress) {}
 }
 
+/// Hears an ask's agent run as it goes: its id and each step.
+pub type Observe = Arc<dyn Fn(&str, &noesis_agent::Progress) + Send + Sync>;
+
+/// The agent host every front end lends an ask: the host's frame tools over
+/// `store`, the run's states kept in it, progress to `observe`. `noesis ask`
+/// and `POST /plugins/ask` both answer through it.
+pub struct StoreHost {
+    /// Where a `run_module` call finds modules.
+    pub search: noesis_modules::search::SearchPath,
+    /// The ask's model, which answers `run_module` too.
+    pub provider: Arc<dyn Provider>,
+    /// Frames and runs.
+    pub store: Arc<dyn noesis_store::Store>,
+    /// The project asked about.
+    pub project_id: String,
+    /// Who hears the run (`None`: nobody).
+    pub observe: Option<Observe>,
+}
+
+impl std::fmt::Debug for StoreHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreHost").field("project_id", &self.project_id).finish_non_exhaustive()
+    }
+}
+
+impl AskHost for StoreHost {
+    fn frame_tools(&self, tools: Toolbox, run_id: &str, visible: Arc<Vec<String>>) -> Toolbox {
+        let host = noesis_host::tools::HostTools {
+            search: self.search.clone(),
+            provider: Arc::clone(&self.provider),
+            store: Arc::clone(&self.store),
+            project_id: self.project_id.clone(),
+            run_id: run_id.to_owned(),
+            depth: noesis_host::tools::MAX_DEPTH,
+            router: None,
+            visible: Some(visible),
+            redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
+        };
+        noesis_host::tools::with_frame_tools(tools, &host)
+    }
+
+    fn checkpoint(&self) -> Box<dyn Checkpoint + '_> {
+        Box::new(noesis_host::runs::Keep { store: self.store.as_ref(), project_id: self.project_id.clone() })
+    }
+
+    fn observe(&self, run_id: &str, progress: &noesis_agent::Progress) {
+        if let Some(o) = &self.observe {
+            o(run_id, progress);
+        }
+    }
+}
+
 /// A question.
 #[derive(Debug, Clone)]
 pub struct Question {

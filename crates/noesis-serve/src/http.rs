@@ -119,7 +119,7 @@ pub struct ServeConfig {
     pub agents: Option<Router>,
     /// The plugin routes ([`crate::plugins::PluginRuns::router`]), likewise.
     pub plugins: Option<Router>,
-    /// The episode routes ([`crate::episodes::Episodes::router`]), behind
+    /// The episode routes ([`crate::episodes::router`]), behind
     /// the same token rules, body limit and error envelopes.
     pub episodes: Option<Router>,
 }

@@ -7,6 +7,7 @@
 //! | `POST /plugins/docs` | `{path?, out?, status?, provider?, model?}` → SSE: `progress` events (`{"plugin", "item"}`), then `report` (what `noesis docs sync --json` prints; with `"status": true`, what `docs status --json` prints, no model) |
 //! | `POST /plugins/review` | `{diff? \| git?, provider?, model?}` → SSE: `progress`, then `report` (what `noesis review --format json` prints) |
 //! | `POST /plugins/testgen` | `{paths? \| changed?, out?, provider?, model?}` → SSE: `progress`, then `report` (what `noesis testgen --json` prints) |
+//! | `POST /plugins/ask` | `{query, files?, max_tool_calls?, provider?, model?}` → SSE: `progress` (the agent's steps), then `report` (what `noesis ask --json` prints); served when the operator gave the server a model for agents ([`PluginRuns::with_ask`]) |
 //!
 //! A run that fails as a whole ends its stream with one `error` event
 //! (`{"error": {"code", "message"}}`); a unit or file that fails is in the
@@ -53,12 +54,27 @@ use tokio::sync::mpsc;
 use crate::http::{json_response, refusal};
 use crate::service::{RunRequest, Service};
 
-/// The plugins served, each with the body fields it takes.
-const PLUGINS: [(&str, &[&str]); 3] = [
+/// The plugins that can be served, each with the body fields it takes.
+const PLUGINS: [(&str, &[&str]); 4] = [
     ("docs", &["path", "out", "status", "provider", "model"]),
     ("review", &["diff", "git", "provider", "model"]),
     ("testgen", &["paths", "changed", "out", "provider", "model"]),
+    ("ask", &["query", "files", "max_tool_calls", "provider", "model"]),
 ];
+
+/// The model of an ask's agent: the provider a request names (`None`: the
+/// operator's default), under the operator's rules; the error is for the
+/// client and holds no secret. It may block (a local model loads).
+pub type AgentModel =
+    Arc<dyn Fn(Option<&str>, Option<&str>) -> Result<Arc<dyn noesis_llm::Provider>, String> + Send + Sync>;
+
+/// What `ask` needs beyond the module runs: where `run_module` finds
+/// modules, the agent's model, and the confidence that promotes an answer.
+struct Ask {
+    search: noesis_modules::search::SearchPath,
+    model: AgentModel,
+    promote_at: f64,
+}
 
 /// Plugin runs on one project: its store, the files no scan reads, where
 /// docs go by default, and the service whose modules are the models.
@@ -68,6 +84,8 @@ pub struct PluginRuns {
     store: Arc<dyn Store>,
     exclude: Vec<PathBuf>,
     docs_dir: PathBuf,
+    /// `ask`, when the operator lent it a model.
+    ask: Option<Ask>,
     /// Held by the run in progress.
     one: Arc<tokio::sync::Mutex<()>>,
     /// Cancelled when the server stops.
@@ -98,9 +116,29 @@ impl PluginRuns {
             store,
             exclude,
             docs_dir,
+            ask: None,
             one: Arc::new(tokio::sync::Mutex::new(())),
             stop: CancellationToken::new(),
         }
+    }
+
+    /// Serves `ask` too: its agent's model from `model`, `run_module`
+    /// calls finding modules on `search`, answers promoted to memory from
+    /// confidence `promote_at`.
+    #[must_use]
+    pub fn with_ask(
+        mut self,
+        search: noesis_modules::search::SearchPath,
+        model: AgentModel,
+        promote_at: f64,
+    ) -> PluginRuns {
+        self.ask = Some(Ask { search, model, promote_at });
+        self
+    }
+
+    /// The plugins this server runs, each with its body's fields.
+    fn served(&self) -> impl Iterator<Item = &(&'static str, &'static [&'static str])> {
+        PLUGINS.iter().filter(|(name, _)| *name != "ask" || self.ask.is_some())
     }
 
     /// The routes, for [`crate::http::ServeConfig::plugins`].
@@ -116,8 +154,8 @@ impl PluginRuns {
 
 type St = State<Arc<PluginRuns>>;
 
-async fn list() -> Response {
-    let plugins: Vec<Value> = PLUGINS.iter().map(|(name, body)| json!({"name": name, "body": body})).collect();
+async fn list(State(runs): St) -> Response {
+    let plugins: Vec<Value> = runs.served().map(|(name, body)| json!({"name": name, "body": body})).collect();
     json_response(StatusCode::OK, &json!({"plugins": plugins}))
 }
 
@@ -264,6 +302,7 @@ enum Job {
     DocsStatus { scope: Option<PathBuf>, out: PathBuf },
     Review { diff: Option<String>, git: Option<String> },
     Testgen { targets: testgen::Targets, out: PathBuf },
+    Ask(noesis_plugins::ask::Question),
 }
 
 fn job(runs: &PluginRuns, name: &str, body: &Map<String, Value>) -> Result<Job, Refused> {
@@ -299,6 +338,36 @@ fn job(runs: &PluginRuns, name: &str, body: &Map<String, Value>) -> Result<Job, 
             }
             Job::Review { diff, git }
         }
+        "ask" => {
+            let query = text(body, "query")?.unwrap_or_default();
+            if query.trim().is_empty() {
+                return Err(bad(ErrorCode::E1002, "`query` is empty: ask a question".into()));
+            }
+            let files: Vec<String> = match body.get("files") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| match v.as_str() {
+                        // Read by the agent's `read_file`, which is confined
+                        // to the project too; refused here to say so early.
+                        Some(p) if plain(p) => Ok(p.to_owned()),
+                        Some(p) => Err(outside("files", p)),
+                        None => Err(bad(ErrorCode::E1003, "`files` must be a list of strings".into())),
+                    })
+                    .collect::<Result<_, _>>()?,
+                Some(_) => return Err(bad(ErrorCode::E1003, "`files` must be a list of strings".into())),
+            };
+            let max_tool_calls = match body.get("max_tool_calls") {
+                None | Some(Value::Null) => 12,
+                Some(v) => {
+                    v.as_u64().and_then(|n| u32::try_from(n).ok()).filter(|n| (1..=100).contains(n)).ok_or_else(
+                        || bad(ErrorCode::E1003, "`max_tool_calls` must be a whole number from 1 to 100".into()),
+                    )?
+                }
+            };
+            let promote_at = runs.ask.as_ref().map_or(0.8, |a| a.promote_at);
+            Job::Ask(noesis_plugins::ask::Question { query, files, max_tool_calls, promote_at })
+        }
         _ => {
             let changed = flag(body, "changed")?;
             let paths: Vec<PathBuf> = match body.get("paths") {
@@ -329,8 +398,8 @@ fn job(runs: &PluginRuns, name: &str, body: &Map<String, Value>) -> Result<Job, 
 }
 
 async fn start(State(runs): St, UrlPath(name): UrlPath<String>, raw: Result<Bytes, BytesRejection>) -> Response {
-    let Some((_, fields)) = PLUGINS.iter().find(|(n, _)| *n == name) else {
-        let known: Vec<&str> = PLUGINS.iter().map(|(n, _)| *n).collect();
+    let Some((_, fields)) = runs.served().find(|(n, _)| *n == name) else {
+        let known: Vec<&str> = runs.served().map(|(n, _)| *n).collect();
         return refusal(
             StatusCode::NOT_FOUND,
             Failure::new(
@@ -356,13 +425,19 @@ async fn start(State(runs): St, UrlPath(name): UrlPath<String>, raw: Result<Byte
         );
     };
     let (tx, rx) = mpsc::unbounded_channel::<String>();
-    let plugin: &'static str = PLUGINS.iter().find(|(n, _)| *n == name).map_or("docs", |(n, _)| *n);
+    let plugin: &'static str = runs.served().find(|(n, _)| *n == name).map_or("docs", |(n, _)| *n);
     let run: RunFuture = Box::pin(async move {
         let _one = guard;
+        // The agent of an ask reports from its own calls, which must own
+        // what they send on.
+        let ask_tx = tx.clone();
+        let ask_progress: Arc<dyn Fn(&str) + Send + Sync> = Arc::new(move |item: &str| {
+            let _ = ask_tx.send(item.to_owned());
+        });
         let progress = move |item: &str| {
             let _ = tx.send(item.to_owned());
         };
-        match perform(&runs, job, provider, model, &progress).await {
+        match perform(&runs, job, provider, model, &progress, ask_progress).await {
             Ok(report) => Event::default().event("report").data(report.to_string()),
             Err(e) => Event::default()
                 .event("error")
@@ -377,15 +452,16 @@ async fn perform(
     runs: &PluginRuns,
     job: Job,
     provider: Option<String>,
-    model: Option<String>,
+    model_name: Option<String>,
     progress: &(dyn Fn(&str) + Sync),
+    ask_progress: Arc<dyn Fn(&str) + Send + Sync>,
 ) -> Result<Value, noesis_plugins::Error> {
     let setting = Setting { project: &runs.project, store: runs.store.as_ref(), exclude: &runs.exclude };
     let think = |module: &'static str| ServiceThink {
         service: Arc::clone(&runs.service),
         module,
         provider: provider.clone(),
-        model: model.clone(),
+        model: model_name.clone(),
         cancel: runs.stop.child_token(),
     };
     Ok(match job {
@@ -408,6 +484,26 @@ async fn perform(
         Job::Testgen { targets, out } => {
             let report = testgen::generate_in(&setting, &think("testgen-spec"), &targets, &out, progress).await?;
             serde_json::to_value(&report).unwrap_or(Value::Null)
+        }
+        Job::Ask(question) => {
+            let Some(ask) = &runs.ask else { return Err(noesis_plugins::Error::Invalid("ask is not served".into())) };
+            let model = Arc::clone(&ask.model);
+            let chosen = tokio::task::spawn_blocking(move || model(provider.as_deref(), model_name.as_deref()))
+                .await
+                .map_err(|e| noesis_plugins::Error::Invalid(format!("the model could not be set up: {e}")))?;
+            let provider = chosen.map_err(noesis_plugins::Error::Invalid)?;
+            let host = noesis_plugins::ask::StoreHost {
+                search: ask.search.clone(),
+                provider: Arc::clone(&provider),
+                store: Arc::clone(&runs.store),
+                project_id: runs.project.project_id.clone(),
+                observe: Some(Arc::new(move |run_id: &str, p: &noesis_agent::Progress| {
+                    let e = noesis_agent::events::progress_event("plugins.ask", run_id, p);
+                    let tool = e.data["tool"].as_str().map(|t| format!(" {t}")).unwrap_or_default();
+                    ask_progress(&format!("{}{tool}", e.kind));
+                })),
+            };
+            noesis_plugins::ask::ask(&setting, &question, provider, &host).await?.to_json()
         }
     })
 }

@@ -167,7 +167,7 @@ async fn serve(llm: &FakeServer, ask: bool) -> Running {
     let config = ServeConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         token: Some(TOKEN.into()),
-        episodes: Some(episodes.router()),
+        episodes: Some(noesis_serve::episodes::router(&episodes)),
         ..ServeConfig::default()
     };
     let service = Arc::new(Service::new(SearchPath::default(), Arc::new(NoModels)));

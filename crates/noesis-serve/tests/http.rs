@@ -470,7 +470,11 @@ async fn openapi_describes_every_route() {
         Vec::new(),
         "docs/noesis".into(),
     ));
-    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |c| c.plugins = Some(plugins.router())).await;
+    let s = start_with("http://127.0.0.1:9", SearchPath::default(), |c| {
+        c.plugins = Some(plugins.router());
+        c.episodes = Some(noesis_serve::episodes::off());
+    })
+    .await;
     let (status, doc) = body(client().get(s.url("/openapi.json")).send().await.unwrap()).await;
     assert_eq!(status, 200);
     assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
@@ -490,6 +494,10 @@ async fn openapi_describes_every_route() {
         ("post", "/agents/runs/{id}/cancel"),
         ("get", "/plugins"),
         ("post", "/plugins/{name}"),
+        ("post", "/episodes"),
+        ("get", "/episodes/{id}/status"),
+        ("get", "/episodes/{id}/events"),
+        ("post", "/episodes/{id}/approvals"),
     ];
     let paths = doc["paths"].as_object().unwrap();
     for (method, path) in routes {

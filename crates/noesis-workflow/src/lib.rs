@@ -15,12 +15,15 @@
 //! — is [`episode::Episode`], a state machine without I/O, and
 //! [`driver`] performs its steps with the real engine: module runs, CODER's
 //! agent run, sandboxed test runs, snapshots and the project's versioned
-//! state in the store ([`versions`]).
+//! state in the store ([`versions`]). [`served`] keeps the episodes a
+//! server runs for its clients: their event logs, approvals and the
+//! one-episode rule, read by the HTTP routes and the dashboard alike.
 
 pub mod driver;
 pub mod episode;
 pub mod judge;
 pub mod junit;
+pub mod served;
 pub mod snapshot;
 pub mod state;
 pub mod versions;

@@ -1,8 +1,10 @@
 //! The run supervisor: agent runs that outlive the request that started
 //! them, for any front end (the HTTP server, the MCP server, the dashboard).
 //!
-//! [`AgentRuns`] owns the live runs: one task per run drives it (through
-//! the [`Driver`]), checkpointing every change through the [`AgentHost`] a
+//! [`AgentRuns`] owns the live runs: each is an agent on the supervisor's
+//! [`AgentRuntime`] (named `run:{id}`, on its control topic
+//! `agents.control.{id}`) whose one `drive` event drives it (through the
+//! [`Driver`]) to its end, checkpointing every change through the [`AgentHost`] a
 //! front end provides (provider, tools, store), and publishes each step on
 //! the [`EventBus`] (topic `agents.runs.{id}`) and in the run's event log,
 //! which late readers follow from any point ([`AgentRuns::events`]). A run
@@ -31,7 +33,10 @@ use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::events::{Event, EventBus, EventLog, Subscription, outcome_event, run_topic};
+use crate::events::{
+    AgentAction, AgentBehavior, AgentRuntime, AgentState, Event, EventBus, EventLog, Subscription, outcome_event,
+    run_topic,
+};
 use crate::{Action, AgentRun, Decision, Driver, Pending, Toolbox};
 
 mod admission;
@@ -237,7 +242,8 @@ pub struct AgentRuns {
     live: Mutex<BTreeMap<String, Arc<Live>>>,
     /// Cancelled when the server stops: runs stop as cancelled, resumable.
     stop: CancellationToken,
-    tasks: tokio::sync::Mutex<tokio::task::JoinSet<()>>,
+    /// What drives the live runs: one agent per run.
+    runtime: AgentRuntime,
     tool_timeout: Duration,
     policy: RunsPolicy,
     /// One permit per live run (`policy.max_runs`).
@@ -260,10 +266,10 @@ impl AgentRuns {
         let slots = Arc::new(Semaphore::new(policy.max_runs.max(1)));
         Arc::new(AgentRuns {
             host,
+            runtime: AgentRuntime::new(bus.clone()),
             bus,
             live: Mutex::new(BTreeMap::new()),
             stop: CancellationToken::new(),
-            tasks: tokio::sync::Mutex::new(tokio::task::JoinSet::new()),
             tool_timeout: crate::TOOL_TIMEOUT,
             policy,
             slots,
@@ -319,7 +325,7 @@ impl AgentRuns {
         // Whatever the host made of the request, never more than the operator allows.
         self.policy.ceiling.clamp(&mut run.config);
         self.host.save(&run).await.map_err(|e| (Refusal::Failed, e))?;
-        self.spawn(run, Some(slot)).await;
+        self.spawn(run, Some(slot)).await?;
         Ok(id)
     }
 
@@ -342,14 +348,18 @@ impl AgentRuns {
                 // Admitted by an earlier server: they take a slot when
                 // there is one, and go on beyond the cap when there is not.
                 let slot = Arc::clone(&self.slots).try_acquire_owned().ok();
-                self.spawn(run, slot).await;
-                n += 1;
+                if self.spawn(run, slot).await.is_ok() {
+                    n += 1;
+                }
             }
         }
         Ok(n)
     }
 
-    async fn spawn(self: &Arc<Self>, run: AgentRun, slot: Option<OwnedSemaphorePermit>) {
+    /// Makes `run` live: its log, and its agent on the runtime, handed the
+    /// `drive` event. Refused (`Conflict`) when its agent is still running
+    /// or the runtime is stopping; the run then stays as stored.
+    async fn spawn(self: &Arc<Self>, run: AgentRun, slot: Option<OwnedSemaphorePermit>) -> Result<(), Refused> {
         let (tx, rx) = mpsc::channel(4);
         let live = Arc::new(Live {
             log: Arc::new(EventLog::new(EVENT_LOG)),
@@ -357,16 +367,31 @@ impl AgentRuns {
             decide: tx,
             pending: Mutex::new(Vec::new()),
         });
-        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), Arc::clone(&live));
+        let id = run.id.clone();
         // The run's log is a subscriber of the bus like any other, from
         // before its first event to the end marker after its last.
-        let forward =
-            tokio::spawn(log_events(self.bus.subscribe(&run_topic(&run.id)), Arc::clone(&live), run.id.clone()));
-        let me = Arc::clone(self);
-        self.tasks.lock().await.spawn(async move {
-            me.drive(run, live, rx, forward).await;
-            drop(slot);
-        });
+        let forward = tokio::spawn(log_events(self.bus.subscribe(&run_topic(&id)), Arc::clone(&live), id.clone()));
+        let forwarding = forward.abort_handle();
+        let control = control_topic(&id);
+        let agent = RunAgent {
+            runs: Arc::clone(self),
+            start: Some(Start { run, live: Arc::clone(&live), decisions: rx, forward, slot }),
+        };
+        let refused = |e: &dyn std::fmt::Display| {
+            forwarding.abort();
+            live.close();
+            (Refusal::Conflict, format!("run `{id}` cannot be driven here now: {e}"))
+        };
+        self.runtime.create_agent(&agent_name(&id), agent, &[&control]).map_err(|e| refused(&e))?;
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(id.clone(), Arc::clone(&live));
+        self.bus.publish(Event::new(&control, "drive", &id, Value::Null)).await.map_err(|e| refused(&e))?;
+        Ok(())
+    }
+
+    /// The runtime whose agents drive the live runs (run `id`'s agent is
+    /// [`agent_name`]`(id)`).
+    pub fn runtime(&self) -> &AgentRuntime {
+        &self.runtime
     }
 
     /// Publishes on the bus, which the run's log and every other subscriber
@@ -556,8 +581,7 @@ impl AgentRuns {
         let slot = self.slot()?;
         run.resume();
         self.policy.ceiling.clamp(&mut run.config);
-        self.spawn(run, Some(slot)).await;
-        Ok(())
+        self.spawn(run, Some(slot)).await
     }
 
     /// Makes run `id` one to follow here: live already, finished, or (left
@@ -603,11 +627,54 @@ impl AgentRuns {
         self.host.load(id).await?.ok_or_else(|| format!("no agent run `{id}`"))
     }
 
-    /// Stops every run as cancelled (resumable) and waits for their tasks.
+    /// Stops every run as cancelled (resumable) and waits until each
+    /// run's agent has ended its drive. The bus stays open for the server's
+    /// other publishers.
     pub async fn shutdown(&self) {
         self.stop.cancel();
-        let mut tasks = self.tasks.lock().await;
-        while tasks.join_next().await.is_some() {}
+        self.runtime.idle().await;
+    }
+}
+
+/// The runtime's name for run `id`'s agent.
+pub fn agent_name(id: &str) -> String {
+    format!("run:{id}")
+}
+
+/// The topic a run's agent takes its orders on.
+fn control_topic(id: &str) -> String {
+    format!("agents.control.{id}")
+}
+
+/// What a run's agent needs for its drive.
+struct Start {
+    run: AgentRun,
+    live: Arc<Live>,
+    decisions: mpsc::Receiver<Decide>,
+    forward: tokio::task::JoinHandle<()>,
+    slot: Option<OwnedSemaphorePermit>,
+}
+
+/// A live run as an agent: its `drive` event drives the run to its end
+/// (waiting inside for decisions; cancelled by the run's token), and the
+/// agent stops with it.
+struct RunAgent {
+    runs: Arc<AgentRuns>,
+    start: Option<Start>,
+}
+
+#[async_trait::async_trait]
+impl AgentBehavior for RunAgent {
+    async fn on_event(&mut self, event: &Event, state: &mut AgentState) -> Vec<AgentAction> {
+        if event.kind == "drive"
+            && let Some(s) = self.start.take()
+        {
+            let id = s.run.id.clone();
+            Arc::clone(&self.runs).drive(s.run, s.live, s.decisions, s.forward).await;
+            drop(s.slot);
+            state.memory = json!({"run_id": id});
+        }
+        vec![AgentAction::Stop]
     }
 }
 

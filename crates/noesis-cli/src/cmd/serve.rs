@@ -248,6 +248,7 @@ fn dashboard(
     rt: &tokio::runtime::Runtime,
     service: &Arc<Service>,
     agents: Option<&Arc<noesis_serve::agents::AgentRuns>>,
+    episodes: Option<&Arc<noesis_serve::episodes::Episodes>>,
 ) -> Option<axum::Router> {
     match rt.block_on(crate::memory::context()) {
         Ok((project, store)) => Some(noesis_dashboard::router(noesis_dashboard::Dashboard {
@@ -255,6 +256,7 @@ fn dashboard(
             project_id: project.project_id,
             modules: Some(Arc::new(ServedModules(Arc::clone(service)))),
             agents: agents.cloned(),
+            episodes: episodes.cloned(),
         })),
         Err(e) => {
             out::note(&format!("warning: no dashboard at / (the frame store cannot be opened): {e:#}"));
@@ -351,18 +353,16 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     };
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let agents = agent_runs(&rt, search, &providers, "http", policy)?;
-    let plugins = if a.plugins { plugin_runs(&rt, &service, docs_dir)? } else { None };
+    let plugins = if a.plugins { plugin_runs(&rt, search, &service, &providers, docs_dir)? } else { None };
     let episodes = match a.episodes {
         true => super::episodes::episodes(&rt, search, episode_config, a.host.provider.clone())?,
         false => None,
     };
     let config = ServeConfig {
-        pages: dashboard(&rt, &service, agents.as_ref()),
+        pages: dashboard(&rt, &service, agents.as_ref(), episodes.as_ref()),
         agents: agents.as_ref().map(noesis_serve::agents::router),
         plugins: plugins.as_ref().map(noesis_serve::plugins::PluginRuns::router),
-        episodes: Some(
-            episodes.as_ref().map_or_else(noesis_serve::episodes::off, noesis_serve::episodes::Episodes::router),
-        ),
+        episodes: Some(episodes.as_ref().map_or_else(noesis_serve::episodes::off, noesis_serve::episodes::router)),
         ..config
     };
     let scheme = if config.tls.is_some() { "https" } else { "http" };
@@ -489,19 +489,31 @@ pub(crate) fn agent_runs(
 
 /// The frame plugins over HTTP on the current project, in the store in
 /// force, models run through `service`.
+/// The plugin runs on the server's project; `ask`'s agent gets its model
+/// as a served agent run does (the request's choice within the allow-list).
 fn plugin_runs(
     rt: &tokio::runtime::Runtime,
+    search: &SearchPath,
     service: &Arc<Service>,
+    providers: &Arc<crate::provider::Providers>,
     docs_dir: std::path::PathBuf,
 ) -> anyhow::Result<Option<Arc<noesis_serve::plugins::PluginRuns>>> {
     let (project, store) = rt.block_on(crate::memory::context())?;
-    Ok(Some(Arc::new(noesis_serve::plugins::PluginRuns::new(
+    let promote_at = providers.config().frames.promote_at.unwrap_or(0.8);
+    let chooser = Arc::clone(providers);
+    let model: noesis_serve::plugins::AgentModel = Arc::new(move |name, model| {
+        let p = chooser.for_agent(name, model)?;
+        Ok(crate::provider::with_text_tools(p, chooser.config()))
+    });
+    let runs = noesis_serve::plugins::PluginRuns::new(
         Arc::clone(service),
         project,
         Arc::from(store),
         crate::memory::store_files(),
         docs_dir,
-    ))))
+    )
+    .with_ask(search.clone(), model, promote_at);
+    Ok(Some(Arc::new(runs)))
 }
 
 /// Ctrl-C or SIGTERM.

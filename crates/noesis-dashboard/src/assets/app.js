@@ -8,21 +8,25 @@ document.addEventListener("click", (event) => {
   for (const d of tree.querySelectorAll("details")) d.open = open;
 });
 
-// A live agent run: its steps as they happen; the page is loaded again when
-// the run needs a decision or ends, so the forms and the outcome are current.
+// A live agent run or episode: its steps as they happen; the page is loaded
+// again when it needs a decision or ends, so the forms and the outcome are
+// current. An episode's events carry CODER's steps under `data.data` and
+// its own lines (`note`, `warning`) as `data.text`.
 const live = document.getElementById("live");
 if (live && window.EventSource) {
   const source = new EventSource(live.dataset.events);
-  const kinds = ["run_started", "model_call", "model_reply", "tool_call", "tool_result", "tools_changed", "decided", "error"];
+  const kinds = ["run_started", "model_call", "model_reply", "tool_call", "tool_result", "tools_changed", "decided",
+    "error", "episode_started", "note", "warning"];
   for (const kind of kinds) {
     source.addEventListener(kind, (event) => {
-      const data = JSON.parse(event.data).data || {};
+      const outer = JSON.parse(event.data).data || {};
+      const data = outer.data || outer;
       const item = document.createElement("li");
-      item.textContent = kind.replace("_", " ") + (data.tool ? " " + data.tool : "");
+      item.textContent = data.text || (kind.replace("_", " ") + (data.tool ? " " + data.tool : ""));
       live.appendChild(item);
     });
   }
-  for (const kind of ["approval_needed", "done"]) {
+  for (const kind of ["approval_needed", "done", "episode_done"]) {
     source.addEventListener(kind, () => {
       source.close();
       window.location.reload();

@@ -87,7 +87,13 @@ fn tests_table(title: &str, tests: &serde_json::Value, anchors: &[String]) -> St
 /// node after it), the tests per case with the anchors, the changes that
 /// were reverted and why, the critiques, the retries left and whether it
 /// escalated.
-pub fn episode_page(versions: &[&noesis_store::WorkflowVersion]) -> String {
+///
+/// `live`: the episode as the server running it knows it; while it runs,
+/// the page follows its events and decides CODER's waiting calls.
+pub fn episode_page(
+    versions: &[&noesis_store::WorkflowVersion],
+    live: Option<&noesis_workflow::served::LiveEpisode>,
+) -> String {
     let Some(last) = versions.last() else { return not_found("no such episode") };
     let s = &last.state;
     let title = format!("Episode {}", last.episode_id);
@@ -103,6 +109,17 @@ pub fn episode_page(versions: &[&noesis_store::WorkflowVersion]) -> String {
     );
     if last.status == "escalated" {
         body.push_str("<p class=\"warn\">Escalated: the retry budget is spent. <code>noesis solve --resume --hint \"…\"</code> gives it one more attempt.</p>");
+    }
+    if let Some(l) = live.filter(|l| l.running) {
+        let eid = enc(&last.episode_id);
+        let _ = write!(
+            body,
+            "<h2>Live</h2><ol class=\"timeline\" id=\"live\" data-events=\"/episodes/{eid}/events?after={}\"></ol>",
+            l.last_event
+        );
+        if let Some((_, waiting)) = &l.pending {
+            body.push_str(&super::runs::decide_forms(&format!("/episodes/{eid}/decide"), waiting));
+        }
     }
     if let Some(sol) = s["selected_solution"].as_str().filter(|x| !x.is_empty()) {
         let _ = write!(body, "<h2>Solution</h2><p>{}</p>", esc(sol));
@@ -221,7 +238,8 @@ mod tests {
         let v1 = version(1, "PLANNER", "solve", "active", json!({"user_query": "x"}));
         let v2 = version(2, "VERIFIER", "CODER", "active", last.clone());
         let v3 = version(3, "VERIFIER", "VERIFIER", "escalated", last);
-        let html = episode_page(&[&v1, &v2, &v3]);
+        let html = episode_page(&[&v1, &v2, &v3], None);
+        assert!(!html.contains("id=\"live\""), "a stored episode is not followed");
         assert!(!html.contains("<script>alert"), "escaped");
         assert!(html.contains("Fix &lt;script&gt;"));
         assert!(html.contains("retries used 3 of 3, 0 left"), "{html}");
@@ -243,5 +261,37 @@ mod tests {
         let list = episodes_page(&[v1, v2, v3]);
         assert_eq!(list.matches("<tr><td><a href=\"/episodes/").count(), 1, "one row per episode");
         assert!(list.contains("/episodes/ep%3C1%3E") && list.contains("status-invalidated\">escalated"), "{list}");
+    }
+
+    #[test]
+    fn a_live_episode_is_followed_and_its_waiting_call_decided_on_the_page() {
+        use noesis_workflow::served::LiveEpisode;
+        use serde_json::json;
+        let v = noesis_store::WorkflowVersion {
+            project_id: "p".into(),
+            version: 4,
+            episode_id: "ep<2>".into(),
+            node: "CODER".into(),
+            status: "active".into(),
+            command: "transition CODER".into(),
+            state: json!({"user_query": "fix", "retry_count": 0, "max_retries": 3}),
+            episode: json!({}),
+            at: 0,
+        };
+        let waiting = noesis_agent::Pending {
+            call_id: "c1".into(),
+            tool: "edit_file".into(),
+            arguments: json!({"path": "calc.py"}),
+            arguments_hash: "h1".into(),
+        };
+        let live = LiveEpisode { running: true, last_event: 7, pending: Some(("ep-coder-0".into(), vec![waiting])) };
+        let html = episode_page(&[&v], Some(&live));
+        assert!(html.contains("id=\"live\" data-events=\"/episodes/ep%3C2%3E/events?after=7\""), "{html}");
+        assert!(html.contains("action=\"/episodes/ep%3C2%3E/decide\""), "{html}");
+        assert!(html.contains("name=\"hash\" value=\"h1\"") && html.contains("<code>edit_file</code>"), "{html}");
+        // Finished: shown as stored, nothing to follow or decide.
+        let done = LiveEpisode { running: false, last_event: 9, pending: None };
+        let html = episode_page(&[&v], Some(&done));
+        assert!(!html.contains("id=\"live\"") && !html.contains("/decide"), "{html}");
     }
 }

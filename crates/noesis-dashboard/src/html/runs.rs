@@ -47,6 +47,46 @@ pub fn runs_page(runs: &[noesis_store::AgentSummary]) -> String {
     body.push_str("</tbody></table>");
     page("Agent runs", &body)
 }
+/// The forms that decide the calls `waiting`, posting to `action`: one per
+/// call (approve, deny with a reason, abort, approve edited arguments) and
+/// "approve all" when several wait. Empty when nothing waits.
+pub(crate) fn decide_forms(action: &str, waiting: &[noesis_agent::Pending]) -> String {
+    let mut body = String::new();
+    if waiting.is_empty() {
+        return body;
+    }
+    let action = esc(action);
+    let _ = write!(body, "<h2>Waiting for your decision ({})</h2>", waiting.len());
+    if waiting.len() > 1 {
+        let _ = write!(
+            body,
+            "<form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"call\" value=\"all\">\
+             <button name=\"verdict\" value=\"approve\">Approve all</button></form>"
+        );
+    }
+    body.push_str("<ul class=\"pending\">");
+    for p in waiting {
+        let (call, hash) = (esc(&p.call_id), esc(&p.arguments_hash));
+        let args = serde_json::to_string_pretty(&p.arguments).unwrap_or_default();
+        let _ = write!(
+            body,
+            "<li><code>{}</code> <span class=\"pre\">{}</span>\
+             <form method=\"post\" action=\"{action}\" class=\"decide\">\
+             <input type=\"hidden\" name=\"call\" value=\"{call}\"><input type=\"hidden\" name=\"hash\" value=\"{hash}\">\
+             <button name=\"verdict\" value=\"approve\" data-call=\"{call}\">Approve</button> \
+             <label>Why not <input name=\"message\"></label> <button name=\"verdict\" value=\"deny\">Deny</button> \
+             <button name=\"verdict\" value=\"abort\">Abort the run</button>\
+             <details><summary>Edit the arguments</summary><textarea name=\"arguments\" rows=\"6\" cols=\"60\">{}</textarea>\
+             <button name=\"verdict\" value=\"approve_edited\">Approve edited</button></details></form></li>",
+            esc(&p.tool),
+            esc(&clip(&p.arguments.to_string(), 400)),
+            esc(&args),
+        );
+    }
+    body.push_str("</ul>");
+    body
+}
+
 /// One agent run as a timeline: every model turn with the calls it asked
 /// for (arguments, status, result, time), notes, what is pending and how to
 /// decide it, usage and the outcome.
@@ -102,36 +142,7 @@ pub fn run_page(
                 "<form method=\"post\" action=\"/runs/{rid}/cancel\"><button>Cancel the run</button></form>\
                  <h2>Live</h2><ol class=\"timeline\" id=\"live\" data-events=\"/agents/runs/{rid}/events?after={after}\"></ol>"
             );
-            if !waiting.is_empty() {
-                let _ = write!(body, "<h2>Waiting for your decision ({})</h2>", waiting.len());
-                if waiting.len() > 1 {
-                    let _ = write!(
-                        body,
-                        "<form method=\"post\" action=\"/runs/{rid}/decide\"><input type=\"hidden\" name=\"call\" value=\"all\">\
-                         <button name=\"verdict\" value=\"approve\">Approve all</button></form>"
-                    );
-                }
-                body.push_str("<ul class=\"pending\">");
-                for p in waiting {
-                    let (call, hash) = (esc(&p.call_id), esc(&p.arguments_hash));
-                    let args = serde_json::to_string_pretty(&p.arguments).unwrap_or_default();
-                    let _ = write!(
-                        body,
-                        "<li><code>{}</code> <span class=\"pre\">{}</span>\
-                         <form method=\"post\" action=\"/runs/{rid}/decide\" class=\"decide\">\
-                         <input type=\"hidden\" name=\"call\" value=\"{call}\"><input type=\"hidden\" name=\"hash\" value=\"{hash}\">\
-                         <button name=\"verdict\" value=\"approve\" data-call=\"{call}\">Approve</button> \
-                         <label>Why not <input name=\"message\"></label> <button name=\"verdict\" value=\"deny\">Deny</button> \
-                         <button name=\"verdict\" value=\"abort\">Abort the run</button>\
-                         <details><summary>Edit the arguments</summary><textarea name=\"arguments\" rows=\"6\" cols=\"60\">{}</textarea>\
-                         <button name=\"verdict\" value=\"approve_edited\">Approve edited</button></details></form></li>",
-                        esc(&p.tool),
-                        esc(&clip(&p.arguments.to_string(), 400)),
-                        esc(&args),
-                    );
-                }
-                body.push_str("</ul>");
-            }
+            body.push_str(&decide_forms(&format!("/runs/{rid}/decide"), waiting));
         }
         Some((false, _, _)) if matches!(status, "running" | "awaiting_approval" | "cancelled" | "stopped") => {
             let _ = write!(

@@ -30,6 +30,12 @@ pub struct SqlStore {
 /// How long a SQLite writer waits for another to finish.
 const BUSY_TIMEOUT_MS: u64 = 30_000;
 
+/// Every SQLite connection's settings: the busy timeout above; cascades
+/// sort and deduplicate in temporary b-trees, kept in memory with a 32 MiB
+/// page cache.
+const PRAGMAS: &str = "PRAGMA busy_timeout = 30000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                       PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;";
+
 /// Rows per multi-row INSERT (keeps well under both back ends' bind limits).
 const CHUNK: usize = 400;
 
@@ -87,8 +93,27 @@ pub(crate) fn parse_url(url: &str) -> Result<(Backend, String), StoreError> {
             StoreError::Invalid(format!("store {}: cannot create its folder {}: {e}", abs.display(), dir.display()))
         })?;
     }
+    not_another_file(&abs)?;
     let text = abs.to_str().ok_or_else(|| StoreError::BadUrl(url.to_owned()))?;
     Ok((Backend::Sqlite, format!("sqlite://{}?mode=rwc", encode_path(text))))
+}
+
+/// Refuses a file that is not a SQLite database: the pool would retry the
+/// failing connection until its timeout instead of saying so. Reading the
+/// header costs less than the probe connection it replaces.
+fn not_another_file(path: &std::path::Path) -> Result<(), StoreError> {
+    use std::io::Read as _;
+    const HEADER: &[u8; 16] = b"SQLite format 3\0";
+    let Ok(mut file) = std::fs::File::open(path) else { return Ok(()) };
+    let mut head = Vec::with_capacity(16);
+    // A file that cannot be read is SQLite's to report.
+    if file.by_ref().take(16).read_to_end(&mut head).is_err() || head.is_empty() || head.as_slice() == HEADER {
+        return Ok(());
+    }
+    Err(StoreError::Invalid(format!(
+        "store {}: not a SQLite database (it does not begin with SQLite's header); name another file",
+        path.display()
+    )))
 }
 
 impl SqlStore {
@@ -107,9 +132,13 @@ impl SqlStore {
         let shown = redact(url);
         let open_err = |source: sqlx::Error| StoreError::Open { url: shown.clone(), source: Box::new(source) };
         let options = AnyConnectOptions::from_str(&conn_url).map_err(open_err)?;
-        // One direct connection first: a pool would retry until its timeout
-        // and report only that; this names the real cause at once.
-        sqlx::AnyConnection::connect_with(&options).await.map_err(open_err)?.close().await.map_err(open_err)?;
+        // One direct connection first: a pool retries a refused connection
+        // until its timeout and reports only that; this names the real cause
+        // at once. A file's errors are never retried, so SQLite needs none
+        // (and every short command opens the store).
+        if backend == Backend::Postgres {
+            sqlx::AnyConnection::connect_with(&options).await.map_err(open_err)?.close().await.map_err(open_err)?;
+        }
         let pool = match backend {
             Backend::Sqlite => AnyPoolOptions::new()
                 .max_connections(4)
@@ -118,18 +147,8 @@ impl SqlStore {
                 // use (the pool's default) only costs a round trip to the
                 // connection's worker thread per query.
                 .test_before_acquire(false)
-                .after_connect(|conn, _| {
-                    Box::pin(async move {
-                        conn.execute(AssertSqlSafe(format!("PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}"))).await?;
-                        conn.execute("PRAGMA synchronous = NORMAL").await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
-                        // Cascades sort and deduplicate in temporary b-trees:
-                        // keep them, and a 32 MiB page cache, in memory.
-                        conn.execute("PRAGMA temp_store = MEMORY").await?;
-                        conn.execute("PRAGMA cache_size = -32768").await?;
-                        Ok(())
-                    })
-                }),
+                // One round trip to the connection's worker thread, not five.
+                .after_connect(|conn, _| Box::pin(async move { sqlx::raw_sql(PRAGMAS).execute(conn).await.map(drop) })),
             Backend::Postgres => AnyPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(30)),
         }
         .connect_with(options)
@@ -706,6 +725,44 @@ mod tests {
         }
         assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[tokio::test]
+    async fn every_connection_has_the_settings_and_a_bad_file_is_refused_at_once() {
+        assert!(PRAGMAS.contains(&format!("busy_timeout = {BUSY_TIMEOUT_MS};")), "{PRAGMAS}");
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqlStore::open(&dir.path().join("s.db").to_string_lossy()).await.unwrap();
+        let mut conn = store.pool.acquire().await.unwrap();
+        for (pragma, want) in [
+            ("busy_timeout", "30000"),
+            ("synchronous", "1"),
+            ("foreign_keys", "1"),
+            ("temp_store", "2"),
+            ("cache_size", "-32768"),
+            ("journal_mode", "wal"),
+        ] {
+            let row = sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA {pragma}"))).fetch_one(&mut *conn).await.unwrap();
+            let got = row.try_get::<i64, _>(0).map(|v| v.to_string()).or_else(|_| row.try_get::<String, _>(0));
+            assert_eq!(got.unwrap(), want, "{pragma}");
+        }
+        drop(conn);
+        store.close().await;
+        // Not a database: named at once, not after the pool's timeout.
+        let junk = dir.path().join("junk.db");
+        std::fs::write(&junk, "not a database, only text; ".repeat(200)).unwrap();
+        let refused = tokio::time::timeout(Duration::from_secs(20), SqlStore::open(&junk.to_string_lossy()))
+            .await
+            .expect("refused before any pool timeout");
+        match refused {
+            Err(e) => {
+                assert!(e.to_string().contains("junk.db") && e.to_string().contains("not a SQLite database"), "{e}")
+            }
+            Ok(_) => panic!("a text file opened as a store"),
+        }
+        // An empty file is a new database.
+        let empty = dir.path().join("empty.db");
+        std::fs::write(&empty, "").unwrap();
+        SqlStore::open(&empty.to_string_lossy()).await.unwrap().close().await;
     }
 
     #[test]
