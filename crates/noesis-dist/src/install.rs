@@ -59,6 +59,9 @@ pub enum DistError {
     /// A name that cannot be a module folder.
     #[error("`{0}` cannot be a module's name (letters, digits, - _ .; not starting with .)")]
     BadName(String),
+    /// Versions asked of a source that has no tags.
+    #[error("{0}: only a git source has versions (its tags)")]
+    NotGit(String),
     /// Nothing installed under that name.
     #[error("no module `{0}` is installed here (cognitive.lock lists what is)")]
     NotInstalled(String),
@@ -127,6 +130,22 @@ pub struct Installed {
     pub replaced: bool,
 }
 
+impl Installed {
+    /// One line for a person: what happened, the name, the version (or the
+    /// commit's first 12 digits) and the source.
+    pub fn summary(&self) -> String {
+        let e = &self.entry;
+        let at = e.version.clone().or_else(|| e.commit.as_ref().map(|c| c[..c.len().min(12)].to_owned()));
+        format!(
+            "{} {}{} ({})",
+            if self.replaced { "updated" } else { "installed" },
+            self.name,
+            at.map(|v| format!(" {v}")).unwrap_or_default(),
+            e.source
+        )
+    }
+}
+
 /// Installs into one modules folder with its lockfile.
 #[derive(Debug, Clone)]
 pub struct Installer {
@@ -171,6 +190,29 @@ fn git(args: &[&str], cwd: Option<&Path>) -> Result<String, DistError> {
 pub fn tags(url: &str) -> Result<Vec<String>, DistError> {
     let out = git(&["ls-remote", "--tags", "--refs", url], None)?;
     Ok(out.lines().filter_map(|l| l.split_once("refs/tags/").map(|(_, t)| t.trim().to_owned())).collect())
+}
+
+/// The semver tags among `tags`, newest first, each with its version.
+pub fn semver_tags(tags: Vec<String>) -> Vec<(semver::Version, String)> {
+    let mut found: Vec<(semver::Version, String)> =
+        tags.into_iter().filter_map(|t| crate::version::of_tag(&t).map(|v| (v, t))).collect();
+    found.sort();
+    found.reverse();
+    found
+}
+
+/// The repository of the git source `source` and its semver tags, newest
+/// first.
+///
+/// # Errors
+/// A source that cannot be read or is not git, or `git` failing.
+pub fn versions(source: &str) -> Result<(String, Vec<(semver::Version, String)>), DistError> {
+    let url = match Source::parse(source, None)? {
+        Source::Git { url, .. } => url,
+        _ => return Err(DistError::NotGit(source.to_owned())),
+    };
+    let found = semver_tags(tags(&url)?);
+    Ok((url, found))
 }
 
 /// Whether `r` names a commit (hex, 7 to 40 digits) rather than a tag or
@@ -519,6 +561,13 @@ impl Installer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn semver_tags_are_newest_first_and_others_left_out() {
+        let tags = ["v1.2.0", "latest", "v1.10.0", "1.3.0"].map(str::to_owned).to_vec();
+        let got: Vec<String> = semver_tags(tags).into_iter().map(|(_, t)| t).collect();
+        assert_eq!(got, ["v1.10.0", "1.3.0", "v1.2.0"]);
+    }
 
     fn installer() -> (tempfile::TempDir, Installer) {
         let d = tempfile::tempdir().unwrap();

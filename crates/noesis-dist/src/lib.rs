@@ -7,11 +7,15 @@
 //! the `git` program), validates by loading the module, and swaps it in
 //! through [`swap`] — staged, committed by a journal, exchanged in one
 //! rename, recovered — so an interrupted install leaves the old module and
-//! lockfile or the new ones, never half of either or a mix.
+//! lockfile or the new ones, never half of either or a mix. [`migrate`]
+//! rewrites a module folder as v2.2 in place by the same swap, with a backup
+//! of the original.
 
 pub mod install;
 pub mod lock;
+pub mod migrate;
 pub mod registry;
+pub mod scaffold;
 pub mod source;
 pub mod swap;
 pub mod tarball;

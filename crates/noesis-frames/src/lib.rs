@@ -47,6 +47,7 @@
 mod error;
 mod frame;
 pub mod project;
+pub mod render;
 pub mod scan;
 pub mod session;
 mod time;

@@ -90,6 +90,31 @@ pub fn models_dir(home: &Path) -> PathBuf {
     home.join("models")
 }
 
+/// The GGUF files in `models_dir` with their sizes in bytes, in name order;
+/// none when the folder does not exist.
+///
+/// # Errors
+/// The folder exists but cannot be read.
+pub fn models(models_dir: &Path) -> std::io::Result<Vec<(PathBuf, u64)>> {
+    let mut files: Vec<PathBuf> = match std::fs::read_dir(models_dir) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    files.sort();
+    Ok(files
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::metadata(&p).map_or(0, |m| m.len());
+            (p, bytes)
+        })
+        .collect())
+}
+
 /// The default model's path under a noesis home.
 pub fn default_model_path(home: &Path) -> PathBuf {
     models_dir(home).join(DEFAULT_MODEL_FILE)
@@ -267,6 +292,16 @@ pub fn install_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn models_are_the_gguf_files_in_name_order() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(models(&t.path().join("none")).unwrap().is_empty());
+        std::fs::write(t.path().join("b.gguf"), "12").unwrap();
+        std::fs::write(t.path().join("a.gguf"), "1").unwrap();
+        std::fs::write(t.path().join("notes.txt"), "").unwrap();
+        assert_eq!(models(t.path()).unwrap(), [(t.path().join("a.gguf"), 1), (t.path().join("b.gguf"), 2)]);
+    }
 
     #[test]
     fn home_prefers_noesis_home() {

@@ -73,6 +73,7 @@ use tools::{AgentCall, BadArgument, agent_call, agent_tool, known_fields, module
 
 mod host;
 mod prompts;
+pub mod stdio;
 #[cfg(test)]
 mod tests;
 mod tools;

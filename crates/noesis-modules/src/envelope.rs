@@ -50,6 +50,61 @@ pub fn validate_envelope(envelope: &Value) -> Vec<Violation> {
     found
 }
 
+/// What is wrong with the text of an envelope file (a test vector, one
+/// with `$test`, is judged by its `envelope`): one line a problem, "not
+/// JSON" or each violation as `pointer: message (rule: keyword)`; none when
+/// it is valid.
+pub fn envelope_file_problems(text: &str) -> Vec<String> {
+    let v = match serde_json::from_str::<Value>(text) {
+        Ok(v) => v,
+        Err(e) => return vec![format!("not JSON: {e}")],
+    };
+    let env = if v.get("$test").is_some() { v.get("envelope").cloned().unwrap_or(Value::Null) } else { v };
+    validate_envelope(&env)
+        .iter()
+        .map(|v| {
+            format!("{}: {} (rule: {})", if v.pointer.is_empty() { "(root)" } else { &v.pointer }, v.message, v.keyword)
+        })
+        .collect()
+}
+
+/// The verdict for one conformance test vector (a file with a `$test`
+/// header saying whether its `envelope` is to be accepted or rejected):
+/// `Ok(detail)` when the envelope validator behaved as expected, else why
+/// not.
+///
+/// # Errors
+/// The vector's expectation was not met, or is unknown.
+pub fn judge_vector(v: &Value) -> Result<String, String> {
+    let test = &v["$test"];
+    let expects = test["expects"].as_str().unwrap_or("");
+    let envelope = v.get("envelope").cloned().unwrap_or(Value::Null);
+    let violations = validate_envelope(&envelope);
+    match expects {
+        "accept" if violations.is_empty() => Ok("accepted".to_owned()),
+        "accept" => Err(format!(
+            "expected accept, rejected: {}",
+            violations.iter().map(|v| format!("{} {}", v.pointer, v.message)).collect::<Vec<_>>().join("; ")
+        )),
+        "reject" if violations.is_empty() => Err("expected reject, accepted".to_owned()),
+        "reject" => {
+            // Every envelope-schema violation is E3001 (OUTPUT_SCHEMA_VIOLATION).
+            let code = "E3001";
+            let listed: Vec<&str> =
+                test["error_codes"].as_array().map_or(Vec::new(), |a| a.iter().filter_map(Value::as_str).collect());
+            if listed.is_empty() || listed.contains(&code) {
+                Ok(format!(
+                    "rejected with {code} at {}",
+                    if violations[0].pointer.is_empty() { "(root)" } else { &violations[0].pointer }
+                ))
+            } else {
+                Err(format!("rejected with {code}, expected one of {listed:?}"))
+            }
+        }
+        other => Err(format!("unknown expectation `{other}`")),
+    }
+}
+
 fn branch(name: &str) -> CompiledSchema {
     let doc: Value = serde_json::from_str(include_str!("../spec/response-envelope.schema.json"))
         .expect("embedded envelope schema is JSON");
@@ -175,6 +230,32 @@ fn default_suggestion(code: ErrorCode) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vectors_pass_when_the_validator_agrees_with_them() {
+        let ok = Failure::new(ErrorCode::E1001, "x").into_envelope();
+        let vector = |expects: &str, envelope: &Value| json!({"$test": {"expects": expects}, "envelope": envelope});
+        assert_eq!(judge_vector(&vector("accept", &ok)), Ok("accepted".to_owned()));
+        assert_eq!(judge_vector(&vector("reject", &ok)), Err("expected reject, accepted".to_owned()));
+        let bad = json!({"ok": true});
+        assert!(judge_vector(&vector("reject", &bad)).is_ok_and(|d| d.starts_with("rejected with E3001 at ")));
+        assert!(judge_vector(&vector("accept", &bad)).is_err_and(|d| d.starts_with("expected accept, rejected: ")));
+        let listed = json!({"$test": {"expects": "reject", "error_codes": ["E1001"]}, "envelope": bad});
+        assert_eq!(judge_vector(&listed), Err("rejected with E3001, expected one of [\"E1001\"]".to_owned()));
+        assert_eq!(judge_vector(&vector("maybe", &ok)), Err("unknown expectation `maybe`".to_owned()));
+    }
+
+    #[test]
+    fn an_envelope_file_is_judged_whole_or_by_its_test_vector() {
+        assert!(envelope_file_problems("{").first().is_some_and(|p| p.starts_with("not JSON: ")));
+        let ok = Failure::new(ErrorCode::E1001, "x").into_envelope();
+        assert!(envelope_file_problems(&ok.to_string()).is_empty());
+        assert!(envelope_file_problems(&json!({"$test": "t", "envelope": ok}).to_string()).is_empty());
+        assert_eq!(
+            envelope_file_problems(&json!({"$test": "t"}).to_string()),
+            ["/ok: `ok` must be present and be true or false (rule: required)"]
+        );
+    }
 
     #[test]
     fn failure_envelopes_validate() {

@@ -40,7 +40,9 @@ pub mod version;
 pub use builtin::BUILTIN;
 pub use check::{Checked, check_input, check_reply};
 pub use code::{ErrorCode, Recoverable};
-pub use envelope::{EXPLAIN_MAX_CHARS, Failure, truncate_chars, validate_envelope};
+pub use envelope::{
+    EXPLAIN_MAX_CHARS, Failure, envelope_file_problems, judge_vector, truncate_chars, validate_envelope,
+};
 pub use loader::{ADVISORY_FIELDS, Format, LoadError, Module, Section, Source, load, load_dir};
 pub use manifest::{ContextMode, EnumStrategy, Manifest, Policy, RiskRule, Strictness, Tier, validate_manifest};
 pub use parse::{Found, extract_json};

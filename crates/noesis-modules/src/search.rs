@@ -45,9 +45,11 @@ pub struct NotFound {
     pub searched: Vec<PathBuf>,
 }
 
-const MARKERS: [&str; 3] = ["module.yaml", "MODULE.md", "module.md"];
+/// The files that make a folder a module: any one of them.
+pub const MARKERS: [&str; 3] = ["module.yaml", "MODULE.md", "module.md"];
 
-fn is_module_dir(p: &Path) -> bool {
+/// Whether `p` is a module folder (holds one of [`MARKERS`]).
+pub fn is_module_dir(p: &Path) -> bool {
     MARKERS.iter().any(|m| p.join(m).is_file())
 }
 

@@ -39,6 +39,7 @@ pub mod review;
 pub mod runs;
 pub mod testgen;
 mod think;
+pub mod transcripts;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -21,6 +21,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cases;
 pub mod compose;
 mod context;
 

@@ -39,6 +39,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod check;
 pub mod helper;
 pub mod paths;
 mod policy;

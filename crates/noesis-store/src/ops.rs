@@ -234,3 +234,95 @@ pub async fn verify(
         invalidated,
     })
 }
+
+/// A frame id from what a person typed (an id or a unique prefix): first
+/// within the project, then in the whole store. The error is the project's.
+///
+/// # Errors
+/// No frame, or more than one, starts with `typed`.
+pub async fn resolve_frame(store: &dyn Store, project_id: &str, typed: &str) -> Result<FrameId, StoreError> {
+    match store.resolve(Some(project_id), typed).await {
+        Ok(id) => Ok(id),
+        Err(first) => store.resolve(None, typed).await.map_err(|_| first),
+    }
+}
+
+/// The frame [`resolve_frame`] finds.
+///
+/// # Errors
+/// As [`resolve_frame`], or the frame is gone.
+pub async fn load_frame(store: &dyn Store, project_id: &str, typed: &str) -> Result<CausalFrame, StoreError> {
+    let id = resolve_frame(store, project_id, typed).await?;
+    store.frame(&id).await?.ok_or_else(|| StoreError::Invalid(format!("no frame {id}")))
+}
+
+/// How a new frame branches from another (`noesis_frames::{refine, pivot,
+/// backtrack}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Branch {
+    /// Deeper on the same line: a child.
+    Refine,
+    /// Another approach: the frame is suspended, a sibling starts.
+    Pivot,
+    /// Over from the root: the active chain below the root is suspended.
+    Backtrack,
+}
+
+/// Branches from `current` as `how` says, applied as one change; returns the
+/// new frame and how many frames were suspended.
+///
+/// # Errors
+/// A missing parent, a branch the frame rules refuse, or a store error.
+pub async fn branch(
+    store: &dyn Store,
+    current: &CausalFrame,
+    how: Branch,
+    draft: Draft,
+    now: Timestamp,
+) -> Result<(CausalFrame, usize), StoreError> {
+    // The chain from the root down to the frame.
+    let mut chain = vec![current.clone()];
+    while let Some(parent) = chain.last().and_then(|f| f.parent_id.clone()) {
+        let p = store
+            .frame(&parent)
+            .await?
+            .ok_or_else(|| StoreError::Invalid(format!("frame {parent}, a parent, is missing")))?;
+        chain.push(p);
+    }
+    chain.reverse();
+    let change = match how {
+        Branch::Refine => noesis_frames::refine(current, draft, now)?,
+        Branch::Pivot => {
+            let parent = chain.len().checked_sub(2).map(|i| &chain[i]);
+            noesis_frames::pivot(current, parent, draft, now)?
+        }
+        Branch::Backtrack => {
+            let refs: Vec<&CausalFrame> = chain.iter().collect();
+            noesis_frames::backtrack(&refs, draft, now)?
+        }
+    };
+    let new_id = change
+        .frames
+        .first()
+        .map(|f| f.frame_id.clone())
+        .ok_or_else(|| StoreError::Invalid("the branch made no frame".to_owned()))?;
+    store.apply(&change).await?;
+    let f = store.frame(&new_id).await?.ok_or_else(|| StoreError::Invalid(format!("frame {new_id} vanished")))?;
+    Ok((f, change.statuses.len()))
+}
+
+/// Makes a suspended frame active again; returns it as stored.
+///
+/// # Errors
+/// The frame is not suspended, or a store error.
+pub async fn resume(store: &dyn Store, f: &CausalFrame, now: Timestamp) -> Result<CausalFrame, StoreError> {
+    if f.status != Status::Suspended {
+        return Err(StoreError::Invalid(format!(
+            "frame {} is {}; only a suspended frame can resume",
+            f.frame_id, f.status
+        )));
+    }
+    let change = noesis_frames::transition(f, Status::Active, Some("resumed"), None, now)?;
+    store.apply(&noesis_frames::Changeset { frames: Vec::new(), statuses: vec![change] }).await?;
+    store.frame(&f.frame_id).await?.ok_or_else(|| StoreError::Invalid(format!("frame {} vanished", f.frame_id)))
+}

@@ -46,46 +46,6 @@ pub(crate) fn print_trace(steps: &[StepTrace], format: TraceFormat) {
                 out::note(&s.summary().to_string());
             }
         }
-        TraceFormat::Table => out::note(&table(steps)),
+        TraceFormat::Table => out::note(&noesis_runtime::compose::trace_table(steps)),
     }
-}
-
-fn table(steps: &[StepTrace]) -> String {
-    let rows: Vec<[String; 6]> = steps
-        .iter()
-        .map(|s| {
-            let round = s.round.map(|r| format!(" #{r}")).unwrap_or_default();
-            [
-                s.id.to_string(),
-                s.parent.map_or_else(|| "-".to_owned(), |p| p.to_string()),
-                format!("{}{}", "  ".repeat(s.depth as usize), s.module),
-                format!("{}{round}", s.via),
-                format!("{:.1}ms +{:.1}ms", s.start_ms, s.elapsed_ms),
-                s.outcome.to_string(),
-            ]
-        })
-        .collect();
-    let head = ["step", "parent", "module", "via", "start +took", "outcome"];
-    let mut widths = head.map(str::len);
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: &[&str]| {
-        let mut l = String::new();
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            if i + 1 == cells.len() {
-                l.push_str(c);
-            } else {
-                l.push_str(&format!("{c:<w$}  "));
-            }
-        }
-        l
-    };
-    let mut out = vec![line(&head)];
-    for r in &rows {
-        out.push(line(&r.iter().map(String::as_str).collect::<Vec<_>>()));
-    }
-    out.join("\n")
 }

@@ -5,10 +5,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
-use noesis_frames::{
-    CausalFrame, Cause, Changeset, Evidence, FrameId, FrameTree, Invalidation, Status, Timestamp, transition,
-};
+use noesis_frames::{CausalFrame, Cause, FrameId, FrameTree, Invalidation, Status, Timestamp, render};
 use noesis_store::{FrameFilter, Store, ops};
 use serde_json::{Value, json};
 
@@ -144,33 +141,12 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// A frame id from what a person typed: first within the project, then in
-/// the whole store.
 async fn resolve(store: &dyn Store, project_id: &str, typed: &str) -> anyhow::Result<FrameId> {
-    match store.resolve(Some(project_id), typed).await {
-        Ok(id) => Ok(id),
-        Err(first) => store.resolve(None, typed).await.map_err(|_| anyhow::anyhow!("{first}")),
-    }
+    Ok(ops::resolve_frame(store, project_id, typed).await?)
 }
 
 async fn load(store: &dyn Store, project_id: &str, typed: &str) -> anyhow::Result<CausalFrame> {
-    let id = resolve(store, project_id, typed).await?;
-    store.frame(&id).await?.with_context(|| format!("no frame {id}"))
-}
-
-fn one_line(text: &str, width: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= width {
-        flat
-    } else {
-        let mut cut: String = flat.chars().take(width.saturating_sub(1)).collect();
-        cut.push('…');
-        cut
-    }
-}
-
-fn row(f: &CausalFrame) -> String {
-    format!("{}  {:<11}  {:.2}  {:>5}  {}", f.frame_id, f.status, f.confidence, f.depth, one_line(&f.query, 70))
+    Ok(ops::load_frame(store, project_id, typed).await?)
 }
 
 async fn list(store: &dyn Store, project: &noesis_frames::project::Project, l: ListArgs) -> anyhow::Result<ExitCode> {
@@ -194,53 +170,8 @@ async fn list(store: &dyn Store, project: &noesis_frames::project::Project, l: L
         out::note("no frames");
         return Ok(ExitCode::SUCCESS);
     }
-    let mut text = format!("{:<36}  {:<11}  {:<4}  {:>5}  QUERY\n", "FRAME", "STATUS", "CONF", "DEPTH");
-    for f in &frames {
-        text.push_str(&row(f));
-        text.push('\n');
-    }
-    out::data(&text)?;
+    out::data(&render::table(&frames))?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Nested JSON; past `MAX_NEST` levels `children` stays a list of ids, so a
-/// very deep chain cannot exhaust the stack.
-const MAX_NEST: usize = 256;
-
-fn nested(tree: &FrameTree, f: &CausalFrame, level: usize) -> Value {
-    let mut v = serde_json::to_value(f).unwrap_or(Value::Null);
-    if level < MAX_NEST {
-        let kids: Vec<Value> =
-            f.children.iter().filter_map(|c| tree.get(c)).map(|c| nested(tree, c, level + 1)).collect();
-        v["children"] = Value::Array(kids);
-    }
-    v
-}
-
-/// Box-drawing lines, iteratively (any depth); indentation stops growing
-/// after 64 levels.
-fn draw(tree: &FrameTree, root: &CausalFrame, out: &mut String) {
-    let mut stack: Vec<(&CausalFrame, String, bool, bool)> = vec![(root, String::new(), true, true)];
-    while let Some((f, prefix, last, top)) = stack.pop() {
-        let (branch, next) = match (top, last) {
-            (true, _) => ("", String::new()),
-            (false, true) => ("└── ", format!("{prefix}    ")),
-            (false, false) => ("├── ", format!("{prefix}│   ")),
-        };
-        let next = if next.chars().count() > 4 * 64 { prefix.clone() } else { next };
-        let pivot = f.branched_from.as_ref().map(|b| format!("  ⤷ from {b}")).unwrap_or_default();
-        out.push_str(&format!(
-            "{prefix}{branch}{} {} {:.2} {}{pivot}\n",
-            f.frame_id,
-            f.status,
-            f.confidence,
-            one_line(&f.query, 60)
-        ));
-        let kids: Vec<&CausalFrame> = f.children.iter().filter_map(|c| tree.get(c)).collect();
-        for (i, k) in kids.iter().enumerate().rev() {
-            stack.push((k, next.clone(), i + 1 == kids.len(), false));
-        }
-    }
 }
 
 async fn tree(store: &dyn Store, project: &noesis_frames::project::Project, t: TreeArgs) -> anyhow::Result<ExitCode> {
@@ -255,7 +186,7 @@ async fn tree(store: &dyn Store, project: &noesis_frames::project::Project, t: T
         None => tree.roots(),
     };
     if t.json {
-        let v: Vec<Value> = roots.iter().map(|r| nested(&tree, r, 0)).collect();
+        let v: Vec<Value> = roots.iter().map(|r| render::nested(&tree, r)).collect();
         out::json(&Value::Array(v), true)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -265,75 +196,10 @@ async fn tree(store: &dyn Store, project: &noesis_frames::project::Project, t: T
     }
     let mut text = String::new();
     for r in roots {
-        draw(&tree, r, &mut text);
+        render::draw(&tree, r, &mut text);
     }
     out::data(&text)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn describe(f: &CausalFrame) -> String {
-    let mut s = format!("frame       {}\n", f.frame_id);
-    s += &format!("status      {}\n", f.status);
-    s += &format!("query       {}\n", f.query);
-    s += &format!("conclusion  {}\n", f.conclusion);
-    s += &format!("confidence  {:.2}\n", f.confidence);
-    if let Some(model) = serde_json::from_str::<serde_json::Value>(&f.context_slice)
-        .ok()
-        .and_then(|c| c.get("model").and_then(|m| m.as_str().map(str::to_owned)))
-    {
-        let made_up = if f.is_fabricated() { " (made up by the test model: never evidence)" } else { "" };
-        s += &format!("model       {model}{made_up}\n");
-    }
-    s += &format!("depth       {}\n", f.depth);
-    if let Some(p) = &f.parent_id {
-        s += &format!("parent      {p}\n");
-    }
-    if let Some(b) = &f.branched_from {
-        s += &format!("branched    from {b}\n");
-    }
-    if let Some(sess) = &f.session_id {
-        s += &format!("session     {sess}\n");
-    }
-    s += &format!("project     {}\n", f.project_id);
-    s += &format!("created     {}\n", f.timestamps.created_at);
-    if !f.children.is_empty() {
-        s += &format!("children    {}\n", f.children.iter().map(FrameId::as_str).collect::<Vec<_>>().join(", "));
-    }
-    if !f.evidence.is_empty() {
-        s += "evidence\n";
-        for e in &f.evidence {
-            s += &match e {
-                Evidence::File { path, hash } => {
-                    format!("  file        {path}  blake3:{}\n", &hash[..hash.len().min(16)])
-                }
-                Evidence::Frame { frame_id } => format!("  frame       {frame_id}\n"),
-                Evidence::Observation { tool, content } => format!("  observation {tool}: {}\n", one_line(content, 60)),
-            };
-        }
-    }
-    let c = &f.invalidation_condition;
-    s += "invalid when\n";
-    for r in &c.files {
-        s += &format!("  file changes   {}\n", r.path);
-    }
-    for d in &c.frames {
-        s += &format!("  frame invalid  {d}\n");
-    }
-    if let Some(at) = c.expires_at {
-        s += &format!("  time passes    {at}\n");
-    }
-    if let Some(n) = &c.note {
-        s += &format!("  note           {n}\n");
-    }
-    if c.files.is_empty() && c.frames.is_empty() && c.expires_at.is_none() {
-        s += "  (nothing checked by machine)\n";
-    }
-    s += "history\n";
-    for h in &f.timestamps.history {
-        let why = h.reason.as_deref().map(|r| format!("  {r}")).unwrap_or_default();
-        s += &format!("  {}  {}{why}\n", h.at, h.status);
-    }
-    s
 }
 
 async fn show(store: &dyn Store, project: &noesis_frames::project::Project, a: IdArgs) -> anyhow::Result<ExitCode> {
@@ -341,7 +207,7 @@ async fn show(store: &dyn Store, project: &noesis_frames::project::Project, a: I
     if a.json {
         out::json(&serde_json::to_value(&f)?, true)?;
     } else {
-        out::data(&describe(&f))?;
+        out::data(&render::describe(&f))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -352,11 +218,7 @@ fn print_invalidations(title: &str, hit: &[Invalidation], json: bool, extra: Val
         v["invalidated"] = serde_json::to_value(hit)?;
         return Ok(out::json(&v, true)?);
     }
-    let mut text = format!("{title}\n");
-    for i in hit {
-        text.push_str(&format!("  {}  {}\n", i.frame_id, i.reason));
-    }
-    Ok(out::data(&text)?)
+    Ok(out::data(&render::invalidations(title, hit))?)
 }
 
 async fn invalidate(
@@ -416,50 +278,28 @@ async fn branch(
         conclusion: a.conclusion.clone().unwrap_or_default(),
         ..noesis_frames::Draft::new(a.query.clone())
     };
-    let now = Timestamp::now();
-    // The chain from the root down to the frame.
-    let mut chain = vec![current.clone()];
-    while let Some(parent) = chain.last().and_then(|f| f.parent_id.clone()) {
-        let p = store.frame(&parent).await?.with_context(|| format!("frame {parent}, a parent, is missing"))?;
-        chain.push(p);
-    }
-    chain.reverse();
-    let change = match how {
-        "refine" => noesis_frames::refine(&current, draft, now)?,
-        "pivot" => {
-            let parent = chain.len().checked_sub(2).map(|i| &chain[i]);
-            noesis_frames::pivot(&current, parent, draft, now)?
-        }
-        _ => {
-            let refs: Vec<&CausalFrame> = chain.iter().collect();
-            noesis_frames::backtrack(&refs, draft, now)?
-        }
+    let kind = match how {
+        "refine" => ops::Branch::Refine,
+        "pivot" => ops::Branch::Pivot,
+        _ => ops::Branch::Backtrack,
     };
-    let new_id = change.frames.first().map(|f| f.frame_id.clone()).context("the branch made no frame")?;
-    store.apply(&change).await?;
-    let f = store.frame(&new_id).await?.with_context(|| format!("frame {new_id} vanished"))?;
+    let (f, suspended) = ops::branch(store, &current, kind, draft, Timestamp::now()).await?;
     if a.json {
         out::json(&serde_json::to_value(&f)?, true)?;
     } else {
-        let suspended = change.statuses.len();
         let note = if suspended > 0 { format!(" ({suspended} frame(s) suspended)") } else { String::new() };
-        out::data(&format!("{how} {}  {}{note}", f.frame_id, one_line(&f.query, 70)))?;
+        out::data(&format!("{how} {}  {}{note}", f.frame_id, render::one_line(&f.query, 70)))?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn resume(store: &dyn Store, project: &noesis_frames::project::Project, a: IdArgs) -> anyhow::Result<ExitCode> {
     let f = load(store, &project.project_id, &a.id).await?;
-    if f.status != Status::Suspended {
-        anyhow::bail!("frame {} is {}; only a suspended frame can resume", f.frame_id, f.status);
-    }
-    let change = transition(&f, Status::Active, Some("resumed"), None, Timestamp::now())?;
-    store.apply(&Changeset { frames: Vec::new(), statuses: vec![change] }).await?;
-    let f = store.frame(&f.frame_id).await?.with_context(|| format!("frame {} vanished", f.frame_id))?;
+    let f = ops::resume(store, &f, Timestamp::now()).await?;
     if a.json {
         out::json(&serde_json::to_value(&f)?, true)?;
     } else {
-        out::data(&format!("resumed {}  {}", f.frame_id, one_line(&f.query, 70)))?;
+        out::data(&format!("resumed {}  {}", f.frame_id, render::one_line(&f.query, 70)))?;
     }
     Ok(ExitCode::SUCCESS)
 }

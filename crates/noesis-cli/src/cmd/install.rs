@@ -154,14 +154,8 @@ fn report(done: &[noesis_dist::Installed], as_json: bool) -> anyhow::Result<()> 
     }
     let mut text = String::new();
     for d in done {
-        let at = d.entry.version.clone().or_else(|| d.entry.commit.as_ref().map(|c| c[..c.len().min(12)].to_owned()));
-        text.push_str(&format!(
-            "{} {}{} ({})\n",
-            if d.replaced { "updated" } else { "installed" },
-            d.name,
-            at.map(|v| format!(" {v}")).unwrap_or_default(),
-            d.entry.source
-        ));
+        text.push_str(&d.summary());
+        text.push('\n');
     }
     if text.is_empty() {
         text.push_str("nothing to install\n");
@@ -210,16 +204,7 @@ pub(crate) fn remove(a: RemoveArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn versions(a: VersionsArgs) -> anyhow::Result<ExitCode> {
-    let url = match noesis_dist::Source::parse(&a.source, None)? {
-        noesis_dist::Source::Git { url, .. } => url,
-        _ => anyhow::bail!("{}: only a git source has versions (its tags)", a.source),
-    };
-    let mut tags: Vec<(semver::Version, String)> = noesis_dist::install::tags(&url)?
-        .into_iter()
-        .filter_map(|t| noesis_dist::version::of_tag(&t).map(|v| (v, t)))
-        .collect();
-    tags.sort();
-    tags.reverse();
+    let (url, tags) = noesis_dist::install::versions(&a.source)?;
     if a.json {
         out::json(
             &json!(tags.iter().map(|(v, t)| json!({"version": v.to_string(), "tag": t})).collect::<Vec<_>>()),

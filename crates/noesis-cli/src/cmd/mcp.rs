@@ -1,7 +1,6 @@
 //! `noesis mcp`: the modules as a Model Context Protocol server on stdin and
 //! stdout. stdout carries only protocol messages; notes go to stderr.
 
-use std::io::{BufRead, Read};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -67,29 +66,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let max_line = a.max_line;
     let refusals = answers.clone();
     std::thread::spawn(move || {
-        let mut stdin = std::io::stdin().lock();
-        loop {
-            let mut line = Vec::new();
-            match (&mut stdin).take(max_line as u64 + 1).read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            if line.len() > max_line && !line.ends_with(b"\n") {
-                // Skip the rest of the message without keeping it.
-                let ended = skip_line(&mut stdin);
-                let refusal = serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {
-                    "code": -32600,
-                    "message": format!("a message longer than {max_line} bytes was dropped (noesis mcp --max-line)"),
-                }});
-                if refusals.send(refusal.to_string()).is_err() || !ended {
-                    break;
-                }
-                continue;
-            }
-            if lines_in.blocking_send(line).is_err() {
-                break;
-            }
-        }
+        noesis_mcp::server::stdio::read_lines(std::io::stdin().lock(), max_line, &lines_in, &refusals);
     });
     let writer = std::thread::spawn(move || {
         while let Some(line) = answers_out.blocking_recv() {
@@ -123,22 +100,4 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("noesis mcp: the stdout writer failed");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Reads up to the end of the current line, keeping nothing; false at the
-/// end of input.
-fn skip_line(input: &mut impl BufRead) -> bool {
-    loop {
-        let (used, ended) = match input.fill_buf() {
-            Ok([]) | Err(_) => return false,
-            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (buf.len(), false),
-            },
-        };
-        input.consume(used);
-        if ended {
-            return true;
-        }
-    }
 }

@@ -62,23 +62,11 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Sub::List { json } => {
-            let mut files: Vec<_> = match std::fs::read_dir(&dir) {
-                Ok(entries) => entries
-                    .filter_map(Result::ok)
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "gguf"))
-                    .collect(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-                Err(e) => return Err(anyhow::anyhow!("{}: {e}", dir.display())),
-            };
-            files.sort();
+            let files = install::models(&dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
             if json {
                 let rows: Vec<serde_json::Value> = files
                     .iter()
-                    .map(|p| {
-                        let bytes = std::fs::metadata(p).map_or(0, |m| m.len());
-                        serde_json::json!({"path": p.display().to_string(), "bytes": bytes})
-                    })
+                    .map(|(p, bytes)| serde_json::json!({"path": p.display().to_string(), "bytes": bytes}))
                     .collect();
                 out::json(&serde_json::Value::Array(rows), false)?;
                 return Ok(ExitCode::SUCCESS);
@@ -86,9 +74,8 @@ pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
             if files.is_empty() {
                 out::note(&format!("no models in {} (run `noesis model install`)", dir.display()));
             }
-            for p in files {
-                let mb = std::fs::metadata(&p).map_or(0, |m| m.len()) / 1_000_000;
-                out::data(&format!("{:>5} MB  {}", mb, p.display()))?;
+            for (p, bytes) in files {
+                out::data(&format!("{:>5} MB  {}", bytes / 1_000_000, p.display()))?;
             }
             Ok(ExitCode::SUCCESS)
         }

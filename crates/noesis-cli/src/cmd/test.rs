@@ -9,17 +9,15 @@
 //! run never spends money by accident. Case files must lie inside the
 //! module folder.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::bail;
 use noesis_llm::{Provider, Scripted};
-use noesis_modules::search::{Found, SearchPath};
-use noesis_modules::{CompiledSchema, Module, Violation, load_dir, validate_envelope};
-use noesis_runtime::RunOptions;
+use noesis_modules::search::SearchPath;
 use noesis_runtime::compose::{ComposeOptions, SearchResolver, execute};
-use serde_json::{Value, json};
+use noesis_runtime::{RunOptions, cases};
+use serde_json::json;
 
 use crate::out;
 use crate::provider::{ProviderArgs, budget, prices, select};
@@ -43,199 +41,16 @@ pub(crate) struct Args {
     quiet: bool,
 }
 
-/// One `$validate` fragment: the part of the envelope it checks, compiled.
-struct Fragment {
-    key: String,
-    schema: CompiledSchema,
-}
-
-struct Case {
-    name: String,
-    input_path: PathBuf,
-    expected_path: PathBuf,
-    input: Value,
-    fragments: Vec<Fragment>,
-    /// The sample envelope (`$example`), if the file has one.
-    example: Option<Value>,
-}
-
-struct Suite {
-    module: Arc<Module>,
-    cases: Vec<Case>,
-}
-
-const MARKERS: [&str; 3] = ["module.yaml", "MODULE.md", "module.md"];
-
-fn is_module_dir(p: &Path) -> bool {
-    MARKERS.iter().any(|m| p.join(m).is_file())
-}
-
-/// Module folders under `dir`, depth first in name order; a module's own
-/// subfolders are not searched and hidden folders are skipped.
-fn modules_under(dir: &Path, found: &mut Vec<PathBuf>) -> std::io::Result<()> {
-    if is_module_dir(dir) {
-        found.push(dir.to_path_buf());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(Result::ok).map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        let hidden = p.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.'));
-        if p.is_dir() && !hidden {
-            modules_under(&p, found)?;
-        }
-    }
-    Ok(())
-}
-
-fn module_dirs(search: &SearchPath, target: &str) -> anyhow::Result<Vec<PathBuf>> {
-    let dir = match search.resolve(target) {
-        Ok(Found::Dir(d)) => d,
-        Ok(Found::Builtin(name)) => bail!(
-            "`{name}` is a built-in module, which carries no test files; pass the path of a module folder that has a tests/ folder"
-        ),
-        Err(not_found) => {
-            let p = Path::new(target);
-            if p.is_dir() {
-                p.to_path_buf()
-            } else {
-                return Err(not_found.into());
-            }
-        }
-    };
-    let mut found = Vec::new();
-    modules_under(&dir, &mut found).with_context(|| format!("{}: cannot read the folder", dir.display()))?;
-    if found.is_empty() {
-        bail!("{}: no modules in this folder", dir.display());
-    }
-    Ok(found)
-}
-
-fn read_json(path: &Path, what: &str) -> anyhow::Result<Value> {
-    let text = std::fs::read_to_string(path).map_err(|e| anyhow!("{}: cannot read the {what}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| anyhow!("{}: the {what} is not JSON: {e}", path.display()))
-}
-
-/// `(input, expected)` paths of a module's cases, in the order written.
-fn case_files(module: &Module, dir: &Path) -> anyhow::Result<Vec<(PathBuf, PathBuf)>> {
-    if !module.manifest.tests.is_empty() {
-        return module
-            .manifest
-            .tests
-            .iter()
-            .map(|t| match t.split_once("->") {
-                Some((i, e)) => Ok((contained(dir, i.trim())?, contained(dir, e.trim())?)),
-                None => Err(anyhow!(
-                    "{}: tests: `{t}` is not of the form `tests/x.input.json -> tests/x.expected.json`",
-                    dir.join("module.yaml").display()
-                )),
-            })
-            .collect();
-    }
-    let tests = dir.join("tests");
-    let Ok(entries) = std::fs::read_dir(&tests) else { return Ok(Vec::new()) };
-    let mut inputs: Vec<PathBuf> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with(".input.json")))
-        .collect();
-    inputs.sort();
-    inputs
-        .into_iter()
-        .map(|i| {
-            let stem = i.file_name().unwrap_or_default().to_string_lossy().trim_end_matches(".input.json").to_owned();
-            let rel = |name: String| format!("tests/{name}");
-            let input = contained(dir, &rel(format!("{stem}.input.json")))?;
-            Ok((input, contained(dir, &rel(format!("{stem}.expected.json")))?))
-        })
-        .collect()
-}
-
-/// `rel` inside the module folder `dir`, or an error naming the module
-/// file: a case file may not be absolute, climb out with `..`, or be a
-/// symlink (or under one) that leads out of the folder — a test run may
-/// send what it reads to a provider. A symlink loop is an error, not a hang.
-fn contained(dir: &Path, rel: &str) -> anyhow::Result<PathBuf> {
-    let manifest = dir.join("module.yaml");
-    let refuse = |why: &str| anyhow!("{}: tests: `{rel}` {why}", manifest.display());
-    let path = Path::new(rel);
-    if path.is_absolute() || path.has_root() {
-        return Err(refuse("is an absolute path; case files must be inside the module folder"));
-    }
-    if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
-        return Err(refuse("leaves the module folder (`..`)"));
-    }
-    let joined = dir.join(path);
-    let root = dir.canonicalize().map_err(|e| anyhow!("{}: {e}", dir.display()))?;
-    match joined.canonicalize() {
-        Ok(real) if real.starts_with(&root) => Ok(joined),
-        Ok(real) => Err(refuse(&format!("leads out of the module folder (to {})", real.display()))),
-        // A missing file is reported when it is read, with its own message.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && std::fs::symlink_metadata(&joined).is_err() => Ok(joined),
-        Err(e) => Err(refuse(&format!("cannot be resolved: {e}"))),
-    }
-}
-
-fn escape_pointer(key: &str) -> String {
-    key.replace('~', "~0").replace('/', "~1")
-}
-
-fn load_case(input_path: PathBuf, expected_path: PathBuf) -> anyhow::Result<Case> {
-    let name = input_path.file_name().unwrap_or_default().to_string_lossy().trim_end_matches(".input.json").to_owned();
-    let input = read_json(&input_path, "test input")?;
-    if !input.is_object() {
-        bail!("{}: the test input must be a JSON object", input_path.display());
-    }
-    let expected = read_json(&expected_path, "expected result")?;
-    let Some(validate) = expected.get("$validate").and_then(Value::as_object) else {
-        bail!("{}: no `$validate` object (JSON Schema fragments for ok, meta, data, error)", expected_path.display());
-    };
-    let mut fragments = Vec::new();
-    for key in validate.keys() {
-        // Compiled inside the whole file so a `$ref` to its own definitions resolves.
-        let schema = CompiledSchema::compile_section(&expected, &format!("/$validate/{}", escape_pointer(key)))
-            .map_err(|e| {
-                anyhow!("{}: `$validate.{key}` is not a valid schema: {}", expected_path.display(), e.message)
-            })?;
-        fragments.push(Fragment { key: key.clone(), schema });
-    }
-    let example = expected.get("$example").cloned();
-    Ok(Case { name, input_path, expected_path, input, fragments, example })
-}
-
-/// Every violation of the envelope: the official envelope schema, then each
-/// fragment against its part, pointers relative to the envelope.
-fn judge(envelope: &Value, fragments: &[Fragment]) -> Vec<Violation> {
-    let mut violations = validate_envelope(envelope);
-    for f in fragments {
-        let at = format!("/{}", escape_pointer(&f.key));
-        match envelope.get(&f.key) {
-            None => violations.push(Violation {
-                pointer: at,
-                keyword: "required".to_owned(),
-                message: format!("the envelope has no `{}`", f.key),
-            }),
-            Some(part) => violations.extend(f.schema.violations(part).into_iter().map(|mut v| {
-                v.pointer = format!("{at}{}", v.pointer);
-                v
-            })),
-        }
-    }
-    violations
-}
-
 pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> {
     // Read and check every file before the first model call: a typo in case
     // 9 should not cost eight live calls.
     let mut suites = Vec::new();
-    for dir in module_dirs(search, &a.target)? {
-        let module = load_dir(&dir).with_context(|| format!("cannot load module {}", dir.display()))?;
-        let cases =
-            case_files(&module, &dir)?.into_iter().map(|(i, e)| load_case(i, e)).collect::<anyhow::Result<Vec<_>>>()?;
-        if cases.is_empty() {
-            out::note(&format!("note: {} has no test cases ({})", module.name, dir.display()));
+    for dir in cases::module_dirs(search, &a.target)? {
+        let suite = cases::load_suite(&dir)?;
+        if suite.cases.is_empty() {
+            out::note(&format!("note: {} has no test cases ({})", suite.module.name, dir.display()));
         }
-        suites.push(Suite { module: Arc::new(module), cases });
+        suites.push(suite);
     }
     let total: usize = suites.iter().map(|s| s.cases.len()).sum();
     if total == 0 {
@@ -265,17 +80,7 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
         // A test run stays on the provider it was given, children included.
         providers: None,
     };
-    // `@call`s and composition steps find the modules of the search path,
-    // then the siblings of the module under test.
-    let mut resolve_in = search.clone();
-    for suite in &suites {
-        if let Some(parent) = suite.module.location.parent()
-            && !resolve_in.dirs.iter().any(|d| d == parent)
-        {
-            resolve_in.dirs.push(parent.to_path_buf());
-        }
-    }
-    let resolver = SearchResolver::new(resolve_in);
+    let resolver = SearchResolver::new(cases::resolve_in(search, &suites));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let (mut passed, mut failed) = (0usize, 0usize);
     let mut report = Vec::new();
@@ -312,7 +117,7 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
                 rt.block_on(execute(Arc::clone(module), &resolver, answer.as_ref(), case.input.clone(), &options));
             progress.inc();
             let envelope = record.envelope;
-            let violations = judge(&envelope, &case.fragments);
+            let violations = case.judge(&envelope);
             let ok = violations.is_empty();
             if ok {
                 passed += 1;
@@ -355,43 +160,4 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
         out::data(&summary)?;
     }
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn fragments(validate: Value) -> Vec<Fragment> {
-        let doc = json!({ "$validate": validate });
-        doc["$validate"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(|k| Fragment {
-                key: k.clone(),
-                schema: CompiledSchema::compile_section(&doc, &format!("/$validate/{k}")).unwrap(),
-            })
-            .collect()
-    }
-
-    #[test]
-    fn violations_point_into_the_envelope() {
-        let env =
-            json!({"ok": true, "meta": {"confidence": 0.3, "risk": "low", "explain": "e"}, "data": {"rationale": "r"}});
-        let f = fragments(json!({
-            "ok": {"const": true},
-            "meta": {"properties": {"confidence": {"minimum": 0.5}}},
-            "data": {"required": ["summary"]},
-            "error": {"type": "object"}
-        }));
-        let got: Vec<(String, String)> = judge(&env, &f).into_iter().map(|v| (v.pointer, v.keyword)).collect();
-        assert_eq!(
-            got,
-            [
-                ("/meta/confidence".to_owned(), "minimum".to_owned()),
-                ("/data/summary".to_owned(), "required".to_owned()),
-                ("/error".to_owned(), "required".to_owned()),
-            ]
-        );
-    }
 }

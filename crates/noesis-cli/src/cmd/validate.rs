@@ -1,8 +1,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use noesis::module::{Found, SearchPath, validate_envelope};
-use serde_json::Value;
+use noesis::module::{Found, SearchPath};
 
 use super::{Loaded, load};
 use crate::out;
@@ -64,29 +63,10 @@ fn envelopes(files: &[PathBuf]) -> anyhow::Result<ExitCode> {
     for f in files {
         let verdict = match std::fs::read_to_string(f) {
             Err(e) => Err(vec![format!("cannot read: {e}")]),
-            Ok(text) => match serde_json::from_str::<Value>(&text) {
-                Err(e) => Err(vec![format!("not JSON: {e}")]),
-                Ok(v) => {
-                    let env =
-                        if v.get("$test").is_some() { v.get("envelope").cloned().unwrap_or(Value::Null) } else { v };
-                    let violations = validate_envelope(&env);
-                    if violations.is_empty() {
-                        Ok(())
-                    } else {
-                        Err(violations
-                            .iter()
-                            .map(|v| {
-                                format!(
-                                    "{}: {} (rule: {})",
-                                    if v.pointer.is_empty() { "(root)" } else { &v.pointer },
-                                    v.message,
-                                    v.keyword
-                                )
-                            })
-                            .collect())
-                    }
-                }
-            },
+            Ok(text) => {
+                let problems = noesis_modules::envelope_file_problems(&text);
+                if problems.is_empty() { Ok(()) } else { Err(problems) }
+            }
         };
         match verdict {
             Ok(()) => out::data(&format!("{}: valid", f.display()))?,

@@ -246,6 +246,49 @@ impl StepTrace {
     }
 }
 
+/// The steps as an aligned table for a person (`noesis compose --trace`):
+/// step, parent, module indented by depth, how it came to run, timing,
+/// outcome.
+pub fn trace_table(steps: &[StepTrace]) -> String {
+    let rows: Vec<[String; 6]> = steps
+        .iter()
+        .map(|s| {
+            let round = s.round.map(|r| format!(" #{r}")).unwrap_or_default();
+            [
+                s.id.to_string(),
+                s.parent.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+                format!("{}{}", "  ".repeat(s.depth as usize), s.module),
+                format!("{}{round}", s.via),
+                format!("{:.1}ms +{:.1}ms", s.start_ms, s.elapsed_ms),
+                s.outcome.to_string(),
+            ]
+        })
+        .collect();
+    let head = ["step", "parent", "module", "via", "start +took", "outcome"];
+    let mut widths = head.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: &[&str]| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                l.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        l
+    };
+    let mut out = vec![line(&head)];
+    for r in &rows {
+        out.push(line(&r.iter().map(String::as_str).collect::<Vec<_>>()));
+    }
+    out.join("\n")
+}
+
 /// What [`execute`] did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ComposeRecord {
@@ -551,6 +594,34 @@ mod tests {
         assert_eq!(plain["data"]["result"], "text");
         assert_eq!(plain["meta"]["confidence"], 1.0);
         assert!(noesis_modules::validate_envelope(&plain).is_empty(), "{plain}");
+    }
+
+    #[test]
+    fn the_trace_table_aligns_its_columns_and_indents_by_depth() {
+        let step = |id: usize, parent: Option<usize>, depth: u32, module: &str| StepTrace {
+            id,
+            module: module.to_owned(),
+            depth,
+            parent,
+            via: if parent.is_some() { Via::Call } else { Via::Root },
+            round: None,
+            start_ms: 0.0,
+            elapsed_ms: 1.25,
+            outcome: Outcome::Ok,
+            input: Value::Null,
+            envelope: Value::Null,
+            usage: None,
+            calls: 1,
+            cost_usd: None,
+            span: None,
+        };
+        let t = trace_table(&[step(0, None, 0, "review"), step(1, Some(0), 1, "lint")]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 3, "{t}");
+        assert!(lines[0].starts_with("step  parent  module  via    start +took"), "{t}");
+        assert!(lines[2].starts_with("1     0         lint  @call  "), "{t}");
+        let outcome_at = lines[0].find("outcome").unwrap();
+        assert!(lines.iter().skip(1).all(|l| l.len() > outcome_at), "{t}");
     }
 
     #[test]
