@@ -39,6 +39,53 @@ pub trait AskHost: Send + Sync {
     fn observe(&self, _run_id: &str, _progress: &noesis_agent::Progress) {}
 }
 
+/// Hears each step of an ask's run, with the run's id.
+pub type Observe = Box<dyn Fn(&str, &noesis_agent::Progress) + Send + Sync>;
+
+/// The agent host of an ask in a process with a store: the host's frame
+/// tools over that store, each state kept there, progress to `observe`.
+pub struct StoreHost {
+    /// Where `run_module` finds modules.
+    pub search: noesis_modules::search::SearchPath,
+    /// The model of the run (what `run_module` calls too).
+    pub provider: Arc<dyn Provider>,
+    /// The store the frames are searched in and the run is kept in.
+    pub store: Arc<dyn noesis_store::Store>,
+    /// The project.
+    pub project_id: String,
+    /// Takes secret values out of what the frame tools return.
+    pub redactor: Arc<noesis_sandbox::Redactor>,
+    /// Hears each step of the run, with its id.
+    pub observe: Option<Observe>,
+}
+
+impl AskHost for StoreHost {
+    fn frame_tools(&self, tools: Toolbox, run_id: &str, visible: Arc<Vec<String>>) -> Toolbox {
+        let host = noesis_host::tools::HostTools {
+            search: self.search.clone(),
+            provider: Arc::clone(&self.provider),
+            store: Arc::clone(&self.store),
+            project_id: self.project_id.clone(),
+            run_id: run_id.to_owned(),
+            depth: noesis_host::tools::MAX_DEPTH,
+            router: None,
+            visible: Some(visible),
+            redactor: Arc::clone(&self.redactor),
+        };
+        noesis_host::tools::with_frame_tools(tools, &host)
+    }
+
+    fn checkpoint(&self) -> Box<dyn Checkpoint + '_> {
+        Box::new(noesis_host::runs::Keep { store: self.store.as_ref(), project_id: self.project_id.clone() })
+    }
+
+    fn observe(&self, run_id: &str, progress: &noesis_agent::Progress) {
+        if let Some(observe) = &self.observe {
+            observe(run_id, progress);
+        }
+    }
+}
+
 /// A question.
 #[derive(Debug, Clone)]
 pub struct Question {

@@ -17,6 +17,7 @@
 //! agent run, sandboxed test runs, snapshots and the project's versioned
 //! state in the store ([`versions`]).
 
+pub mod commands;
 pub mod driver;
 pub mod episode;
 pub mod judge;
