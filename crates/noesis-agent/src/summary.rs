@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use crate::events::Event;
 use crate::record::CallStatus;
-use crate::run::{AgentRun, Outcome};
+use crate::run::{AgentRun, Entry, Outcome};
 
 /// Exit status of a process whose run waits for a person's decision.
 pub const EXIT_AWAITING_APPROVAL: u8 = 3;
@@ -93,6 +93,70 @@ fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
 }
 
+/// The run as a person reads it (`noesis agent show`): id, task (as
+/// stored), status at `step`, where it was forked from, model and usage,
+/// then every turn, call and result, the routes the router chose and the
+/// outcome.
+pub fn run_text(run: &AgentRun, task: &str, step: i64) -> String {
+    let mut t = String::new();
+    t.push_str(&format!("run      {}\n", run.id));
+    t.push_str(&format!("task     {task}\n"));
+    t.push_str(&format!("status   {} (step {step})\n", run.status()));
+    if let Some((from, step)) = &run.forked_from {
+        t.push_str(&format!("forked   from {from} at step {step}\n"));
+    }
+    if let Some(p) = run.host["provider"].as_str() {
+        t.push_str(&format!("model    {p}/{}\n", run.host["model"].as_str().unwrap_or_default()));
+    }
+    let u = run.usage;
+    t.push_str(&format!(
+        "usage    {} turns, {} tool calls, {} tokens in, {} out, ${:.4}\n",
+        u.turns, u.tool_calls, u.input_tokens, u.output_tokens, u.cost_usd
+    ));
+    t.push('\n');
+    for e in &run.entries {
+        match e {
+            Entry::Assistant { content, calls } => {
+                if !content.is_empty() {
+                    t.push_str(&format!("model: {}\n", content.trim()));
+                }
+                for id in calls {
+                    if let Some(c) = run.call(id) {
+                        t.push_str(&format!(
+                            "  call {} {} {} → {}\n",
+                            c.id,
+                            c.tool,
+                            short_args(&c.arguments),
+                            c.status.as_str()
+                        ));
+                        if c.status == CallStatus::AwaitingApproval {
+                            t.push_str(&format!("    arguments hash {}\n", c.arguments_hash));
+                        }
+                    }
+                }
+            }
+            Entry::ToolResult { call_id } => {
+                if let Some(r) = run.call(call_id).and_then(|c| c.result.as_deref()) {
+                    let first: String = r.lines().next().unwrap_or_default().chars().take(100).collect();
+                    t.push_str(&format!("  result {call_id}: {first}\n"));
+                }
+            }
+            Entry::Note { content } => t.push_str(&format!("note: {}\n", content.trim())),
+        }
+    }
+    let routes: Vec<&str> = run.replies.iter().filter_map(|r| r.route.as_deref()).collect();
+    if !routes.is_empty() {
+        t.push_str("\nroutes\n");
+        for (i, r) in routes.iter().enumerate() {
+            t.push_str(&format!("  {}. {r}\n", i + 1));
+        }
+    }
+    if let Some(o) = &run.outcome {
+        t.push_str(&format!("\noutcome  {}\n", serde_json::to_string(o).unwrap_or_default()));
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,5 +212,23 @@ mod tests {
         run.forked_from = Some(("r0".into(), 4));
         let v = outcome_json(&run);
         assert_eq!((v["task"].as_str(), &v["forked_from"]), (Some("as typed"), &json!({"run_id": "r0", "step": 4})));
+    }
+
+    #[test]
+    fn a_run_reads_as_its_header_its_entries_and_its_outcome() {
+        let mut run = AgentRun::new("r1", "task", RunConfig::default(), 0);
+        run.host = json!({"provider": "test", "model": "m"});
+        run.forked_from = Some(("r0".into(), 2));
+        run.entries.push(Entry::Note { content: " look \n".into() });
+        run.outcome = Some(Outcome::Answer { text: "42".into() });
+        let t = run_text(&run, "the task", 3);
+        assert!(
+            t.starts_with(
+                "run      r1\ntask     the task\nstatus   done (step 3)\nforked   from r0 at step 2\nmodel    test/m\n"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("\nnote: look\n"), "{t}");
+        assert!(t.ends_with("\noutcome  {\"outcome\":\"answer\",\"text\":\"42\"}\n"), "{t}");
     }
 }

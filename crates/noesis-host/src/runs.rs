@@ -154,6 +154,23 @@ pub fn summary_json(r: &AgentSummary) -> Value {
            "forked_from": r.forked_from, "updated_at": noesis_frames::Timestamp::from_millis(r.updated_at).to_string()})
 }
 
+/// Listed runs as text (`noesis agent list`): a line each with id,
+/// status, step, when it last changed and the task's start.
+pub fn list_text(runs: &[AgentSummary]) -> String {
+    let mut text = String::new();
+    for r in runs {
+        let task: String = r.task.replace('\n', " ").chars().take(60).collect();
+        text.push_str(&format!(
+            "{}  {:<17}  step {:<4}  {}  {task}\n",
+            r.run_id,
+            r.status,
+            r.latest_step,
+            noesis_frames::Timestamp::from_millis(r.updated_at)
+        ));
+    }
+    text
+}
+
 /// Decisions on a paused run's calls: on `call`, else on every call that
 /// waits, each with `verdict`. With `hash` (the arguments hash the person
 /// saw) a call whose arguments are not those is refused when decided.
@@ -262,6 +279,23 @@ mod tests {
         assert_eq!(one[0].verdict, Verdict::Deny { message: None });
         let e = decisions(&run, Some("c9"), None, &|_| Verdict::Approve).err().unwrap().to_string();
         assert_eq!(e, "call `c9` of run r1 is not waiting for a decision (waiting: c1, c2)");
+    }
+
+    #[test]
+    fn a_listed_run_is_one_line_with_its_task_cut() {
+        let r = AgentSummary {
+            run_id: "r1".into(),
+            task: format!("two\nlines{}", "x".repeat(80)),
+            status: "done".into(),
+            latest_step: 3,
+            forked_from: None,
+            updated_at: 0,
+        };
+        let text = list_text(std::slice::from_ref(&r));
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.starts_with("r1  done               step 3     1970-01-01"), "{text}");
+        assert!(text.ends_with(&format!("two lines{}\n", "x".repeat(51))), "{text}");
+        assert_eq!(summary_json(&r)["updated_at"], json!(noesis_frames::Timestamp::from_millis(0).to_string()));
     }
 
     #[test]

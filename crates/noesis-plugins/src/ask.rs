@@ -130,6 +130,50 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The answer as text: the conclusion, then each branch set aside
+    /// earlier that may be resumed.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut text = format!("{}\n", self.frame.conclusion);
+        for f in &self.suspended {
+            text.push_str(&format!(
+                "set aside earlier: {} ({}) — resume? `noesis frames resume {}`\n",
+                f.query.split_whitespace().collect::<Vec<_>>().join(" "),
+                f.frame_id,
+                f.frame_id
+            ));
+        }
+        text
+    }
+
+    /// What to tell a person besides the answer: each similar question of
+    /// another session (and how to let ask see it), then the frame, its
+    /// confidence, the tool calls and whether it was promoted.
+    #[must_use]
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .similar
+            .iter()
+            .map(|sim| {
+                format!(
+                    "an earlier session asked something similar: {:?} (session {}); `noesis session link {} {}` lets ask see it",
+                    sim.prompt.split_whitespace().collect::<Vec<_>>().join(" "),
+                    sim.session_id,
+                    self.session_id,
+                    sim.session_id
+                )
+            })
+            .collect();
+        notes.push(format!(
+            "frame {} · confidence {:.2} · {} tool call(s){}",
+            self.frame.frame_id,
+            self.frame.confidence,
+            self.children.len(),
+            if self.promoted { " · promoted to memory" } else { "" }
+        ));
+        notes
+    }
+
     /// The answer as JSON (`noesis ask --json`).
     #[must_use]
     pub fn to_json(&self) -> Value {
@@ -394,5 +438,38 @@ mod tests {
         assert_eq!(reply("{\"answer\": \"first\"} then {\"answer\": \"last\"}")["answer"], "last");
         assert_eq!(reply("just text"), json!("just text"));
         assert_eq!(reply("{\"not\": 1}"), json!("{\"not\": 1}"));
+    }
+
+    #[test]
+    fn an_answer_reads_as_its_conclusion_and_the_branches_set_aside() {
+        let frame = |query: &str, conclusion: &str| {
+            Draft { conclusion: conclusion.into(), confidence: 0.9, ..Draft::new(query) }
+                .into_frame("p", None, None, Timestamp::from_millis(0))
+                .unwrap()
+        };
+        let aside = frame("an  old\nquestion", "");
+        let answer = Answer {
+            session_id: "s1".into(),
+            frame: frame("q", "it is 42"),
+            children: Vec::new(),
+            promoted: true,
+            memory: Vec::new(),
+            similar: vec![Similar { session_id: "s0".into(), prompt: "what  is\nit".into(), similarity: 0.9 }],
+            suspended: vec![aside.clone()],
+        };
+        let id = &aside.frame_id;
+        assert_eq!(
+            answer.to_text(),
+            format!("it is 42\nset aside earlier: an old question ({id}) — resume? `noesis frames resume {id}`\n")
+        );
+        let notes = answer.notes();
+        assert_eq!(
+            notes[0],
+            "an earlier session asked something similar: \"what is it\" (session s0); `noesis session link s1 s0` lets ask see it"
+        );
+        assert_eq!(
+            notes[1],
+            format!("frame {} · confidence 0.90 · 0 tool call(s) · promoted to memory", answer.frame.frame_id)
+        );
     }
 }

@@ -25,7 +25,8 @@ use noesis_workflow::versions::{self, States};
 use crate::episodes::{EpisodeHost, Episodes};
 use crate::http::{ServeConfig, ServeError, Server};
 use crate::plugins::PluginRuns;
-use crate::{ProviderSource, Service, SourceError};
+use crate::{OnFinished, ProviderSource, RunSettings, Service, SourceError};
+use noesis_runtime::compose::ComposeRecord;
 
 /// Why an assembled server could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +37,9 @@ pub enum AssembleError {
     /// The token file.
     #[error("{0}")]
     Token(String),
+    /// The operator's settings (a policy that is no policy, a budget).
+    #[error(transparent)]
+    Host(#[from] noesis_host::HostError),
     /// The front end could not say what the server told it (stdout
     /// closed, say).
     #[error(transparent)]
@@ -58,6 +62,47 @@ impl ProviderSource for Served {
             other => SourceError::Unavailable(other.to_string()),
         })
     }
+}
+
+/// What every run of a server gets from its operator.
+pub struct Operator<'a> {
+    /// The operator's settings.
+    pub config: &'a Config,
+    /// The operator's provider flags (their budget is every run's).
+    pub flags: &'a ProviderArgs,
+    /// Policies granted every module besides `[policies] allow`.
+    pub allow: &'a [String],
+    /// Where emitted context is kept (none: not kept).
+    pub context: Option<noesis_runtime::ContextOptions>,
+    /// Where finished runs are recorded as frames (none: not recorded).
+    pub writer: Option<Arc<noesis_plugins::recorder::FrameWriter>>,
+    /// Times an invalid reply is sent back for another try.
+    pub reask: u32,
+    /// Cap on output tokens.
+    pub max_tokens: Option<u32>,
+}
+
+/// The settings every run of the server uses; with a writer, each
+/// finished run is queued to it (the answer never waits for the store).
+///
+/// # Errors
+/// A granted policy that is no policy name, or a budget that is no budget.
+pub fn settings(o: Operator<'_>) -> Result<RunSettings, AssembleError> {
+    let on_finished = o.writer.map(|writer| {
+        OnFinished(Arc::new(move |module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
+            let pending = noesis_plugins::runs::Pending::new(&module.name, input, Vec::new());
+            writer.record(pending, record.envelope.clone(), record.steps.clone());
+        }))
+    });
+    Ok(RunSettings {
+        allow: noesis_config::granted(o.config, o.allow).map_err(noesis_host::HostError::from)?,
+        context: o.context,
+        on_finished,
+        reask: o.reask,
+        max_tokens: o.max_tokens,
+        budget: noesis_host::provider::budget(o.flags, o.config)?.map(|m| m.budget()),
+        prices: Some(noesis_host::provider::prices(o.config)),
+    })
 }
 
 /// Checks `[serve] allow_hosts` as the server will, naming the file that
@@ -360,6 +405,38 @@ mod tests {
         assert!(e.starts_with("serve.allow_hosts[1]: "), "{e}");
         loaded.config.serve.allow_hosts.pop();
         assert_eq!(check_allow_hosts(&loaded), Ok(()));
+    }
+
+    #[test]
+    fn the_operators_settings_grant_policies_and_a_budget() {
+        let mut config = Config::default();
+        config.policies.allow = vec!["network".into()];
+        let flags = ProviderArgs { max_cost: Some(2.0), ..ProviderArgs::default() };
+        let allow = ["side_effects".to_owned()];
+        let granted = Operator {
+            config: &config,
+            flags: &flags,
+            allow: &allow,
+            context: None,
+            writer: None,
+            reask: 2,
+            max_tokens: Some(9),
+        };
+        let s = settings(granted).unwrap();
+        assert_eq!(s.allow, ["network", "side_effects"]);
+        assert_eq!((s.reask, s.max_tokens, s.on_finished.is_none()), (2, Some(9), true));
+        assert!(s.budget.is_some());
+        let bad = ProviderArgs { max_cost: Some(-1.0), ..ProviderArgs::default() };
+        let refused = Operator {
+            config: &config,
+            flags: &bad,
+            allow: &[],
+            context: None,
+            writer: None,
+            reask: 0,
+            max_tokens: None,
+        };
+        assert!(settings(refused).is_err());
     }
 
     #[test]

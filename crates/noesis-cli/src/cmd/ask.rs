@@ -65,32 +65,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             out::json(&answer.to_json(), true)?;
             return Ok(ExitCode::SUCCESS);
         }
-        let mut text = format!("{}\n", answer.frame.conclusion);
-        for f in &answer.suspended {
-            text.push_str(&format!(
-                "set aside earlier: {} ({}) — resume? `noesis frames resume {}`\n",
-                f.query.split_whitespace().collect::<Vec<_>>().join(" "),
-                f.frame_id,
-                f.frame_id
-            ));
+        out::data(&answer.to_text())?;
+        for note in answer.notes() {
+            out::note(&note);
         }
-        out::data(&text)?;
-        for sim in &answer.similar {
-            out::note(&format!(
-                "an earlier session asked something similar: {:?} (session {}); `noesis session link {} {}` lets ask see it",
-                sim.prompt.split_whitespace().collect::<Vec<_>>().join(" "),
-                sim.session_id,
-                answer.session_id,
-                sim.session_id
-            ));
-        }
-        out::note(&format!(
-            "frame {} · confidence {:.2} · {} tool call(s){}",
-            answer.frame.frame_id,
-            answer.frame.confidence,
-            answer.children.len(),
-            if answer.promoted { " · promoted to memory" } else { "" }
-        ));
         Ok(ExitCode::SUCCESS)
     })
 }

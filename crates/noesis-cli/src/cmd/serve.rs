@@ -6,17 +6,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
-use noesis_runtime::compose::ComposeRecord;
 use noesis_serve::assemble::{self, Parts, Said, Token};
 use noesis_serve::http::{AccessLog, ServeConfig};
-use noesis_serve::{OnFinished, RunSettings, Service};
+use noesis_serve::{RunSettings, Service};
 
 use crate::config::Config;
 use crate::out;
 use crate::provider::env;
-use crate::provider::{ProviderArgs, Providers, budget, prices};
+use crate::provider::{ProviderArgs, Providers};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -141,22 +139,15 @@ impl HostArgs {
         config: &Config,
         writer: Option<Arc<crate::memory::FrameWriter>>,
     ) -> anyhow::Result<RunSettings> {
-        let on_finished = writer.map(|writer| {
-            OnFinished(Arc::new(move |module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
-                let pending = crate::memory::Pending::new(&module.name, input, Vec::new());
-                // Written by the one writer thread: the answer never waits for the store.
-                writer.record(pending, record.envelope.clone(), record.steps.clone());
-            }))
-        });
-        Ok(RunSettings {
-            allow: crate::config::granted(config, &self.allow)?,
+        Ok(assemble::settings(assemble::Operator {
+            config,
+            flags: &self.provider,
+            allow: &self.allow,
             context: self.keep_context.then(crate::memory::ProjectContext::options),
-            on_finished,
+            writer,
             reask: self.reask,
             max_tokens: self.max_tokens,
-            budget: budget(&self.provider, config)?.map(|m| m.budget()),
-            prices: Some(prices(config)),
-        })
+        })?)
     }
 }
 

@@ -4,12 +4,11 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use noesis_agent::summary::{outcome_json, short_args};
-use noesis_agent::{AgentRun, CallStatus, Entry, Verdict};
+use noesis_agent::summary::outcome_json;
+use noesis_agent::{AgentRun, Verdict};
 use noesis_store::AgentState;
 use serde_json::Value;
 
-use super::status;
 use crate::out;
 
 /// The run `id` (or the project's one run whose id starts with it), as it
@@ -23,10 +22,6 @@ pub(super) fn load_run(
         let (project, store) = crate::memory::context().await?;
         Ok(noesis_host::runs::find(store.as_ref(), &project.project_id, id, step).await?)
     })
-}
-
-fn when(ms: i64) -> String {
-    noesis_frames::Timestamp::from_millis(ms).to_string()
 }
 
 pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
@@ -44,17 +39,7 @@ pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
         out::note("no agent runs in this project yet (`noesis agent \"TASK\"` starts one)");
         return Ok(ExitCode::SUCCESS);
     }
-    let mut text = String::new();
-    for r in &runs {
-        let task: String = r.task.replace('\n', " ").chars().take(60).collect();
-        text.push_str(&format!(
-            "{}  {:<17}  step {:<4}  {}  {task}\n",
-            r.run_id,
-            r.status,
-            r.latest_step,
-            when(r.updated_at)
-        ));
-    }
+    let text = noesis_host::runs::list_text(&runs);
     out::data(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -66,62 +51,7 @@ pub(super) fn show(id: &str, at: Option<i64>, json: bool) -> anyhow::Result<Exit
         out::json(&stored.state, false)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut t = String::new();
-    t.push_str(&format!("run      {}\n", run.id));
-    t.push_str(&format!("task     {}\n", stored.task));
-    t.push_str(&format!("status   {} (step {})\n", status(&run), stored.step));
-    if let Some((from, step)) = &run.forked_from {
-        t.push_str(&format!("forked   from {from} at step {step}\n"));
-    }
-    if let Some(p) = run.host["provider"].as_str() {
-        t.push_str(&format!("model    {p}/{}\n", run.host["model"].as_str().unwrap_or_default()));
-    }
-    let u = run.usage;
-    t.push_str(&format!(
-        "usage    {} turns, {} tool calls, {} tokens in, {} out, ${:.4}\n",
-        u.turns, u.tool_calls, u.input_tokens, u.output_tokens, u.cost_usd
-    ));
-    t.push('\n');
-    for e in &run.entries {
-        match e {
-            Entry::Assistant { content, calls } => {
-                if !content.is_empty() {
-                    t.push_str(&format!("model: {}\n", content.trim()));
-                }
-                for id in calls {
-                    if let Some(c) = run.call(id) {
-                        t.push_str(&format!(
-                            "  call {} {} {} → {}\n",
-                            c.id,
-                            c.tool,
-                            short_args(&c.arguments),
-                            c.status.as_str()
-                        ));
-                        if c.status == CallStatus::AwaitingApproval {
-                            t.push_str(&format!("    arguments hash {}\n", c.arguments_hash));
-                        }
-                    }
-                }
-            }
-            Entry::ToolResult { call_id } => {
-                if let Some(r) = run.call(call_id).and_then(|c| c.result.as_deref()) {
-                    let first: String = r.lines().next().unwrap_or_default().chars().take(100).collect();
-                    t.push_str(&format!("  result {call_id}: {first}\n"));
-                }
-            }
-            Entry::Note { content } => t.push_str(&format!("note: {}\n", content.trim())),
-        }
-    }
-    let routes: Vec<&str> = run.replies.iter().filter_map(|r| r.route.as_deref()).collect();
-    if !routes.is_empty() {
-        t.push_str("\nroutes\n");
-        for (i, r) in routes.iter().enumerate() {
-            t.push_str(&format!("  {}. {r}\n", i + 1));
-        }
-    }
-    if let Some(o) = &run.outcome {
-        t.push_str(&format!("\noutcome  {}\n", serde_json::to_string(o).unwrap_or_default()));
-    }
+    let t = noesis_agent::summary::run_text(&run, &stored.task, stored.step);
     out::data(&t)?;
     Ok(ExitCode::SUCCESS)
 }
