@@ -93,6 +93,37 @@ fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
 }
 
+/// What a person is told where a run stopped short of an answer, and
+/// what to do next (nothing for an answer): why it stopped, how to go on,
+/// or which calls wait for a decision and how to give it.
+pub fn next_steps(run: &AgentRun) -> Vec<String> {
+    match &run.outcome {
+        Some(Outcome::Answer { .. }) => Vec::new(),
+        Some(Outcome::Stopped { reason, detail }) => {
+            let reason = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
+            vec![format!("run {} stopped ({}): {detail}", run.id, reason.unwrap_or_default())]
+        }
+        Some(Outcome::Cancelled) => {
+            vec![format!("run {} cancelled; continue it with `noesis agent resume {}`", run.id, run.id)]
+        }
+        Some(Outcome::Aborted { message }) => {
+            vec![format!("run {} aborted{}", run.id, message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+        }
+        None if run.awaiting_approval() => {
+            let mut notes = vec![format!("run {} waits for approval:", run.id)];
+            for c in run.calls.iter().filter(|c| c.status == CallStatus::AwaitingApproval) {
+                notes.push(format!("  {}  {} {}  (hash {})", c.id, c.tool, short_args(&c.arguments), c.arguments_hash));
+            }
+            notes.push(format!(
+                "decide with `noesis agent approve {0} [CALL]` or `noesis agent deny {0} [CALL] -m WHY`, then `noesis agent resume {0}`",
+                run.id
+            ));
+            notes
+        }
+        None => vec![format!("run {} is paused; `noesis agent resume {}` continues it", run.id, run.id)],
+    }
+}
+
 /// The run as a person reads it (`noesis agent show`): id, task (as
 /// stored), status at `step`, where it was forked from, model and usage,
 /// then every turn, call and result, the routes the router chose and the
@@ -212,6 +243,18 @@ mod tests {
         run.forked_from = Some(("r0".into(), 4));
         let v = outcome_json(&run);
         assert_eq!((v["task"].as_str(), &v["forked_from"]), (Some("as typed"), &json!({"run_id": "r0", "step": 4})));
+    }
+
+    #[test]
+    fn next_steps_say_why_a_run_stopped_and_how_to_go_on() {
+        let mut run = AgentRun::new("r1", "task", RunConfig::default(), 0);
+        assert_eq!(next_steps(&run), ["run r1 is paused; `noesis agent resume r1` continues it"]);
+        run.outcome = Some(Outcome::Aborted { message: Some("no".into()) });
+        assert_eq!(next_steps(&run), ["run r1 aborted: no"]);
+        run.outcome = Some(Outcome::Cancelled);
+        assert_eq!(next_steps(&run), ["run r1 cancelled; continue it with `noesis agent resume r1`"]);
+        run.outcome = Some(Outcome::Answer { text: "a".into() });
+        assert!(next_steps(&run).is_empty());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! `POST /episodes/{id}/approvals` decides the CODER calls a rule asks a
 //! person about.
 //!
-//! The episode is `noesis-workflow`'s: [`EpisodeHost`] (the binary) makes
+//! The episode is `noesis-workflow`'s: [`EpisodeHost`] (`crate::assemble`'s) makes
 //! its [`Driver`] from the operator's config, and this page only runs it in
 //! a task, publishes what its [`Observer`] sees on the [`EventBus`] (topic
 //! `episodes.{id}`) and in the episode's log, and hands decisions to its

@@ -339,38 +339,11 @@ fn ask_in_terminal(pending: &[Pending]) -> anyhow::Result<Vec<Decision>> {
 pub(super) fn report(run: &AgentRun, json: bool) -> anyhow::Result<()> {
     if json {
         out::json(&outcome_json(run), false)?;
+    } else if let Some(Outcome::Answer { text }) = &run.outcome {
+        out::data(text)?;
     }
-    match &run.outcome {
-        Some(Outcome::Answer { text }) => {
-            if !json {
-                out::data(text)?;
-            }
-        }
-        Some(Outcome::Stopped { reason, detail }) => {
-            let reason = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
-            out::note(&format!("run {} stopped ({}): {detail}", run.id, reason.unwrap_or_default()));
-        }
-        Some(Outcome::Cancelled) => {
-            out::note(&format!("run {} cancelled; continue it with `noesis agent resume {}`", run.id, run.id));
-        }
-        Some(Outcome::Aborted { message }) => {
-            out::note(&format!(
-                "run {} aborted{}",
-                run.id,
-                message.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
-            ));
-        }
-        None if run.awaiting_approval() => {
-            out::note(&format!("run {} waits for approval:", run.id));
-            for c in run.calls.iter().filter(|c| c.status == noesis_agent::CallStatus::AwaitingApproval) {
-                out::note(&format!("  {}  {} {}  (hash {})", c.id, c.tool, short_args(&c.arguments), c.arguments_hash));
-            }
-            out::note(&format!(
-                "decide with `noesis agent approve {0} [CALL]` or `noesis agent deny {0} [CALL] -m WHY`, then `noesis agent resume {0}`",
-                run.id
-            ));
-        }
-        None => out::note(&format!("run {} is paused; `noesis agent resume {}` continues it", run.id, run.id)),
+    for note in noesis_agent::summary::next_steps(run) {
+        out::note(&note);
     }
     Ok(())
 }
