@@ -83,6 +83,18 @@ pub enum HostError {
     Message(String),
 }
 
+/// `e` and every error under it, joined by `: ` (as the command line
+/// prints an error), for a message that must keep the causes.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
 /// Results of this crate.
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
 
@@ -90,3 +102,16 @@ macro_rules! bail {
     ($($t:tt)*) => { return Err($crate::HostError::Message(format!($($t)*))) };
 }
 pub(crate) use bail;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_chain_keeps_every_cause_in_order() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(super::chain(&e), "outer: inner");
+        assert_eq!(super::chain(&std::io::Error::other("alone")), "alone");
+    }
+}

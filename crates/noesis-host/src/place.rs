@@ -82,7 +82,7 @@ impl Place {
             Some(home) => identify_cached(cwd, &home.join("cache").join("projects.json")),
             None => identify(cwd),
         };
-        found.map_err(|e| HostError::Message(e.to_string()))
+        found.map_err(|e| HostError::Message(crate::chain(&e)))
     }
 
     /// The project and the store, with the project registered.
@@ -143,6 +143,8 @@ mod tests {
         let nowhere = Place::default();
         assert_eq!(nowhere.store_url().unwrap_err().to_string(), "neither NOESIS_HOME nor HOME is set");
         assert!(nowhere.store_files().is_empty());
+        let gone = Place { cwd: Some(dir.path().join("gone")), ..Place::default() };
+        assert!(gone.project().unwrap_err().to_string().contains("gone"));
         assert_eq!(nowhere.project().unwrap_err().to_string(), "no current directory");
     }
 }

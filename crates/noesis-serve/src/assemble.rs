@@ -346,9 +346,9 @@ impl EpisodeHost for ServedEpisodes {
         let ws = noesis_agent::Workspace::new(&workspace).map_err(|e| format!("the workspace: {e}"))?;
         let rules = noesis_host::rules::RuleFlags::default();
         let permissions =
-            noesis_host::rules::operator(&self.config, &rules, &commands, &ws).map_err(|e| e.to_string())?;
+            noesis_host::rules::operator(&self.config, &rules, &commands, &ws).map_err(|e| noesis_host::chain(&e))?;
         let provider = noesis_host::provider::select(&self.provider, &self.config, None, &|m| (self.note)(m))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| noesis_host::chain(&e))?;
         Ok(Driver {
             search: self.search.clone(),
             states: self.states.clone(),
