@@ -1,5 +1,6 @@
-//! `noesis serve`: the HTTP API of `noesis-serve`, with providers chosen
-//! the way `noesis run` chooses them.
+//! `noesis serve` and `noesis ui`: flags mapped to `noesis-serve`'s
+//! assembled server (`noesis_serve::assemble`), with providers chosen the
+//! way `noesis run` chooses them, and what the server says printed.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
