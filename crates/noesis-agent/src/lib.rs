@@ -59,6 +59,7 @@ pub mod permission;
 mod record;
 mod replay;
 mod run;
+pub mod summary;
 pub mod supervisor;
 mod tool;
 

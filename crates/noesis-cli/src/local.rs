@@ -2,9 +2,7 @@
 //! installed, and the provider itself (with the `local` feature).
 
 use noesis_llm::Provider;
-use serde_json::{Value, json};
-
-use noesis_config::{Config, ProviderArgs};
+use serde_json::Value;
 
 pub(crate) use noesis_host::local::model_path;
 
@@ -21,37 +19,4 @@ pub(crate) fn note_schema(provider: &dyn Provider, schema: &Value) {
     }
     #[cfg(not(feature = "local"))]
     let _ = (provider, schema);
-}
-
-/// `doctor`'s row for the local model: shown when it is installed,
-/// selected or configured.
-pub(crate) fn doctor_row(
-    args: &ProviderArgs,
-    config: &Config,
-    env: &dyn Fn(&str) -> Option<String>,
-    selected: bool,
-) -> Option<Value> {
-    let path = model_path(args, config, env);
-    let installed = path.as_ref().is_some_and(|p| p.is_file());
-    let configured = config.providers.contains_key("local") || config.fallback.iter().any(|f| f == "local");
-    if !(installed || selected || configured) {
-        return None;
-    }
-    let mut row = json!({
-        "provider": "local",
-        "wire": "gguf",
-        "model": path.as_ref().and_then(|p| p.file_stem()).map(|s| s.to_string_lossy().into_owned()),
-        "model_path": path.as_ref().map(|p| p.display().to_string()),
-        "key_variable": null,
-        "key_set": false,
-        "configured": installed || selected,
-        "selected": selected,
-        "built_in": cfg!(feature = "local"),
-    });
-    if !cfg!(feature = "local") {
-        row["problem"] = json!("this noesis was built without the `local` feature");
-    } else if !installed {
-        row["problem"] = json!("model file not found (run `noesis model install`)");
-    }
-    Some(row)
 }

@@ -4,13 +4,11 @@
 use std::sync::Arc;
 
 use noesis_llm::Provider;
-use noesis_modules::Module;
-use noesis_serve::{ProviderSource, SourceError};
 
 pub(crate) use noesis_config::{ProviderArgs, env};
-pub(crate) use noesis_host::provider::{
-    Allowed, NO_PROVIDER, Providers, Source, budget, choose, endpoint, prices, with_text_tools,
-};
+pub(crate) use noesis_host::provider::{Providers, budget, prices, with_text_tools};
+
+pub(crate) use noesis_serve::assemble::Served;
 
 use crate::config::Config;
 
@@ -22,22 +20,4 @@ pub(crate) fn select(
     module: Option<(&str, Option<&str>)>,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     Ok(noesis_host::provider::select(args, config, module, &|m| crate::out::note(m))?)
-}
-
-/// A server's providers as `noesis-serve` takes them: a request's choice
-/// outside the allow-list is refused, any other failure is the provider's.
-pub(crate) struct Served(pub(crate) Arc<Providers>);
-
-impl ProviderSource for Served {
-    fn provider(
-        &self,
-        name: Option<&str>,
-        model: Option<&str>,
-        module: &Module,
-    ) -> Result<Arc<dyn Provider>, SourceError> {
-        self.0.for_module(name, model, module).map_err(|e| match e {
-            noesis_host::HostError::NotAllowed(m) => SourceError::NotAllowed(m),
-            other => SourceError::Unavailable(other.to_string()),
-        })
-    }
 }

@@ -181,3 +181,12 @@ fn user_path_follows_the_platform_variables() {
     }
     assert_eq!(user_path(&env(&[])), None);
 }
+
+#[test]
+fn home_is_noesis_home_else_dot_noesis_in_home() {
+    let env =
+        |vars: &'static [(&str, &str)]| move |k: &str| vars.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned());
+    assert_eq!(home_from(&env(&[("NOESIS_HOME", "/n"), ("HOME", "/h")])), Some(PathBuf::from("/n")));
+    assert_eq!(home_from(&env(&[("NOESIS_HOME", " "), ("HOME", "/h")])), Some(PathBuf::from("/h/.noesis")));
+    assert_eq!(home_from(&env(&[("HOME", "")])), None);
+}

@@ -8,9 +8,15 @@
 //!   sandbox, MCP servers, router — or refused where that cannot be had;
 //! - [`rules`], [`tools`], [`route`]: the operator's permission layer, the
 //!   host's own tools (`run_module`, frames, `sub_agent`), the role router;
-//! - [`runs`], [`frames`]: runs kept in the store and written as frames;
+//! - [`launch`], [`drive`]: a new run from a person's choices as plain
+//!   data, and a run driven until it stops with the front end showing its
+//!   events and asked for decisions;
+//! - [`runs`], [`frames`]: runs kept in the store (found, decided,
+//!   replayed) and written as frames;
 //! - [`served`], [`lease`]: runs started by clients of a server, and which
-//!   process may drive them.
+//!   process may drive them;
+//! - [`place`]: the store in force and the project of a folder;
+//!   [`doctor`]: the providers checked, as data.
 //!
 //! Architecture invariant: no printing and no terminal — what a person
 //! should hear goes through a `note` callback the front end gives; errors
@@ -25,10 +31,14 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod doctor;
+pub mod drive;
 pub mod frames;
 pub mod host;
+pub mod launch;
 pub mod lease;
 pub mod local;
+pub mod place;
 pub mod provider;
 pub mod route;
 pub mod rules;
@@ -73,6 +83,18 @@ pub enum HostError {
     Message(String),
 }
 
+/// `e` and every error under it, joined by `: ` (as the command line
+/// prints an error), for a message that must keep the causes.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    text
+}
+
 /// Results of this crate.
 pub type Result<T, E = HostError> = std::result::Result<T, E>;
 
@@ -80,3 +102,16 @@ macro_rules! bail {
     ($($t:tt)*) => { return Err($crate::HostError::Message(format!($($t)*))) };
 }
 pub(crate) use bail;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_chain_keeps_every_cause_in_order() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("outer")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("inner"));
+        assert_eq!(super::chain(&e), "outer: inner");
+        assert_eq!(super::chain(&std::io::Error::other("alone")), "alone");
+    }
+}

@@ -474,6 +474,21 @@ impl Providers {
         Providers { allowed: Some(allowed), ..Providers::new(flags, config) }
     }
 
+    /// A server's providers: requests choose only among the operator's
+    /// default and what `allow_model` (`--allow-model`) and `[serve]
+    /// allow_models` allow; an entry that does not parse is refused, named.
+    pub fn for_operator(flags: ProviderArgs, config: Config, allow_model: &[String]) -> Result<Providers> {
+        let mut allowed = Vec::new();
+        for (text, from) in allow_model
+            .iter()
+            .map(|t| (t, "--allow-model"))
+            .chain(config.serve.allow_models.iter().map(|t| (t, "serve.allow_models in the config")))
+        {
+            allowed.push(text.parse::<Allowed>().map_err(|e| HostError::Message(format!("{from}: {e}")))?);
+        }
+        Ok(Providers::for_server(flags, config, allowed))
+    }
+
     /// The provider `args` choose (for `module`, by its routes), made once
     /// per (provider, model) and kept.
     pub fn get(&self, args: &ProviderArgs, module: Option<(&str, Option<&str>)>) -> Result<Arc<dyn Provider>> {

@@ -3,8 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use noesis_agent::{AgentRun, Checkpoint, MemoryBuffer, MemoryKind, ToolEvidence};
-use noesis_store::{AgentState, Store};
+use noesis_agent::{
+    AgentRun, CallRecord, CallStatus, Checkpoint, Decision, MemoryBuffer, MemoryKind, Replayed, ToolEvidence, Verdict,
+};
+use noesis_store::{AgentState, AgentSummary, Store};
 use serde_json::{Value, json};
 
 use crate::{HostError, Result, bail};
@@ -144,4 +146,164 @@ pub async fn record_frames(
         store.save_agent_state(&state_of(run, &project_id)).await?;
     }
     Ok(())
+}
+
+/// A listed run as JSON (`noesis agent list --json`).
+pub fn summary_json(r: &AgentSummary) -> Value {
+    json!({"run_id": r.run_id, "task": r.task, "status": r.status, "step": r.latest_step,
+           "forked_from": r.forked_from, "updated_at": noesis_frames::Timestamp::from_millis(r.updated_at).to_string()})
+}
+
+/// Listed runs as text (`noesis agent list`): a line each with id,
+/// status, step, when it last changed and the task's start.
+pub fn list_text(runs: &[AgentSummary]) -> String {
+    let mut text = String::new();
+    for r in runs {
+        let task: String = r.task.replace('\n', " ").chars().take(60).collect();
+        text.push_str(&format!(
+            "{}  {:<17}  step {:<4}  {}  {task}\n",
+            r.run_id,
+            r.status,
+            r.latest_step,
+            noesis_frames::Timestamp::from_millis(r.updated_at)
+        ));
+    }
+    text
+}
+
+/// Decisions on a paused run's calls: on `call`, else on every call that
+/// waits, each with `verdict`. With `hash` (the arguments hash the person
+/// saw) a call whose arguments are not those is refused when decided.
+pub fn decisions(
+    run: &AgentRun,
+    call: Option<&str>,
+    hash: Option<&str>,
+    verdict: &dyn Fn(&CallRecord) -> Verdict,
+) -> Result<Vec<Decision>> {
+    let pending: Vec<&CallRecord> = run.calls.iter().filter(|c| c.status == CallStatus::AwaitingApproval).collect();
+    if pending.is_empty() {
+        bail!("run {} has no call waiting for a decision (it is {})", run.id, run.status());
+    }
+    let chosen: Vec<&CallRecord> = match call {
+        Some(c) => {
+            let Some(found) = pending.iter().find(|p| p.id == c) else {
+                let ids: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
+                bail!("call `{c}` of run {} is not waiting for a decision (waiting: {})", run.id, ids.join(", "));
+            };
+            vec![*found]
+        }
+        None => pending,
+    };
+    Ok(chosen
+        .into_iter()
+        .map(|c| Decision {
+            call_id: c.id.clone(),
+            tool: c.tool.clone(),
+            arguments_hash: hash.map_or_else(|| c.arguments_hash.clone(), str::to_owned),
+            verdict: verdict(c),
+        })
+        .collect())
+}
+
+/// Applies `decisions` to stored run `run` and keeps it under
+/// `project_id`.
+pub async fn decide(store: &dyn Store, project_id: &str, run: &mut AgentRun, decisions: &[Decision]) -> Result<()> {
+    run.decide(decisions).map_err(|e| HostError::Message(format!("run {}: {e}", run.id)))?;
+    let mut keep = Keep { store, project_id: project_id.to_owned() };
+    Checkpoint::save(&mut keep, run).await.map_err(HostError::Message)
+}
+
+/// Replays run `id` (or the project's one run whose id starts with it)
+/// from its state at step `from` (0 or less: as it began), with the
+/// model's replies and the tools' results served from its record.
+pub async fn replay(store: &dyn Store, project_id: &str, id: &str, from: i64) -> Result<(AgentRun, Replayed)> {
+    let (record, _) = find(store, project_id, id, None).await?;
+    let start = if from <= 0 {
+        // The run as it began: its first stored state, else rebuilt.
+        match find(store, project_id, &record.id, Some(0)).await {
+            Ok((run, _)) => run,
+            Err(_) => first_state(&record),
+        }
+    } else {
+        find(store, project_id, &record.id, Some(from)).await?.0
+    };
+    let replayed = noesis_agent::replay(start, &record);
+    Ok((record, replayed))
+}
+
+/// A replay as JSON (`noesis agent replay --json`).
+pub fn replay_json(record: &AgentRun, from: i64, replayed: &Replayed) -> Value {
+    json!({"run_id": record.id, "from_step": from, "steps": replayed.steps, "diverged": replayed.diverged,
+           "matches": replayed.matches, "outcome": replayed.run.outcome})
+}
+
+/// The run rebuilt as it began, for a record whose first state is gone.
+fn first_state(record: &AgentRun) -> AgentRun {
+    let mut run = AgentRun::new(record.id.clone(), record.task.clone(), record.config.clone(), record.started_ms);
+    run.host = record.host.clone();
+    run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(id: &str) -> CallRecord {
+        CallRecord {
+            id: id.into(),
+            turn: 0,
+            tool: "write_file".into(),
+            arguments: json!({"path": "a"}),
+            arguments_hash: format!("hash-{id}"),
+            status: CallStatus::AwaitingApproval,
+            result: None,
+            is_error: false,
+            started_ms: None,
+            finished_ms: None,
+            evidence: Vec::new(),
+            span: None,
+        }
+    }
+
+    #[test]
+    fn decisions_cover_every_waiting_call_or_the_one_named() {
+        let mut run = AgentRun::new("r1", "t", noesis_agent::RunConfig::default(), 0);
+        let e = decisions(&run, None, None, &|_| Verdict::Approve).err().unwrap().to_string();
+        assert_eq!(e, "run r1 has no call waiting for a decision (it is running)");
+        run.calls = vec![waiting("c1"), waiting("c2")];
+        let all = decisions(&run, None, None, &|_| Verdict::Approve).unwrap();
+        let ids: Vec<(&str, &str)> = all.iter().map(|d| (d.call_id.as_str(), d.arguments_hash.as_str())).collect();
+        assert_eq!(ids, [("c1", "hash-c1"), ("c2", "hash-c2")]);
+        let one = decisions(&run, Some("c2"), Some("seen"), &|_| Verdict::Deny { message: None }).unwrap();
+        assert_eq!((one.len(), one[0].arguments_hash.as_str()), (1, "seen"));
+        assert_eq!(one[0].verdict, Verdict::Deny { message: None });
+        let e = decisions(&run, Some("c9"), None, &|_| Verdict::Approve).err().unwrap().to_string();
+        assert_eq!(e, "call `c9` of run r1 is not waiting for a decision (waiting: c1, c2)");
+    }
+
+    #[test]
+    fn a_listed_run_is_one_line_with_its_task_cut() {
+        let r = AgentSummary {
+            run_id: "r1".into(),
+            task: format!("two\nlines{}", "x".repeat(80)),
+            status: "done".into(),
+            latest_step: 3,
+            forked_from: None,
+            updated_at: 0,
+        };
+        let text = list_text(std::slice::from_ref(&r));
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.starts_with("r1  done               step 3     1970-01-01"), "{text}");
+        assert!(text.ends_with(&format!("two lines{}\n", "x".repeat(51))), "{text}");
+        assert_eq!(summary_json(&r)["updated_at"], json!(noesis_frames::Timestamp::from_millis(0).to_string()));
+    }
+
+    #[test]
+    fn a_run_whose_first_state_is_gone_is_rebuilt_as_it_began() {
+        let mut record = AgentRun::new("r1", "t", noesis_agent::RunConfig::default(), 7);
+        record.host = json!({"workspace": "/w"});
+        record.step = 9;
+        let first = first_state(&record);
+        assert_eq!((first.step, first.started_ms, &first.host), (0, 7, &record.host));
+    }
 }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use noesis_agent::supervisor::{AgentHost, AgentRequest, Ceiling};
+use noesis_agent::supervisor::{AgentHost, AgentRequest, Ceiling, RunsPolicy};
 use noesis_agent::{AgentRun, ApprovalPolicy, RunConfig, Strategy, ToolFilter, Toolbox};
 use noesis_llm::{ChatResponse, PriceTable, Provider};
 use serde_json::{Value, json};
@@ -228,5 +228,91 @@ impl AgentHost for ServedAgents {
         if let Err(e) = record_frames(self.host.store.as_ref(), &self.host.project, run).await {
             (self.warn)(&format!("warning: run {} was not recorded as frames: {e}", run.id));
         }
+    }
+}
+
+/// What agent runs get at most, and how many may be live: the operator's
+/// `approve` (else `[agent] approve`, else ask), `[agent] max_iterations`
+/// and `[budget]`; `http`: whether clients may start them over HTTP.
+pub fn runs_policy(
+    approve: Option<&str>,
+    config: &noesis_config::Config,
+    http: bool,
+    max_runs: usize,
+) -> crate::Result<RunsPolicy> {
+    let approve = match approve.or(config.agent.approve.as_deref()) {
+        Some(text) => noesis_agent::supervisor::parse_approval(text).map_err(HostError::Message)?,
+        None => ApprovalPolicy::Ask,
+    };
+    let limits = noesis_agent::Limits {
+        max_turns: config.agent.max_iterations.unwrap_or(noesis_agent::Limits::default().max_turns),
+        max_tokens: config.budget.max_tokens,
+        max_cost_usd: config.budget.max_cost_usd,
+        ..noesis_agent::Limits::default()
+    };
+    Ok(RunsPolicy { http, max_runs, ceiling: Ceiling { approve, limits } })
+}
+
+/// What a server's agent runs are bound to.
+pub struct Binding {
+    /// Where `run_module` finds modules.
+    pub search: noesis_modules::search::SearchPath,
+    /// Runs and frames.
+    pub store: Arc<dyn noesis_store::Store>,
+    /// The server's project.
+    pub project: noesis_frames::project::Project,
+    /// The server's providers.
+    pub providers: Arc<crate::provider::Providers>,
+    /// The one workspace of every run: the server's folder.
+    pub folder: std::path::PathBuf,
+    /// How the runs' commands (and the MCP servers) are confined.
+    pub sandbox: noesis_sandbox::Settings,
+    /// `http` or `mcp` (see [`ServedAgents::origin`]).
+    pub origin: &'static str,
+    /// Where the leases of the runs this process drives are kept
+    /// (`$NOESIS_HOME/agent-leases`).
+    pub leases: std::path::PathBuf,
+    /// The most a run gets.
+    pub ceiling: Ceiling,
+    /// Where remarks and warnings go (`starting MCP server …`).
+    pub note: crate::host::Note,
+}
+
+/// The agent runs of a server: bound to its folder, with `[mcp.servers]`
+/// started once for every run.
+pub async fn bind(b: Binding) -> crate::Result<ServedAgents> {
+    let workspace = noesis_agent::Workspace::new(&b.folder)
+        .map_err(|e| HostError::Message(format!("the current folder cannot be the agents' workspace: {e}")))?;
+    let specs = crate::host::mcp_specs(b.providers.config(), &[])?;
+    let mcp = crate::host::connect_mcp(specs, b.sandbox.clone(), &workspace, Some(b.note.as_ref())).await?;
+    let host = Host {
+        search: b.search,
+        store: b.store,
+        project: b.project,
+        providers: b.providers,
+        reach: Reach::Bound { workspace, mcp },
+        note: None,
+    };
+    let leases = Arc::new(crate::lease::Leases::new(b.leases)?);
+    Ok(ServedAgents::new(host, b.sandbox, b.origin, leases, b.ceiling, b.note))
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn the_operators_flag_wins_over_the_config_and_the_config_sets_the_limits() {
+        let mut config = noesis_config::Config::default();
+        config.agent.approve = Some("never".into());
+        config.agent.max_iterations = Some(4);
+        config.budget.max_cost_usd = Some(1.5);
+        let p = runs_policy(None, &config, true, 3).unwrap();
+        assert_eq!((p.http, p.max_runs, p.ceiling.approve), (true, 3, ApprovalPolicy::Never));
+        assert_eq!((p.ceiling.limits.max_turns, p.ceiling.limits.max_cost_usd), (4, Some(1.5)));
+        assert_eq!(runs_policy(Some("auto"), &config, false, 1).unwrap().ceiling.approve, ApprovalPolicy::Auto);
+        assert!(runs_policy(Some("sometimes"), &config, false, 1).is_err());
+        let p = runs_policy(None, &noesis_config::Config::default(), false, 1).unwrap();
+        assert_eq!(p.ceiling.approve, ApprovalPolicy::Ask);
     }
 }

@@ -39,22 +39,24 @@ pub trait AskHost: Send + Sync {
     fn observe(&self, _run_id: &str, _progress: &noesis_agent::Progress) {}
 }
 
-/// Hears an ask's agent run as it goes: its id and each step.
-pub type Observe = Arc<dyn Fn(&str, &noesis_agent::Progress) + Send + Sync>;
+/// Hears each step of an ask's run, with the run's id.
+pub type Observe = Box<dyn Fn(&str, &noesis_agent::Progress) + Send + Sync>;
 
-/// The agent host every front end lends an ask: the host's frame tools over
-/// `store`, the run's states kept in it, progress to `observe`. `noesis ask`
-/// and `POST /plugins/ask` both answer through it.
+/// The agent host of an ask in a process with a store: the host's frame
+/// tools over that store, each state kept there, progress to `observe`.
+/// `noesis ask` and `POST /plugins/ask` both lend it.
 pub struct StoreHost {
-    /// Where a `run_module` call finds modules.
+    /// Where `run_module` finds modules.
     pub search: noesis_modules::search::SearchPath,
-    /// The ask's model, which answers `run_module` too.
+    /// The model of the run (what `run_module` calls too).
     pub provider: Arc<dyn Provider>,
-    /// Frames and runs.
+    /// The store the frames are searched in and the run is kept in.
     pub store: Arc<dyn noesis_store::Store>,
-    /// The project asked about.
+    /// The project.
     pub project_id: String,
-    /// Who hears the run (`None`: nobody).
+    /// Takes secret values out of what the frame tools return.
+    pub redactor: Arc<noesis_sandbox::Redactor>,
+    /// Hears each step of the run, with its id.
     pub observe: Option<Observe>,
 }
 
@@ -75,7 +77,7 @@ impl AskHost for StoreHost {
             depth: noesis_host::tools::MAX_DEPTH,
             router: None,
             visible: Some(visible),
-            redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
+            redactor: Arc::clone(&self.redactor),
         };
         noesis_host::tools::with_frame_tools(tools, &host)
     }
@@ -85,8 +87,8 @@ impl AskHost for StoreHost {
     }
 
     fn observe(&self, run_id: &str, progress: &noesis_agent::Progress) {
-        if let Some(o) = &self.observe {
-            o(run_id, progress);
+        if let Some(observe) = &self.observe {
+            observe(run_id, progress);
         }
     }
 }
@@ -135,6 +137,50 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// The answer as text: the conclusion, then each branch set aside
+    /// earlier that may be resumed.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut text = format!("{}\n", self.frame.conclusion);
+        for f in &self.suspended {
+            text.push_str(&format!(
+                "set aside earlier: {} ({}) — resume? `noesis frames resume {}`\n",
+                f.query.split_whitespace().collect::<Vec<_>>().join(" "),
+                f.frame_id,
+                f.frame_id
+            ));
+        }
+        text
+    }
+
+    /// What to tell a person besides the answer: each similar question of
+    /// another session (and how to let ask see it), then the frame, its
+    /// confidence, the tool calls and whether it was promoted.
+    #[must_use]
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .similar
+            .iter()
+            .map(|sim| {
+                format!(
+                    "an earlier session asked something similar: {:?} (session {}); `noesis session link {} {}` lets ask see it",
+                    sim.prompt.split_whitespace().collect::<Vec<_>>().join(" "),
+                    sim.session_id,
+                    self.session_id,
+                    sim.session_id
+                )
+            })
+            .collect();
+        notes.push(format!(
+            "frame {} · confidence {:.2} · {} tool call(s){}",
+            self.frame.frame_id,
+            self.frame.confidence,
+            self.children.len(),
+            if self.promoted { " · promoted to memory" } else { "" }
+        ));
+        notes
+    }
+
     /// The answer as JSON (`noesis ask --json`).
     #[must_use]
     pub fn to_json(&self) -> Value {
@@ -399,5 +445,38 @@ mod tests {
         assert_eq!(reply("{\"answer\": \"first\"} then {\"answer\": \"last\"}")["answer"], "last");
         assert_eq!(reply("just text"), json!("just text"));
         assert_eq!(reply("{\"not\": 1}"), json!("{\"not\": 1}"));
+    }
+
+    #[test]
+    fn an_answer_reads_as_its_conclusion_and_the_branches_set_aside() {
+        let frame = |query: &str, conclusion: &str| {
+            Draft { conclusion: conclusion.into(), confidence: 0.9, ..Draft::new(query) }
+                .into_frame("p", None, None, Timestamp::from_millis(0))
+                .unwrap()
+        };
+        let aside = frame("an  old\nquestion", "");
+        let answer = Answer {
+            session_id: "s1".into(),
+            frame: frame("q", "it is 42"),
+            children: Vec::new(),
+            promoted: true,
+            memory: Vec::new(),
+            similar: vec![Similar { session_id: "s0".into(), prompt: "what  is\nit".into(), similarity: 0.9 }],
+            suspended: vec![aside.clone()],
+        };
+        let id = &aside.frame_id;
+        assert_eq!(
+            answer.to_text(),
+            format!("it is 42\nset aside earlier: an old question ({id}) — resume? `noesis frames resume {id}`\n")
+        );
+        let notes = answer.notes();
+        assert_eq!(
+            notes[0],
+            "an earlier session asked something similar: \"what is it\" (session s0); `noesis session link s1 s0` lets ask see it"
+        );
+        assert_eq!(
+            notes[1],
+            format!("frame {} · confidence 0.90 · 0 tool call(s) · promoted to memory", answer.frame.frame_id)
+        );
     }
 }

@@ -550,6 +550,111 @@ impl DocsStatus {
     }
 }
 
+impl SyncReport {
+    /// The report as text, a line per unit written, failed or removed, and
+    /// the counts; `out` is where the nodes are.
+    #[must_use]
+    pub fn to_text(&self, out: &Path) -> String {
+        let mut text = String::new();
+        for (u, why) in &self.regenerated {
+            text.push_str(&format!("wrote  {u}  ({why})\n"));
+        }
+        for (u, e) in &self.failed {
+            text.push_str(&format!("failed {u}  {e}\n"));
+        }
+        for u in &self.removed {
+            text.push_str(&format!("removed {u}  (its files are gone)\n"));
+        }
+        text.push_str(&format!(
+            "{} regenerated, {} unchanged, {} removed, {} failed; nodes in {}\n",
+            self.regenerated.len(),
+            self.kept.len(),
+            self.removed.len(),
+            self.failed.len(),
+            out.display()
+        ));
+        text
+    }
+}
+
+impl DocsStatus {
+    /// The status as text: a line per stale node, and the count.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut text = String::new();
+        for (u, why) in &self.stale {
+            text.push_str(&format!("stale  {u}  ({why})\n"));
+        }
+        text.push_str(&format!("{} of {} nodes stale\n", self.stale.len(), self.units));
+        text
+    }
+}
+
+/// The docs folder: `flag` (relative to `cwd`), else `configured` (`[frames]
+/// docs_dir`, relative to the project's `root`), else `docs/noesis` there.
+#[must_use]
+pub fn out_dir(flag: Option<&Path>, configured: Option<&str>, root: &Path, cwd: &Path) -> PathBuf {
+    match flag {
+        Some(p) if p.is_absolute() => p.to_owned(),
+        Some(p) => cwd.join(p),
+        None => root.join(configured.unwrap_or("docs/noesis")),
+    }
+}
+
+/// The scope folder a person typed (relative to `cwd`), checked to be a
+/// folder.
+///
+/// # Errors
+/// It is not a folder.
+pub fn scope(path: Option<&Path>, cwd: &Path) -> Result<Option<PathBuf>, Error> {
+    let Some(p) = path else { return Ok(None) };
+    let abs = if p.is_absolute() { p.to_owned() } else { cwd.join(p) };
+    if !abs.is_dir() {
+        return Err(Error::Invalid(format!("{}: not a folder (docs are kept per folder of source)", p.display())));
+    }
+    Ok(Some(abs))
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn the_docs_folder_is_the_flag_the_config_or_docs_noesis() {
+        let (root, cwd) = (Path::new("/p"), Path::new("/p/sub"));
+        assert_eq!(out_dir(Some(Path::new("/abs")), Some("c"), root, cwd), Path::new("/abs"));
+        assert_eq!(out_dir(Some(Path::new("rel")), Some("c"), root, cwd), Path::new("/p/sub/rel"));
+        assert_eq!(out_dir(None, Some("c"), root, cwd), Path::new("/p/c"));
+        assert_eq!(out_dir(None, None, root, cwd), Path::new("/p/docs/noesis"));
+    }
+
+    #[test]
+    fn a_scope_must_be_a_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("f"), "").unwrap();
+        assert_eq!(scope(None, dir.path()).unwrap(), None);
+        assert_eq!(scope(Some(Path::new(".")), dir.path()).unwrap(), Some(dir.path().join(".")));
+        let e = scope(Some(Path::new("f")), dir.path()).unwrap_err().to_string();
+        assert_eq!(e, "f: not a folder (docs are kept per folder of source)");
+    }
+
+    #[test]
+    fn reports_read_as_a_line_per_unit_and_the_counts() {
+        let report = SyncReport {
+            regenerated: vec![("a".into(), "new".into())],
+            kept: vec!["b".into()],
+            failed: vec![("c".into(), "boom".into())],
+            removed: vec!["d".into()],
+        };
+        assert_eq!(
+            report.to_text(Path::new("/o")),
+            "wrote  a  (new)\nfailed c  boom\nremoved d  (its files are gone)\n1 regenerated, 1 unchanged, 1 removed, 1 failed; nodes in /o\n"
+        );
+        let status = DocsStatus { units: 3, stale: vec![("a".into(), "changed".into())] };
+        assert_eq!(status.to_text(), "stale  a  (changed)\n1 of 3 nodes stale\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

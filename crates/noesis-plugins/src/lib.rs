@@ -13,7 +13,9 @@
 //! print, serialise or stream. [`ModuleThink`] makes a Cognitive Module the
 //! model of a step; [`import`] turns a Claude Code transcript into a
 //! session's frames; [`runs`] records module runs as frames and keeps the
-//! context they emit in the store.
+//! context they emit in the store, and [`recorder`] does both in a
+//! process's place (`noesis_host::place`), a server's runs through one
+//! writer thread.
 //!
 //! Architecture invariant: nothing here reads the process's environment,
 //! current directory or configuration, and nothing prints; a front end
@@ -34,7 +36,9 @@
 pub mod ask;
 pub mod docs;
 pub mod import;
+pub mod programs;
 pub mod recall;
+pub mod recorder;
 pub mod review;
 pub mod runs;
 pub mod testgen;

@@ -228,6 +228,32 @@ pub struct ReviewReport {
 }
 
 impl ReviewReport {
+    /// The report as `format` says: `json`, `sarif` (SARIF 2.1.0, the tool
+    /// named `noesis` at `version`) or text (findings, the principles
+    /// promoted and the files that failed).
+    #[must_use]
+    pub fn render(&self, format: &str, version: &str) -> String {
+        let findings = self.findings();
+        match format {
+            "json" => format!("{}\n", serde_json::to_string_pretty(&self.to_json()).unwrap_or_default()),
+            "sarif" => {
+                let tool = noesis_review::SarifTool { name: "noesis", version, information_uri: None };
+                let sarif = noesis_review::to_sarif(&tool, &findings, &self.principles);
+                format!("{}\n", serde_json::to_string_pretty(&sarif).unwrap_or_default())
+            }
+            _ => {
+                let mut t = noesis_review::render_text(&findings, &self.summary());
+                for p in &self.promotions {
+                    t.push_str(&format!("promoted: {}\n", p.principle().text));
+                }
+                for (f, e) in &self.failed {
+                    t.push_str(&format!("failed: {f}: {e}\n"));
+                }
+                t
+            }
+        }
+    }
+
     /// Every finding, file by file.
     #[must_use]
     pub fn findings(&self) -> Vec<Finding> {

@@ -393,6 +393,58 @@ pub async fn generate_in(
     Ok(generate(&mut core, &plugin, think, &files, progress).await?)
 }
 
+impl TestgenReport {
+    /// The report as text: a line per spec written or failed, per test file
+    /// written or removed, and the counts.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        let mut text = String::new();
+        for (f, func, why) in &self.specified {
+            text.push_str(&format!("spec   {f} {func}  ({why})\n"));
+        }
+        for (f, func, e) in &self.failed {
+            text.push_str(&format!("failed {f} {func}  {e}\n"));
+        }
+        for w in &self.written {
+            text.push_str(&format!("wrote  {w}\n"));
+        }
+        for w in &self.removed {
+            text.push_str(&format!("removed {w}  (no function left to test)\n"));
+        }
+        text.push_str(&format!(
+            "{} spec(s) written, {} kept, {} failed, {} test file(s) written\n",
+            self.specified.len(),
+            self.kept.len(),
+            self.failed.len(),
+            self.written.len()
+        ));
+        text
+    }
+}
+
+#[cfg(test)]
+mod text_tests {
+    use super::*;
+
+    #[test]
+    fn the_report_reads_as_a_line_per_spec_and_file_and_the_counts() {
+        let report = TestgenReport {
+            specified: vec![("a.py".into(), "f".into(), "new".into())],
+            kept: vec![("a.py".into(), "g".into())],
+            failed: vec![("b.py".into(), "h".into(), "boom".into())],
+            written: vec!["tests/noesis/test_a.py".into()],
+            dropped: Vec::new(),
+            removed: vec!["tests/noesis/test_c.py".into()],
+        };
+        assert_eq!(
+            report.to_text(),
+            "spec   a.py f  (new)\nfailed b.py h  boom\nwrote  tests/noesis/test_a.py\n\
+             removed tests/noesis/test_c.py  (no function left to test)\n\
+             1 spec(s) written, 1 kept, 1 failed, 1 test file(s) written\n"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,7 +8,7 @@
 //! person about.
 //!
 //! The episodes are `noesis-workflow`'s ([`Episodes`]: their tasks, event
-//! logs, approvals and the one-episode rule; [`EpisodeHost`], the binary,
+//! logs, approvals and the one-episode rule; [`EpisodeHost`], `crate::assemble`'s,
 //! makes each driver from the operator's config); this page only says them
 //! in HTTP. `GET /episodes/{id}/events?after=N` is the same as
 //! `Last-Event-ID: N` (a browser's first `EventSource` request cannot set

@@ -11,10 +11,13 @@
 //! plugins (docs, review, testgen) and [`episodes`] runs `solve` episodes
 //! (noesis-workflow's driver) on the server's project. [`mcp`] is what the
 //! MCP server of `noesis mcp` (`noesis_mcp::server`) serves: this `Service`
-//! and these agent runs.
+//! and these agent runs. [`assemble`] puts a whole server together from
+//! the front end's decisions (providers, episodes, the token file, the
+//! order of start and shutdown).
 //!
-//! Architecture invariant: no provider selection, config files or printing
-//! here; the binary decides which provider answers and where logs go. No
+//! Architecture invariant: no config files read and no printing here; the
+//! binary reads the settings, and says what the server tells it
+//! ([`assemble::Said`]); providers are chosen by `noesis-host`'s rules. No
 //! secret (bearer token, API key) is ever logged or echoed.
 //!
 //! ```
@@ -45,6 +48,7 @@
 
 pub mod access;
 pub mod agents;
+pub mod assemble;
 pub mod episodes;
 pub mod http;
 pub mod mcp;

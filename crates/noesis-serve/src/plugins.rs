@@ -497,7 +497,8 @@ async fn perform(
                 provider: Arc::clone(&provider),
                 store: Arc::clone(&runs.store),
                 project_id: runs.project.project_id.clone(),
-                observe: Some(Arc::new(move |run_id: &str, p: &noesis_agent::Progress| {
+                redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
+                observe: Some(Box::new(move |run_id: &str, p: &noesis_agent::Progress| {
                     let e = noesis_agent::events::progress_event("plugins.ask", run_id, p);
                     let tool = e.data["tool"].as_str().map(|t| format!(" {t}")).unwrap_or_default();
                     ask_progress(&format!("{}{tool}", e.kind));

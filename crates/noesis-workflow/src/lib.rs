@@ -19,6 +19,7 @@
 //! server runs for its clients: their event logs, approvals and the
 //! one-episode rule, read by the HTTP routes and the dashboard alike.
 
+pub mod commands;
 pub mod driver;
 pub mod episode;
 pub mod judge;

@@ -8,9 +8,8 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use noesis_agent::{Checkpoint, Toolbox};
 use noesis_modules::search::SearchPath;
-use noesis_plugins::ask::{AskHost, Question};
+use noesis_plugins::ask::{Question, StoreHost};
 use noesis_store::Store;
 
 use crate::out;
@@ -35,41 +34,6 @@ pub(crate) struct Args {
     provider: ProviderArgs,
 }
 
-/// The CLI's agent host for an ask: its frame tools over the store, runs
-/// kept in the store, progress on stderr.
-struct Host {
-    search: SearchPath,
-    provider: Arc<dyn noesis_llm::Provider>,
-    store: Arc<dyn Store>,
-    project_id: String,
-    quiet: bool,
-}
-
-impl AskHost for Host {
-    fn frame_tools(&self, tools: Toolbox, run_id: &str, visible: Arc<Vec<String>>) -> Toolbox {
-        let host = super::agent::tools::Host {
-            search: self.search.clone(),
-            provider: Arc::clone(&self.provider),
-            store: Arc::clone(&self.store),
-            project_id: self.project_id.clone(),
-            run_id: run_id.to_owned(),
-            depth: super::agent::tools::MAX_DEPTH,
-            router: None,
-            visible: Some(visible),
-            redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
-        };
-        super::agent::tools::with_frame_tools(tools, &host)
-    }
-
-    fn checkpoint(&self) -> Box<dyn Checkpoint + '_> {
-        Box::new(super::agent::Keep { store: self.store.as_ref(), project_id: self.project_id.clone() })
-    }
-
-    fn observe(&self, run_id: &str, p: &noesis_agent::Progress) {
-        super::agent::progress_notes(self.quiet, run_id, "  ")(p);
-    }
-}
-
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     if a.query.trim().is_empty() {
         anyhow::bail!("the question is empty: noesis ask \"QUERY\"");
@@ -81,12 +45,14 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         let exclude = s.exclude;
         let store: Arc<dyn Store> = Arc::from(s.store);
         let setting = noesis_plugins::Setting { project: &s.project, store: store.as_ref(), exclude: &exclude };
-        let host = Host {
+        let quiet = a.quiet;
+        let host = StoreHost {
             search: search.clone(),
             provider: Arc::clone(&provider),
             store: Arc::clone(&store),
             project_id: s.project.project_id.clone(),
-            quiet: a.quiet,
+            redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
+            observe: Some(Box::new(move |run_id, p| super::agent::progress_notes(quiet, run_id, "  ")(p))),
         };
         let question = Question {
             query: a.query.clone(),
@@ -99,32 +65,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             out::json(&answer.to_json(), true)?;
             return Ok(ExitCode::SUCCESS);
         }
-        let mut text = format!("{}\n", answer.frame.conclusion);
-        for f in &answer.suspended {
-            text.push_str(&format!(
-                "set aside earlier: {} ({}) — resume? `noesis frames resume {}`\n",
-                f.query.split_whitespace().collect::<Vec<_>>().join(" "),
-                f.frame_id,
-                f.frame_id
-            ));
+        out::data(&answer.to_text())?;
+        for note in answer.notes() {
+            out::note(&note);
         }
-        out::data(&text)?;
-        for sim in &answer.similar {
-            out::note(&format!(
-                "an earlier session asked something similar: {:?} (session {}); `noesis session link {} {}` lets ask see it",
-                sim.prompt.split_whitespace().collect::<Vec<_>>().join(" "),
-                sim.session_id,
-                answer.session_id,
-                sim.session_id
-            ));
-        }
-        out::note(&format!(
-            "frame {} · confidence {:.2} · {} tool call(s){}",
-            answer.frame.frame_id,
-            answer.frame.confidence,
-            answer.children.len(),
-            if answer.promoted { " · promoted to memory" } else { "" }
-        ));
         Ok(ExitCode::SUCCESS)
     })
 }

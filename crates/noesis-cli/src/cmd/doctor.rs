@@ -1,17 +1,16 @@
 //! `noesis doctor`: which providers are configured, which one a run would
-//! use and why, and whether each configured endpoint answers. Keys are
+//! use and why, and whether each configured endpoint answers
+//! (`noesis_host::doctor` finds out; this prints the table). Keys are
 //! never printed: only the name of the variable and whether it is set.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use noesis_llm::{PRESETS, Wire};
 use serde_json::{Value, json};
 
 use crate::config;
 use crate::out;
-use crate::provider::env;
-use crate::provider::{ProviderArgs, choose, endpoint};
+use crate::provider::{ProviderArgs, env};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -30,86 +29,15 @@ pub(crate) struct Args {
 
 pub(crate) fn run(a: Args) -> anyhow::Result<ExitCode> {
     let loaded = config::load(&env, &std::env::current_dir()?)?;
-    let cfg = &loaded.config;
-    let (selected, selected_model, source) = choose(&a.provider, cfg, None, &env);
-    let mut names: Vec<String> = PRESETS.iter().map(|p| p.name.to_owned()).collect();
-    names.extend(cfg.providers.keys().filter(|k| noesis_llm::preset(k).is_none() && *k != "local").cloned());
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let timeout = Duration::from_secs(a.probe_timeout.max(1));
-    let mut rows = Vec::new();
-    let mut selected_ok = true;
-    for name in &names {
-        let model = if *name == selected { selected_model.clone() } else { None };
-        let (wire, ep) = match endpoint(name, model, &a.provider, cfg, &env) {
-            Ok(x) => x,
-            Err(e) => {
-                rows.push(json!({"provider": name, "configured": true, "error": format!("{e:#}")}));
-                if *name == selected {
-                    selected_ok = false;
-                }
-                continue;
-            }
-        };
-        let preset = noesis_llm::preset(name);
-        let key_var = cfg
-            .providers
-            .get(name)
-            .and_then(|e| e.api_key_env.clone())
-            .or_else(|| preset.and_then(|p| p.key_var).map(str::to_owned));
-        let key_set = ep.api_key.is_some();
-        // Keyless servers count as configured once their address is given;
-        // so does every provider the config sends runs to.
-        let configured = key_set
-            || *name == selected
-            || cfg.providers.contains_key(name)
-            || cfg.fallback.contains(name)
-            || cfg.routes.iter().any(|r| r.provider == *name)
-            || preset.is_some_and(|p| p.key_var.is_none() && env(p.base_url_var).is_some())
-            || (wire == Wire::Ollama && env("OLLAMA_HOST").is_some());
-        let mut row = json!({
-            "provider": name,
-            "wire": wire.as_str(),
-            "model": ep.model,
-            "base_url": noesis_llm::redact_url(&ep.base_url),
-            "key_variable": key_var,
-            "key_set": key_set,
-            "configured": configured,
-            "selected": *name == selected,
-        });
-        if configured && !a.no_probe {
-            let p = rt.block_on(noesis_llm::probe(wire, &ep, timeout));
-            if *name == selected && !p.ok() {
-                selected_ok = false;
-            }
-            row["probe"] = serde_json::to_value(&p)?;
-        }
-        rows.push(row);
-    }
-    if let Some(row) = crate::local::doctor_row(&a.provider, cfg, &env, selected == "local") {
-        selected_ok &= !(selected == "local" && row.get("problem").is_some());
-        rows.push(row);
-    }
-    // Nothing configured: the test model is not a choice anyone made.
-    let unconfigured = source == crate::provider::Source::Default && selected != "local";
-    let selected_json = if unconfigured {
-        selected_ok = false;
-        json!({"provider": null, "because": crate::provider::NO_PROVIDER})
-    } else {
-        json!({"provider": selected, "because": source.describe()})
-    };
-    let report = json!({
-        "config_files": loaded.files.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
-        "selected": selected_json,
-        "fallback": cfg.fallback,
-        "routes": cfg.routes.len(),
-        "providers": rows,
-    });
+    let probe = (!a.no_probe).then(|| Duration::from_secs(a.probe_timeout.max(1)));
+    let report = rt.block_on(noesis_host::doctor::check(&a.provider, &loaded, &env, probe));
     if a.json {
-        out::json(&report, true)?;
+        out::json(&report.json, true)?;
     } else {
-        print_table(&report)?;
+        print_table(&report.json)?;
     }
-    Ok(if selected_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    Ok(if report.selected_ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn print_table(report: &Value) -> anyhow::Result<()> {

@@ -3,7 +3,6 @@ pub(crate) mod ask;
 pub(crate) mod compose;
 pub(crate) mod conformance;
 pub(crate) mod doctor;
-pub(crate) mod episodes;
 pub(crate) mod frames;
 pub(crate) mod info;
 pub(crate) mod init;

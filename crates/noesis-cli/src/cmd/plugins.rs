@@ -5,13 +5,10 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::Context;
-use noesis_frames::Timestamp;
 use noesis_modules::search::SearchPath;
-use noesis_plugin::{ExternalPlugin, ExternalSpec, Step};
-use noesis_plugins::{Echo, ModuleThink, Setting, docs, review, testgen};
+use noesis_plugins::{ModuleThink, Setting, docs, programs, review, testgen};
 use serde_json::{Value, json};
 
 use crate::config::Config;
@@ -109,21 +106,12 @@ struct StatusArgs {
 /// The docs folder: the flag, the config, or `docs/noesis` in the project.
 fn docs_dir(flag: Option<&Path>, config: &Config, root: &Path) -> PathBuf {
     let cwd = std::env::current_dir().unwrap_or_else(|_| root.to_owned());
-    match flag {
-        Some(p) if p.is_absolute() => p.to_owned(),
-        Some(p) => cwd.join(p),
-        None => root.join(config.frames.docs_dir.as_deref().unwrap_or("docs/noesis")),
-    }
+    docs::out_dir(flag, config.frames.docs_dir.as_deref(), root, &cwd)
 }
 
 /// The scope folder a person typed, checked to be a folder.
 fn docs_scope(path: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
-    let Some(p) = path else { return Ok(None) };
-    let abs = absolute(p)?;
-    if !abs.is_dir() {
-        anyhow::bail!("{}: not a folder (docs are kept per folder of source)", p.display());
-    }
-    Ok(Some(abs))
+    Ok(docs::scope(path, &std::env::current_dir()?)?)
 }
 
 pub(crate) fn docs(search: &SearchPath, a: DocsArgs) -> anyhow::Result<ExitCode> {
@@ -156,24 +144,7 @@ async fn docs_sync(search: &SearchPath, s: &Setup, a: SyncArgs) -> anyhow::Resul
         out::json(&v, true)?;
         return Ok(code);
     }
-    let mut text = String::new();
-    for (u, why) in &report.regenerated {
-        text.push_str(&format!("wrote  {u}  ({why})\n"));
-    }
-    for (u, e) in &report.failed {
-        text.push_str(&format!("failed {u}  {e}\n"));
-    }
-    for u in &report.removed {
-        text.push_str(&format!("removed {u}  (its files are gone)\n"));
-    }
-    text.push_str(&format!(
-        "{} regenerated, {} unchanged, {} removed, {} failed; nodes in {}\n",
-        report.regenerated.len(),
-        report.kept.len(),
-        report.removed.len(),
-        report.failed.len(),
-        out_dir.display()
-    ));
+    let text = report.to_text(&out_dir);
     out::data(&text)?;
     Ok(code)
 }
@@ -185,12 +156,7 @@ async fn docs_status(s: &Setup, a: StatusArgs) -> anyhow::Result<ExitCode> {
     if a.json {
         out::json(&status.to_json(), true)?;
     } else {
-        let mut text = String::new();
-        for (u, why) in &status.stale {
-            text.push_str(&format!("stale  {u}  ({why})\n"));
-        }
-        text.push_str(&format!("{} of {} nodes stale\n", status.stale.len(), status.units));
-        out::data(&text)?;
+        out::data(&status.to_text())?;
     }
     Ok(if status.stale.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
@@ -236,22 +202,6 @@ struct PluginRunArgs {
     provider: ProviderArgs,
 }
 
-pub(crate) fn external(name: &str, config: &Config) -> anyhow::Result<ExternalPlugin> {
-    let Some(entry) = config.plugins.get(name) else {
-        let known: Vec<&str> = config.plugins.keys().map(String::as_str).collect();
-        anyhow::bail!(
-            "no plugin `{name}` in the config{}\nhint: add [plugins.{name}] with `command = [\"python3\", \"plugin.py\"]` to noesis.toml",
-            if known.is_empty() { String::new() } else { format!(" (configured: {})", known.join(", ")) }
-        );
-    };
-    Ok(ExternalPlugin::new(ExternalSpec {
-        name: name.to_owned(),
-        command: entry.command.clone(),
-        cwd: None,
-        timeout: Duration::from_secs(entry.timeout_seconds.unwrap_or(30)),
-    }))
-}
-
 pub(crate) fn plugin(search: &SearchPath, a: PluginArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     rt.block_on(async move {
@@ -260,17 +210,7 @@ pub(crate) fn plugin(search: &SearchPath, a: PluginArgs) -> anyhow::Result<ExitC
                 let cwd = std::env::current_dir()?;
                 let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
                 let config = crate::config::load(&env, &cwd)?.config;
-                let mut rows = vec![
-                    json!({"name": "docs", "kind": "built-in", "command": "noesis docs sync|status"}),
-                    json!({"name": "recall", "kind": "built-in", "command": "noesis ask"}),
-                    json!({"name": "review", "kind": "built-in", "command": "noesis review"}),
-                    json!({"name": "testgen", "kind": "built-in", "command": "noesis testgen"}),
-                ];
-                for (name, e) in &config.plugins {
-                    rows.push(
-                        json!({"name": name, "kind": "program", "command": e.command.join(" "), "module": e.module}),
-                    );
-                }
+                let rows = programs::listing(&config.plugins);
                 if json {
                     out::json(&Value::Array(rows), true)?;
                 } else {
@@ -291,20 +231,12 @@ pub(crate) fn plugin(search: &SearchPath, a: PluginArgs) -> anyhow::Result<ExitC
             }
             PluginSub::Run(r) => {
                 let s = setup().await?;
-                let plugin = external(&r.name, &s.config)?;
-                let raw: Value = match &r.input {
-                    Some(t) => serde_json::from_str(t).context("--input must be JSON")?,
-                    None => json!({"query": r.query}),
-                };
+                let plugin = programs::external(&r.name, &s.config.plugins)?;
+                let raw = programs::request(&r.query, r.input.as_deref())?;
                 let module = r.module.clone().or_else(|| s.config.plugins[&r.name].module.clone());
-                let mut core = s.setting().core(None).await?;
-                let step = Step { query: r.query.clone(), raw: &raw, parent: None };
-                let outcome = match module {
-                    Some(m) => {
-                        core.step(&plugin, step, &model(search, &m, &r.provider, &s.config)?, Timestamp::now()).await?
-                    }
-                    None => core.step(&plugin, step, &Echo, Timestamp::now()).await?,
-                };
+                let think = module.map(|m| model(search, &m, &r.provider, &s.config)).transpose()?;
+                let think = think.as_ref().map(|t| t as &dyn noesis_plugins::Think);
+                let outcome = programs::step(&s.setting(), &plugin, &r.query, &raw, think).await?;
                 if r.json {
                     out::json(&serde_json::to_value(&outcome.frame)?, true)?;
                 } else {
@@ -357,32 +289,7 @@ pub(crate) fn review(search: &SearchPath, a: ReviewArgs) -> anyhow::Result<ExitC
         let bar = crate::progress::Progress::spinner(a.quiet, "review");
         let report = review::review_in(&s.setting(), &think, &diff, &|f| bar.say(&format!("review: {f}"))).await?;
         bar.finish();
-        let findings = report.findings();
-        let summary = report.summary();
-        let text = match a.format.as_str() {
-            "json" => format!("{}\n", serde_json::to_string_pretty(&report.to_json())?),
-            "sarif" => {
-                let tool = noesis_review::SarifTool {
-                    name: "noesis",
-                    version: env!("CARGO_PKG_VERSION"),
-                    information_uri: None,
-                };
-                format!(
-                    "{}\n",
-                    serde_json::to_string_pretty(&noesis_review::to_sarif(&tool, &findings, &report.principles))?
-                )
-            }
-            _ => {
-                let mut t = noesis_review::render_text(&findings, &summary);
-                for p in &report.promotions {
-                    t.push_str(&format!("promoted: {}\n", p.principle().text));
-                }
-                for (f, e) in &report.failed {
-                    t.push_str(&format!("failed: {f}: {e}\n"));
-                }
-                t
-            }
-        };
+        let text = report.render(&a.format, env!("CARGO_PKG_VERSION"));
         match &a.output {
             Some(p) => std::fs::write(p, text).with_context(|| format!("{}: cannot write the report", p.display()))?,
             None => out::data(&text)?,
@@ -441,26 +348,7 @@ pub(crate) fn testgen(search: &SearchPath, a: TestgenArgs) -> anyhow::Result<Exi
             out::json(&serde_json::to_value(&report)?, true)?;
             return Ok(code);
         }
-        let mut text = String::new();
-        for (f, func, why) in &report.specified {
-            text.push_str(&format!("spec   {f} {func}  ({why})\n"));
-        }
-        for (f, func, e) in &report.failed {
-            text.push_str(&format!("failed {f} {func}  {e}\n"));
-        }
-        for w in &report.written {
-            text.push_str(&format!("wrote  {w}\n"));
-        }
-        for w in &report.removed {
-            text.push_str(&format!("removed {w}  (no function left to test)\n"));
-        }
-        text.push_str(&format!(
-            "{} spec(s) written, {} kept, {} failed, {} test file(s) written\n",
-            report.specified.len(),
-            report.kept.len(),
-            report.failed.len(),
-            report.written.len()
-        ));
+        let text = report.to_text();
         out::data(&text)?;
         Ok(code)
     })

@@ -1,21 +1,21 @@
-//! `noesis serve`: the HTTP API of `noesis-serve`, with providers chosen
-//! the way `noesis run` chooses them.
+//! `noesis serve` and `noesis ui`: flags mapped to `noesis-serve`'s
+//! assembled server (`noesis_serve::assemble`), with providers chosen the
+//! way `noesis run` chooses them, and what the server says printed.
 
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use noesis_modules::Module;
 use noesis_modules::search::SearchPath;
-use noesis_runtime::compose::ComposeRecord;
-use noesis_serve::http::{AccessLog, ServeConfig, Server};
-use noesis_serve::{OnFinished, RunSettings, Service};
+use noesis_serve::assemble::{self, Parts, Said, Token};
+use noesis_serve::http::{AccessLog, ServeConfig};
+use noesis_serve::{RunSettings, Service};
 
 use crate::config::Config;
 use crate::out;
 use crate::provider::env;
-use crate::provider::{Allowed, ProviderArgs, Providers, budget, prices};
+use crate::provider::{ProviderArgs, Providers};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -119,41 +119,18 @@ impl HostArgs {
     /// operator's `--approve` (else `[agent] approve`, else ask), `[agent]
     /// max_iterations` and `[budget]`.
     pub(crate) fn runs_policy(&self, config: &Config, http: bool) -> anyhow::Result<noesis_serve::agents::RunsPolicy> {
-        let approve = match self.approve.as_deref().or(config.agent.approve.as_deref()) {
-            Some(text) => noesis_agent::supervisor::parse_approval(text).map_err(anyhow::Error::msg)?,
-            None => noesis_agent::ApprovalPolicy::Ask,
-        };
-        let limits = noesis_agent::Limits {
-            max_turns: config.agent.max_iterations.unwrap_or(noesis_agent::Limits::default().max_turns),
-            max_tokens: config.budget.max_tokens,
-            max_cost_usd: config.budget.max_cost_usd,
-            ..noesis_agent::Limits::default()
-        };
-        Ok(noesis_serve::agents::RunsPolicy {
-            http,
-            max_runs: usize::from(self.max_runs),
-            ceiling: noesis_serve::agents::Ceiling { approve, limits },
-        })
+        Ok(noesis_host::served::runs_policy(self.approve.as_deref(), config, http, usize::from(self.max_runs))?)
     }
 
     /// The frame writer `--frames` asks for: one thread, one store.
     pub(crate) fn frame_writer(&self) -> Option<Arc<crate::memory::FrameWriter>> {
-        self.frames.then(|| Arc::new(crate::memory::FrameWriter::start()))
+        self.frames.then(|| Arc::new(crate::memory::frame_writer()))
     }
 
     /// The server's providers: requests choose only among the operator's
     /// default and what `--allow-model` / `[serve] allow_models` allow.
     pub(crate) fn providers(&self, config: Config) -> anyhow::Result<Providers> {
-        let mut allowed = Vec::new();
-        for (text, from) in self
-            .allow_model
-            .iter()
-            .map(|t| (t, "--allow-model"))
-            .chain(config.serve.allow_models.iter().map(|t| (t, "serve.allow_models in the config")))
-        {
-            allowed.push(text.parse::<Allowed>().map_err(|e| anyhow::anyhow!("{from}: {e}"))?);
-        }
-        Ok(Providers::for_server(self.provider.clone(), config, allowed))
+        Ok(Providers::for_operator(self.provider.clone(), config, &self.allow_model)?)
     }
 
     /// The settings every run of the server uses; with `--frames`, finished
@@ -163,22 +140,15 @@ impl HostArgs {
         config: &Config,
         writer: Option<Arc<crate::memory::FrameWriter>>,
     ) -> anyhow::Result<RunSettings> {
-        let on_finished = writer.map(|writer| {
-            OnFinished(Arc::new(move |module: &Module, input: &serde_json::Value, record: &ComposeRecord| {
-                let pending = crate::memory::Pending::new(&module.name, input, Vec::new());
-                // Written by the one writer thread: the answer never waits for the store.
-                writer.record(pending, record.envelope.clone(), record.steps.clone());
-            }))
-        });
-        Ok(RunSettings {
-            allow: crate::config::granted(config, &self.allow)?,
+        Ok(assemble::settings(assemble::Operator {
+            config,
+            flags: &self.provider,
+            allow: &self.allow,
             context: self.keep_context.then(crate::memory::ProjectContext::options),
-            on_finished,
+            writer,
             reask: self.reask,
             max_tokens: self.max_tokens,
-            budget: budget(&self.provider, config)?.map(|m| m.budget()),
-            prices: Some(prices(config)),
-        })
+        })?)
     }
 }
 
@@ -265,43 +235,9 @@ fn dashboard(
     }
 }
 
-/// Where a server without `--token` keeps the token it made:
-/// `$NOESIS_HOME/serve/ADDR-PORT.token`, readable by its owner only.
-fn token_file(addr: SocketAddr) -> anyhow::Result<std::path::PathBuf> {
-    let dir = crate::memory::home()
-        .map_err(|_| anyhow::anyhow!("no place for the server's token (set NOESIS_HOME or HOME), or pass --token"))?
-        .join("serve");
-    let name = format!("{}-{}.token", addr.ip().to_string().replace(':', "_"), addr.port());
-    Ok(dir.join(name))
-}
-
-/// Writes `token` to `path`, created fresh with mode 0600 in a folder only
-/// its owner can enter.
-fn write_token(path: &std::path::Path, token: &str) -> anyhow::Result<()> {
-    use std::io::Write;
-    let dir = path.parent().unwrap_or(path);
-    let mut builder = std::fs::DirBuilder::new();
-    builder.recursive(true);
-    #[cfg(unix)]
-    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder.create(dir).map_err(|e| anyhow::anyhow!("{}: cannot create the folder: {e}", dir.display()))?;
-    // A stale file (a server killed earlier) may have other permissions:
-    // start from nothing rather than inherit them.
-    let _ = std::fs::remove_file(path);
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut file =
-        options.open(path).map_err(|e| anyhow::anyhow!("{}: cannot write the token: {e}", path.display()))?;
-    file.write_all(token.as_bytes())
-        .and_then(|()| file.write_all(b"\n"))
-        .map_err(|e| anyhow::anyhow!("{}: cannot write the token: {e}", path.display()))
-}
-
 fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
     let loaded = crate::config::load(&env, &std::env::current_dir()?)?;
-    allowed_hosts(&loaded)?;
+    assemble::check_allow_hosts(&loaded).map_err(anyhow::Error::msg)?;
     let config = loaded.config;
     let writer = a.host.frame_writer();
     let settings = a.host.settings(&config, writer.clone())?;
@@ -322,101 +258,77 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let service = Arc::new(
-        Service::new(search.clone(), Arc::new(crate::provider::Served(Arc::clone(&providers)))).with_settings(settings),
+        Service::new(search.clone(), Arc::new(assemble::Served(Arc::clone(&providers)))).with_settings(settings),
     );
     // Every server needs a credential for what changes anything: without
     // --token on loopback one is made here and reads stay open; off
     // loopback the server refuses to start without --token.
     let generated = a.token.is_none() && a.bind.is_loopback();
     let token = match a.token {
-        Some(t) => Some(t),
-        None if generated => Some(noesis_serve::access::random_token()?),
-        None => None,
+        None if generated => {
+            Token::Made { token: noesis_serve::access::random_token()?, home: crate::memory::home().ok() }
+        }
+        given => Token::Given(given),
     };
     let tls = match (a.tls_cert, a.tls_key) {
         (Some(cert), Some(key)) => Some(noesis_serve::tls::TlsFiles { cert, key }),
         _ => None,
     };
-    let config = ServeConfig {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let agents = agent_runs(&rt, search, &providers, "http", policy)?;
+    let plugins = if a.plugins { plugin_runs(&rt, search, &service, &providers, docs_dir)? } else { None };
+    let episodes = match a.episodes {
+        true => episodes(&rt, search, episode_config, a.host.provider.clone())?,
+        false => None,
+    };
+    let parts = Parts { agents, plugins, episodes };
+    let config = parts.routes(ServeConfig {
         addr: SocketAddr::new(a.bind, a.port),
-        token: token.clone(),
+        token: match &token {
+            Token::Given(t) => t.clone(),
+            Token::Made { token, .. } => Some(token.clone()),
+        },
         open_reads: generated,
         allow_hosts,
         tls,
         max_body: a.max_body,
         grace: Duration::from_secs(a.grace),
         access_log: a.access_log.then(|| AccessLog(Arc::new(|line: &str| out::note(line)))),
-        pages: None,
+        pages: dashboard(&rt, &service, parts.agents.as_ref(), parts.episodes.as_ref()),
         agents: None,
         plugins: None,
         episodes: None,
-    };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let agents = agent_runs(&rt, search, &providers, "http", policy)?;
-    let plugins = if a.plugins { plugin_runs(&rt, search, &service, &providers, docs_dir)? } else { None };
-    let episodes = match a.episodes {
-        true => super::episodes::episodes(&rt, search, episode_config, a.host.provider.clone())?,
-        false => None,
-    };
-    let config = ServeConfig {
-        pages: dashboard(&rt, &service, agents.as_ref(), episodes.as_ref()),
-        agents: agents.as_ref().map(noesis_serve::agents::router),
-        plugins: plugins.as_ref().map(noesis_serve::plugins::PluginRuns::router),
-        episodes: Some(episodes.as_ref().map_or_else(noesis_serve::episodes::off, noesis_serve::episodes::router)),
-        ..config
-    };
+    });
     let scheme = if config.tls.is_some() { "https" } else { "http" };
-    rt.block_on(async {
-        let server = Server::bind(service, config).await?;
-        // Named after the port, so it is written once the port is known.
-        let token_at = match token.as_deref().filter(|_| generated) {
-            Some(token) => {
-                let path = token_file(server.local_addr())?;
-                write_token(&path, token)?;
-                Some(path)
-            }
-            None => None,
-        };
-        if let Some(agents) = agents.as_ref().filter(|a| a.serves_http()) {
-            match agents.resume_unfinished().await {
-                Ok(0) => {}
-                Ok(n) => out::note(&format!("resuming {n} agent run(s) the last server left unfinished")),
-                Err(e) => out::note(&format!("warning: unfinished agent runs were not resumed: {e}")),
-            }
-        }
-        if let Some(path) = &token_at {
-            // Said before "listening", so whoever waits for that line has it.
-            out::note(&format!(
+    let model = default.map(|d| format!("{}/{}", d.name(), d.model())).unwrap_or_else(|| "none".into());
+    let say = |said: Said<'_>| -> std::io::Result<()> {
+        match said {
+            Said::Resuming(n) => out::note(&format!("resuming {n} agent run(s) the last server left unfinished")),
+            Said::NotResumed(e) => out::note(&format!("warning: unfinished agent runs were not resumed: {e}")),
+            Said::TokenAt(path) => out::note(&format!(
                 "requests that change anything need `Authorization: Bearer TOKEN` (or sign in at /login); the token is in {}",
                 path.display()
-            ));
+            )),
+            Said::Listening(server) => {
+                out::note(&format!(
+                    "noesis {}: listening on {scheme}://{} (provider {model}; Ctrl-C stops)",
+                    if ui { "ui" } else { "serve" },
+                    server.local_addr(),
+                ));
+                if ui {
+                    // One use: it trades itself for a session cookie.
+                    out::data(&server.login_link().map_err(std::io::Error::other)?)?;
+                }
+            }
         }
-        let model = default.map(|d| format!("{}/{}", d.name(), d.model())).unwrap_or_else(|| "none".into());
-        out::note(&format!(
-            "noesis {}: listening on {scheme}://{} (provider {model}; Ctrl-C stops)",
-            if ui { "ui" } else { "serve" },
-            server.local_addr(),
-        ));
-        if ui {
-            // One use: it trades itself for a session cookie.
-            out::data(&server.login_link()?)?;
-        }
-        server.run(shutdown_signal()).await?;
-        if let Some(path) = &token_at {
-            let _ = std::fs::remove_file(path);
-        }
-        if let Some(plugins) = &plugins {
-            plugins.shutdown();
-        }
-        if let Some(agents) = &agents {
-            // Stopped as cancelled and marked: the next server resumes them.
-            agents.shutdown().await;
-        }
-        if let Some(episodes) = &episodes {
-            // An episode stopped mid-node resumes from its last version
-            // (`noesis solve --resume`, or `POST /episodes` with `resume`).
-            episodes.shutdown().await;
-        }
+        Ok(())
+    };
+    rt.block_on(async {
+        assemble::serve(service, config, &parts, &token, &say, shutdown_signal()).await.map_err(|e| match e {
+            // A closed stdout stays an I/O error: `noesis ui | head` is no failure.
+            assemble::AssembleError::Said(io) => anyhow::Error::from(io),
+            other => other.into(),
+        })?;
         if let Some(w) = writer {
             // Every run is over: what they queued is written before exit.
             tokio::task::spawn_blocking(move || w.finish()).await?;
@@ -424,24 +336,6 @@ fn serve(search: &SearchPath, a: Args, ui: bool) -> anyhow::Result<ExitCode> {
         out::note("noesis serve: stopped");
         anyhow::Ok(ExitCode::SUCCESS)
     })
-}
-
-/// Checks `[serve] allow_hosts` as the server will, naming the file that
-/// gave the list (a closer file's list replaces the others').
-fn allowed_hosts(loaded: &noesis_config::Loaded) -> anyhow::Result<()> {
-    let from = loaded.files.iter().rev().find(|f| {
-        std::fs::read_to_string(f)
-            .ok()
-            .and_then(|text| noesis_config::parse(f, &text).ok())
-            .is_some_and(|c| !c.serve.allow_hosts.is_empty())
-    });
-    for (i, h) in loaded.config.serve.allow_hosts.iter().enumerate() {
-        if let Err(e) = noesis_serve::access::host_name(h) {
-            let file = from.map(|f| format!("{}: ", f.display())).unwrap_or_default();
-            anyhow::bail!("{file}serve.allow_hosts[{i}]: {e}");
-        }
-    }
-    Ok(())
 }
 
 /// Agent runs for a server's clients, in the store in force, on the current
@@ -461,30 +355,54 @@ pub(crate) fn agent_runs(
             return Ok(None);
         }
     };
-    let config = providers.config();
-    let workspace = noesis_agent::Workspace::new(&std::env::current_dir()?)
-        .map_err(|e| anyhow::anyhow!("the current folder cannot be the agents' workspace: {e}"))?;
-    let sandbox = crate::cmd::sandbox::SandboxArgs::default().settings(config);
+    let sandbox = crate::cmd::sandbox::SandboxArgs::default().settings(providers.config());
     crate::cmd::sandbox::warn_if_off(&sandbox, false);
-    let note = |m: &str| out::note(m);
-    let specs = noesis_host::host::mcp_specs(config, &[])?;
-    let mcp = rt.block_on(noesis_host::host::connect_mcp(specs, sandbox.clone(), &workspace, Some(&note as _)))?;
-    let host = noesis_host::Host {
+    let served = rt.block_on(noesis_host::served::bind(noesis_host::served::Binding {
         search: search.clone(),
         store: Arc::from(store),
         project,
         providers: Arc::clone(providers),
-        reach: noesis_host::Reach::Bound { workspace, mcp },
-        note: None,
-    };
-    let leases = Arc::new(noesis_host::lease::Leases::new(crate::memory::home()?.join("agent-leases"))?);
-    let warn = Arc::new(|m: &str| out::note(m));
-    let served = noesis_host::served::ServedAgents::new(host, sandbox, origin, leases, policy.ceiling, warn);
+        folder: std::env::current_dir()?,
+        sandbox,
+        origin,
+        leases: crate::memory::home()?.join("agent-leases"),
+        ceiling: policy.ceiling,
+        note: Arc::new(|m: &str| out::note(m)),
+    }))?;
     Ok(Some(noesis_serve::agents::AgentRuns::with_policy(
         Arc::new(served),
         noesis_agent::events::EventBus::new(1024),
         policy,
     )))
+}
+
+/// Episodes on the current folder's project, in the store in force; `None`
+/// (with a warning) when the store cannot be opened.
+fn episodes(
+    rt: &tokio::runtime::Runtime,
+    search: &SearchPath,
+    config: Config,
+    provider: ProviderArgs,
+) -> anyhow::Result<Option<Arc<noesis_serve::episodes::Episodes>>> {
+    let (project, store) = match rt.block_on(crate::memory::context()) {
+        Ok(c) => c,
+        Err(e) => {
+            out::note(&format!("warning: no episodes over HTTP (the store cannot be opened): {e:#}"));
+            return Ok(None);
+        }
+    };
+    let mirror = super::state::mirror_path(false, &config, &|k| std::env::var(k).ok().filter(|v| !v.is_empty()));
+    Ok(Some(assemble::episodes(assemble::EpisodeSetup {
+        search: search.clone(),
+        store: Arc::from(store),
+        project,
+        sandbox: crate::cmd::sandbox::SandboxArgs::default().settings(&config),
+        config,
+        provider,
+        home: crate::memory::home()?,
+        mirror,
+        note: Arc::new(|m: &str| out::note(m)),
+    })))
 }
 
 /// The frame plugins over HTTP on the current project, in the store in

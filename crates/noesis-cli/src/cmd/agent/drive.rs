@@ -8,23 +8,22 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use noesis_agent::events::{Event, EventBus};
-use noesis_agent::{
-    Action, AgentRun, ApprovalPolicy, Decision, Driver, Limits, Outcome, Pending, RunConfig, Strategy, Verdict,
-    Workspace,
-};
-use noesis_host::host::{connect_mcp, mcp_specs, recorded_sandbox};
-use noesis_host::runs::{Keep, now_ms, record_frames, session_memory, state_of};
-use noesis_host::{Equipped, Host, NewRun, Reach};
-use noesis_llm::{ChatResponse, Provider};
+use noesis_agent::events::Event;
+use noesis_agent::summary::{event_line, outcome_json, short_args};
+use noesis_agent::{AgentRun, ApprovalPolicy, Decision, Outcome, Pending, Verdict};
+use noesis_host::drive::{Drive, Front};
+use noesis_host::host::recorded_sandbox;
+use noesis_host::launch::{Launch, approval, continued_flags};
+use noesis_host::runs::state_of;
+use noesis_host::{Equipped, Host, Reach};
 use noesis_modules::search::SearchPath;
 use noesis_runtime::CancellationToken;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::{DriveArgs, StartArgs, exit_code, status};
 use crate::config::Config;
 use crate::out;
-use crate::provider::{ProviderArgs, Providers, select, with_text_tools};
+use crate::provider::{Providers, select, with_text_tools};
 
 /// Everything a drive needs besides the run.
 struct Ctx {
@@ -38,14 +37,6 @@ struct Ctx {
 
 fn load_config() -> anyhow::Result<Config> {
     Ok(crate::config::load(&|k| std::env::var(k).ok().filter(|v| !v.is_empty()), &std::env::current_dir()?)?.config)
-}
-
-fn approval(flag: Option<&str>, config: &Config) -> ApprovalPolicy {
-    match flag.or(config.agent.approve.as_deref()) {
-        Some("auto") => ApprovalPolicy::Auto,
-        Some("never") => ApprovalPolicy::Never,
-        _ => ApprovalPolicy::Ask,
-    }
 }
 
 /// What a run started by another command (solve's CODER, ask) reports on
@@ -78,93 +69,40 @@ fn host(
 }
 
 pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
-    let task = a.task.clone().unwrap_or_default();
-    if task.trim().is_empty() {
-        bail!("the task is empty; say what the agent should do: noesis agent \"TASK\"");
-    }
     let config = load_config()?;
-    let root = match &a.workspace {
+    let workspace = match &a.workspace {
         Some(dir) => dir.clone(),
         None => std::env::current_dir().context("no current directory")?,
     };
-    let workspace =
-        Workspace::new(&root).with_context(|| format!("--workspace {}: not a usable folder", root.display()))?;
-    let mut allow_commands = config.agent.allow_commands.clone();
-    allow_commands.extend(a.allow_commands.iter().cloned());
-    let commands: Vec<(&str, &str)> = config
-        .agent
-        .allow_commands
-        .iter()
-        .map(|c| (c.as_str(), "[agent] allow_commands"))
-        .chain(a.allow_commands.iter().map(|c| (c.as_str(), "--allow-command")))
-        .collect();
-    let permissions = noesis_host::rules::operator(&config, &a.rules, &commands, &workspace)?;
+    let launch = Launch {
+        task: a.task.clone().unwrap_or_default(),
+        workspace,
+        strategy: a.strategy.clone(),
+        max_iterations: a.max_iterations,
+        max_tool_calls: a.max_tool_calls,
+        max_seconds: a.max_seconds,
+        reflect: a.reflect,
+        tools: a.tools.clone(),
+        no_tools: a.no_tools.clone(),
+        allow_commands: a.allow_commands.clone(),
+        rules: a.rules.clone(),
+        session: a.session.clone(),
+        system: a.system.clone(),
+        mcp: a.mcp.clone(),
+        run_id: a.run_id.clone(),
+        approve: a.drive.approve.clone(),
+    };
+    let prepared = launch.prepare(&config, &a.drive.provider)?;
     let sandbox = a.sandbox.settings(&config);
     crate::cmd::sandbox::warn_if_off(&sandbox, a.drive.quiet);
     let rt = crate::memory::runtime()?;
-    let note = |m: &str| out::note(m);
-    let note: Option<&(dyn Fn(&str) + Send + Sync)> = (!a.drive.quiet).then_some(&note);
-    let mcp = rt.block_on(connect_mcp(mcp_specs(&config, &a.mcp)?, sandbox.clone(), &workspace, note))?;
-    let strategy = match a.strategy.as_str() {
-        "single-shot" => Strategy::SingleShot,
-        "chain-of-thought" => Strategy::ChainOfThought,
-        _ => Strategy::React,
-    };
-    // Checks --max-cost; the run keeps the figures in its limits.
-    crate::provider::budget(&a.drive.provider, &config)?;
     let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
-    let providers = Arc::new(Providers::new(a.drive.provider.clone(), config.clone()));
+    let providers = Arc::new(Providers::new(a.drive.provider.clone(), config));
     let host = host(&rt, search, providers, a.drive.quiet)?;
-    let limits = Limits {
-        max_turns: a.max_iterations.or(config.agent.max_iterations).unwrap_or(Limits::default().max_turns),
-        max_tool_calls: a.max_tool_calls,
-        max_tokens: a.drive.provider.max_total_tokens.or(config.budget.max_tokens),
-        max_cost_usd: a.drive.provider.max_cost.or(config.budget.max_cost_usd),
-        max_wall_ms: a.max_seconds.map(|s| s.saturating_mul(1000)),
-        ..Limits::default()
-    };
-    let run_config = RunConfig {
-        strategy,
-        system_prompt: a.system.clone(),
-        approval: approval(a.drive.approve.as_deref(), &config),
-        limits,
-        reflect: a.reflect,
-        tool_filter: noesis_agent::ToolFilter { only: a.tools.clone(), except: a.no_tools.clone() },
-        permissions,
-        ..RunConfig::default()
-    };
-    let project_id = host.project.project_id.clone();
-    let remembered = match &a.session {
-        Some(name) => rt.block_on(session_memory(host.store.as_ref(), &project_id, name))?,
-        None => String::new(),
-    };
-    let id = a.run_id.clone().unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-    if rt.block_on(host.store.agent_state(&id, None))?.is_some() {
-        bail!("--run-id {id}: a run with this id exists; resume it with `noesis agent resume {id}`");
-    }
-    let record = json!({"allow_commands": allow_commands, "session": a.session, "mcp": a.mcp});
-    let new = NewRun {
-        id,
-        task,
-        remembered,
-        workspace,
-        config: run_config,
-        provider,
-        sandbox,
-        mcp,
-        owns_mcp: true,
-        record: record.as_object().cloned().unwrap_or_default(),
-    };
-    let (run, equipped) = match host.start(new, now_ms()) {
-        Ok(started) => started,
-        Err(noesis_host::HostError::UnknownTool { name, known }) => {
-            bail!("--tool/--no-tool {name}: no such tool (the tools are {})", known.join(", "))
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let (run, equipped) = rt.block_on(prepared.start(&host, provider, sandbox))?;
     let ctx = Ctx {
+        project_id: host.project.project_id.clone(),
         host,
-        project_id,
         equipped,
         json: a.drive.json,
         quiet: a.drive.quiet,
@@ -176,24 +114,12 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     drive_to_end(&rt, &ctx, run)
 }
 
-/// Sets the provider of a continued run: the flags' when they name one,
-/// else the one the run was started with.
-fn provider_for(run: &AgentRun, flags: &ProviderArgs, config: &Config) -> anyhow::Result<Arc<dyn Provider>> {
-    let mut flags = flags.clone();
-    if flags.provider.is_none() && crate::provider::env("LLM_PROVIDER").is_none() {
-        flags.provider = run.host["provider"].as_str().map(str::to_owned);
-        if flags.model.is_none() && crate::provider::env("LLM_MODEL").is_none() {
-            flags.model = run.host["model"].as_str().map(str::to_owned);
-        }
-    }
-    select(&flags, config, None)
-}
-
 /// The drive of a stored run: its own recorded host (workspace, rules,
 /// sandbox, MCP servers), with the flags' provider or its own.
 fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::runtime::Runtime) -> anyhow::Result<Ctx> {
     let config = load_config()?;
-    let provider = with_text_tools(provider_for(run, &d.provider, &config)?, &config);
+    let flags = continued_flags(run, &d.provider, &crate::provider::env);
+    let provider = with_text_tools(select(&flags, &config, None)?, &config);
     let providers = Arc::new(Providers::new(d.provider.clone(), config));
     let host = host(rt, search, providers, d.quiet)?;
     // The run goes on under the confinement it was started with, wherever
@@ -227,11 +153,9 @@ pub(super) fn resume(search: &SearchPath, id: &str, d: DriveArgs) -> anyhow::Res
 
 pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: DriveArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
-    let (mut run, stored) = super::manage::load_run(&rt, id, Some(at))?;
+    let (run, stored) = super::manage::load_run(&rt, id, Some(at))?;
     let original = run.id.clone();
-    run.id = uuid::Uuid::now_v7().to_string();
-    run.forked_from = Some((original.clone(), u64::try_from(stored.step).unwrap_or_default()));
-    run.resume();
+    let mut run = noesis_host::launch::fork(run, stored.step);
     let ctx = continued(search, &run, &d, &rt)?;
     if let Some(p) = &d.approve {
         run.config.approval = approval(Some(p), &Config::default());
@@ -257,25 +181,10 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
         && std::io::stdin().is_terminal()
         && std::io::stderr().is_terminal();
     let cancel = CancellationToken::new();
-    let prices = Arc::clone(&ctx.equipped.prices);
-    let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
-    let quiet = ctx.quiet;
-    let spinner = Spinner::new(!quiet && std::io::stderr().is_terminal());
-    // The live view is a subscriber of the run's events, as the server's
-    // stream is: the driver publishes, this prints.
-    let bus = EventBus::new(256);
-    let mut events = bus.subscribe(&noesis_agent::events::run_topic(&run.id));
-    let show = |e: &Event| {
-        if quiet {
-            return;
-        }
-        spinner.stop();
-        out::note(&event_line(e));
-        match e.kind.as_str() {
-            "model_call" => spinner.start(format!("thinking (turn {})", e.data["turn"].as_u64().unwrap_or(0) + 1)),
-            "tool_call" => spinner.start(format!("running {}", e.data["tool"].as_str().unwrap_or("?"))),
-            _ => {}
-        }
+    let terminal = Terminal {
+        quiet: ctx.quiet,
+        interactive,
+        spinner: Spinner::new(!ctx.quiet && std::io::stderr().is_terminal()),
     };
     rt.block_on(async {
         let token = cancel.clone();
@@ -284,57 +193,59 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
                 out::note("cancelling: the run stops after the current step (Ctrl-C again quits at once)");
                 token.cancel();
                 if tokio::signal::ctrl_c().await.is_ok() {
-                    std::process::exit(i32::from(super::EXIT_CANCELLED));
+                    std::process::exit(i32::from(noesis_agent::summary::EXIT_CANCELLED));
                 }
             }
         });
-        let driver = Driver {
-            now: &now_ms,
-            price: &price,
-            cancel: Some(cancel.clone()),
-            events: Some(bus.clone()),
+        let drive = Drive {
+            host: &ctx.host,
+            equipped: &ctx.equipped,
+            project_id: ctx.project_id.clone(),
             tool_timeout: ctx.tool_timeout,
-            router: Some(Arc::clone(&ctx.equipped.router)),
-            ..Driver::new(ctx.equipped.provider.as_ref(), Arc::clone(&ctx.equipped.tools))
+            cancel,
         };
-        let mut keep = Keep { store: ctx.host.store.as_ref(), project_id: ctx.project_id.clone() };
-        loop {
-            let action = {
-                let drive = driver.drive(&mut run, &mut keep);
-                tokio::pin!(drive);
-                loop {
-                    tokio::select! {
-                        biased;
-                        Some(e) = events.recv() => show(&e),
-                        action = &mut drive => break action?,
-                    }
-                }
-            };
-            // Every step is shown before the run's end or a question.
-            while let Some(e) = events.try_recv() {
-                show(&e);
-            }
-            let Action::AwaitApproval(pending) = action else { break };
-            if !interactive {
-                break;
-            }
-            // Blocking on stdin here stalls nothing: the drive is paused.
-            let decisions = ask_in_terminal(&pending)?;
-            run.decide(&decisions)?;
-        }
-        if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
-            && let Err(e) = record_frames(ctx.host.store.as_ref(), &ctx.host.project, &mut run).await
-        {
-            out::note(&format!("warning: the run was not recorded as frames: {e}"));
-        }
-        spinner.stop();
-        if let Some(mcp) = &ctx.equipped.started {
-            mcp.shutdown().await;
-        }
-        anyhow::Ok(())
+        let driven = noesis_host::drive::to_end(drive, &mut run, &terminal).await;
+        terminal.spinner.stop();
+        driven
     })?;
     report(&run, ctx.json)?;
     Ok(exit_code(&run))
+}
+
+/// The terminal a run is driven from: steps on stderr (with a spinner
+/// while the model or a tool works), approvals asked when it can ask.
+struct Terminal {
+    quiet: bool,
+    interactive: bool,
+    spinner: Spinner,
+}
+
+impl Front for Terminal {
+    fn event(&self, e: &Event) {
+        if self.quiet {
+            return;
+        }
+        self.spinner.stop();
+        out::note(&event_line(e));
+        match e.kind.as_str() {
+            "model_call" => {
+                self.spinner.start(format!("thinking (turn {})", e.data["turn"].as_u64().unwrap_or(0) + 1));
+            }
+            "tool_call" => self.spinner.start(format!("running {}", e.data["tool"].as_str().unwrap_or("?"))),
+            _ => {}
+        }
+    }
+
+    fn decide(&self, pending: &[Pending]) -> Result<Option<Vec<Decision>>, String> {
+        if !self.interactive {
+            return Ok(None);
+        }
+        ask_in_terminal(pending).map(Some).map_err(|e| format!("{e:#}"))
+    }
+
+    fn warn(&self, message: &str) {
+        out::note(message);
+    }
 }
 
 /// A one-line spinner on a terminal's stderr while the model or a tool
@@ -423,108 +334,16 @@ fn ask_in_terminal(pending: &[Pending]) -> anyhow::Result<Vec<Decision>> {
     Ok(decisions)
 }
 
-/// One line of the live view, read from the step's event (the same event
-/// `noesis serve` streams to HTTP clients).
-fn event_line(e: &noesis_agent::events::Event) -> String {
-    let d = &e.data;
-    let turn = d["turn"].as_u64().unwrap_or(0) + 1;
-    let tool = d["tool"].as_str().unwrap_or("?");
-    match e.kind.as_str() {
-        "model_call" => format!("  think   turn {turn}"),
-        "model_reply" => format!(
-            "  think   turn {turn} done in {} ms: {} tool call(s)",
-            d["ms"].as_u64().unwrap_or(0),
-            d["tool_calls"].as_u64().unwrap_or(0)
-        ),
-        "tool_call" => format!("  act     {tool} {}", short_args(&d["arguments"])),
-        "tool_result" => format!(
-            "  act     {tool} {} in {} ms",
-            if d["is_error"].as_bool().unwrap_or(false) { "failed" } else { "done" },
-            d["ms"].as_u64().unwrap_or(0)
-        ),
-        "tools_changed" => format!("  tools   changed: {} offered now", d["tools"].as_u64().unwrap_or(0)),
-        other => format!("  {other}"),
-    }
-}
-
-/// Arguments in one short line: `key=value` with long values cut.
-pub(super) fn short_args(args: &Value) -> String {
-    let Some(map) = args.as_object() else { return clip(&args.to_string(), 60) };
-    map.iter()
-        .map(|(k, v)| {
-            let v = match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            format!("{k}={}", clip(&v.replace('\n', "⏎"), 40))
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { format!("{}…", s.chars().take(n).collect::<String>()) }
-}
-
-/// The run's outcome, calls and usage as JSON.
-pub(super) fn outcome_json(run: &AgentRun) -> Value {
-    let pending: Vec<Value> = run
-        .calls
-        .iter()
-        .filter(|c| c.status == noesis_agent::CallStatus::AwaitingApproval)
-        .map(|c| json!({"call_id": c.id, "tool": c.tool, "arguments": c.arguments, "arguments_hash": c.arguments_hash}))
-        .collect();
-    json!({
-        "run_id": run.id,
-        "status": status(run),
-        "step": run.step,
-        "task": run.host.get("task").cloned().unwrap_or_else(|| json!(run.task)),
-        "forked_from": run.forked_from.as_ref().map(|(id, step)| json!({"run_id": id, "step": step})),
-        "outcome": run.outcome,
-        "answer": match &run.outcome { Some(Outcome::Answer { text }) => json!(text), _ => Value::Null },
-        "usage": run.usage,
-        "calls": run.calls,
-        "pending": pending,
-    })
-}
-
 /// Prints where the run ended: the answer (or the JSON) on stdout, what to
 /// do next on stderr.
 pub(super) fn report(run: &AgentRun, json: bool) -> anyhow::Result<()> {
     if json {
         out::json(&outcome_json(run), false)?;
+    } else if let Some(Outcome::Answer { text }) = &run.outcome {
+        out::data(text)?;
     }
-    match &run.outcome {
-        Some(Outcome::Answer { text }) => {
-            if !json {
-                out::data(text)?;
-            }
-        }
-        Some(Outcome::Stopped { reason, detail }) => {
-            let reason = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
-            out::note(&format!("run {} stopped ({}): {detail}", run.id, reason.unwrap_or_default()));
-        }
-        Some(Outcome::Cancelled) => {
-            out::note(&format!("run {} cancelled; continue it with `noesis agent resume {}`", run.id, run.id));
-        }
-        Some(Outcome::Aborted { message }) => {
-            out::note(&format!(
-                "run {} aborted{}",
-                run.id,
-                message.as_ref().map(|m| format!(": {m}")).unwrap_or_default()
-            ));
-        }
-        None if run.awaiting_approval() => {
-            out::note(&format!("run {} waits for approval:", run.id));
-            for c in run.calls.iter().filter(|c| c.status == noesis_agent::CallStatus::AwaitingApproval) {
-                out::note(&format!("  {}  {} {}  (hash {})", c.id, c.tool, short_args(&c.arguments), c.arguments_hash));
-            }
-            out::note(&format!(
-                "decide with `noesis agent approve {0} [CALL]` or `noesis agent deny {0} [CALL] -m WHY`, then `noesis agent resume {0}`",
-                run.id
-            ));
-        }
-        None => out::note(&format!("run {} is paused; `noesis agent resume {}` continues it", run.id, run.id)),
+    for note in noesis_agent::summary::next_steps(run) {
+        out::note(&note);
     }
     Ok(())
 }

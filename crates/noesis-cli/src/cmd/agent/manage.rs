@@ -3,15 +3,12 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Context, bail};
-use noesis_agent::{AgentRun, CallStatus, Decision, Entry, Verdict};
+use anyhow::Context;
+use noesis_agent::summary::outcome_json;
+use noesis_agent::{AgentRun, Verdict};
 use noesis_store::AgentState;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use noesis_host::runs::Keep;
-
-use super::drive::{outcome_json, short_args};
-use super::status;
 use crate::out;
 
 /// The run `id` (or the project's one run whose id starts with it), as it
@@ -27,10 +24,6 @@ pub(super) fn load_run(
     })
 }
 
-fn when(ms: i64) -> String {
-    noesis_frames::Timestamp::from_millis(ms).to_string()
-}
-
 pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     let runs = rt.block_on(async {
@@ -38,13 +31,7 @@ pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
         anyhow::Ok(store.agent_runs(&project.project_id, limit).await?)
     })?;
     if json {
-        let rows: Vec<Value> = runs
-            .iter()
-            .map(|r| {
-                json!({"run_id": r.run_id, "task": r.task, "status": r.status, "step": r.latest_step,
-                       "forked_from": r.forked_from, "updated_at": when(r.updated_at)})
-            })
-            .collect();
+        let rows = runs.iter().map(noesis_host::runs::summary_json).collect();
         out::json(&Value::Array(rows), false)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -52,17 +39,7 @@ pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
         out::note("no agent runs in this project yet (`noesis agent \"TASK\"` starts one)");
         return Ok(ExitCode::SUCCESS);
     }
-    let mut text = String::new();
-    for r in &runs {
-        let task: String = r.task.replace('\n', " ").chars().take(60).collect();
-        text.push_str(&format!(
-            "{}  {:<17}  step {:<4}  {}  {task}\n",
-            r.run_id,
-            r.status,
-            r.latest_step,
-            when(r.updated_at)
-        ));
-    }
+    let text = noesis_host::runs::list_text(&runs);
     out::data(&text)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -74,82 +51,19 @@ pub(super) fn show(id: &str, at: Option<i64>, json: bool) -> anyhow::Result<Exit
         out::json(&stored.state, false)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut t = String::new();
-    t.push_str(&format!("run      {}\n", run.id));
-    t.push_str(&format!("task     {}\n", stored.task));
-    t.push_str(&format!("status   {} (step {})\n", status(&run), stored.step));
-    if let Some((from, step)) = &run.forked_from {
-        t.push_str(&format!("forked   from {from} at step {step}\n"));
-    }
-    if let Some(p) = run.host["provider"].as_str() {
-        t.push_str(&format!("model    {p}/{}\n", run.host["model"].as_str().unwrap_or_default()));
-    }
-    let u = run.usage;
-    t.push_str(&format!(
-        "usage    {} turns, {} tool calls, {} tokens in, {} out, ${:.4}\n",
-        u.turns, u.tool_calls, u.input_tokens, u.output_tokens, u.cost_usd
-    ));
-    t.push('\n');
-    for e in &run.entries {
-        match e {
-            Entry::Assistant { content, calls } => {
-                if !content.is_empty() {
-                    t.push_str(&format!("model: {}\n", content.trim()));
-                }
-                for id in calls {
-                    if let Some(c) = run.call(id) {
-                        t.push_str(&format!(
-                            "  call {} {} {} → {}\n",
-                            c.id,
-                            c.tool,
-                            short_args(&c.arguments),
-                            c.status.as_str()
-                        ));
-                        if c.status == CallStatus::AwaitingApproval {
-                            t.push_str(&format!("    arguments hash {}\n", c.arguments_hash));
-                        }
-                    }
-                }
-            }
-            Entry::ToolResult { call_id } => {
-                if let Some(r) = run.call(call_id).and_then(|c| c.result.as_deref()) {
-                    let first: String = r.lines().next().unwrap_or_default().chars().take(100).collect();
-                    t.push_str(&format!("  result {call_id}: {first}\n"));
-                }
-            }
-            Entry::Note { content } => t.push_str(&format!("note: {}\n", content.trim())),
-        }
-    }
-    let routes: Vec<&str> = run.replies.iter().filter_map(|r| r.route.as_deref()).collect();
-    if !routes.is_empty() {
-        t.push_str("\nroutes\n");
-        for (i, r) in routes.iter().enumerate() {
-            t.push_str(&format!("  {}. {r}\n", i + 1));
-        }
-    }
-    if let Some(o) = &run.outcome {
-        t.push_str(&format!("\noutcome  {}\n", serde_json::to_string(o).unwrap_or_default()));
-    }
+    let t = noesis_agent::summary::run_text(&run, &stored.task, stored.step);
     out::data(&t)?;
     Ok(ExitCode::SUCCESS)
 }
 
 pub(super) fn replay(id: &str, from: i64, json: bool) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
-    let (record, _) = load_run(&rt, id, None)?;
-    let start = if from <= 0 {
-        // The run as it began: its first stored state.
-        load_run(&rt, &record.id, Some(0)).map(|(r, _)| r).or_else(|_| first_state(&record))?
-    } else {
-        load_run(&rt, &record.id, Some(from))?.0
-    };
-    let replayed = noesis_agent::replay(start, &record);
+    let (record, replayed) = rt.block_on(async {
+        let (project, store) = crate::memory::context().await?;
+        anyhow::Ok(noesis_host::runs::replay(store.as_ref(), &project.project_id, id, from).await?)
+    })?;
     if json {
-        out::json(
-            &json!({"run_id": record.id, "from_step": from, "steps": replayed.steps, "diverged": replayed.diverged,
-                    "matches": replayed.matches, "outcome": replayed.run.outcome}),
-            false,
-        )?;
+        out::json(&noesis_host::runs::replay_json(&record, from, &replayed), false)?;
     } else {
         let mut t = String::new();
         for s in &replayed.steps {
@@ -166,54 +80,20 @@ pub(super) fn replay(id: &str, from: i64, json: bool) -> anyhow::Result<ExitCode
     Ok(if replayed.matches { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// The run rebuilt as it began, for a record whose first state is gone.
-fn first_state(record: &AgentRun) -> anyhow::Result<AgentRun> {
-    let mut run = AgentRun::new(record.id.clone(), record.task.clone(), record.config.clone(), record.started_ms);
-    run.host = record.host.clone();
-    Ok(run)
-}
-
 /// Applies decisions made from the command line and stores the run.
 fn decide(
     id: &str,
     call: Option<String>,
     hash: Option<String>,
     json: bool,
-    verdict: &dyn Fn(&noesis_agent::CallRecord) -> anyhow::Result<Verdict>,
+    verdict: &dyn Fn(&noesis_agent::CallRecord) -> Verdict,
 ) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     let (mut run, stored) = load_run(&rt, id, None)?;
-    let pending: Vec<&noesis_agent::CallRecord> =
-        run.calls.iter().filter(|c| c.status == CallStatus::AwaitingApproval).collect();
-    if pending.is_empty() {
-        bail!("run {} has no call waiting for a decision (it is {})", run.id, status(&run));
-    }
-    let chosen: Vec<&noesis_agent::CallRecord> = match &call {
-        Some(c) => {
-            let Some(found) = pending.iter().find(|p| &p.id == c) else {
-                let ids: Vec<&str> = pending.iter().map(|p| p.id.as_str()).collect();
-                bail!("call `{c}` of run {} is not waiting for a decision (waiting: {})", run.id, ids.join(", "));
-            };
-            vec![*found]
-        }
-        None => pending,
-    };
-    let mut decisions = Vec::new();
-    for c in chosen {
-        decisions.push(Decision {
-            call_id: c.id.clone(),
-            tool: c.tool.clone(),
-            // The hash the person saw, when they give it; the decision is
-            // refused if the call's arguments are not those.
-            arguments_hash: hash.clone().unwrap_or_else(|| c.arguments_hash.clone()),
-            verdict: verdict(c)?,
-        });
-    }
-    run.decide(&decisions).with_context(|| format!("run {}", run.id))?;
+    let decisions = noesis_host::runs::decisions(&run, call.as_deref(), hash.as_deref(), verdict)?;
     rt.block_on(async {
         let store = crate::memory::open().await?;
-        let mut keep = Keep { store: store.as_ref(), project_id: stored.project_id.clone() };
-        noesis_agent::Checkpoint::save(&mut keep, &run).await.map_err(|e| anyhow::anyhow!(e))
+        anyhow::Ok(noesis_host::runs::decide(store.as_ref(), &stored.project_id, &mut run, &decisions).await?)
     })?;
     if json {
         out::json(&outcome_json(&run), false)?;
@@ -245,11 +125,9 @@ pub(super) fn approve(
         Some(text) => Some(serde_json::from_str::<Value>(text).context("--args: not JSON")?),
         None => None,
     };
-    decide(id, call, hash, json, &|_| {
-        Ok(match &edited {
-            Some(arguments) => Verdict::ApproveEdited { arguments: arguments.clone() },
-            None => Verdict::Approve,
-        })
+    decide(id, call, hash, json, &|_| match &edited {
+        Some(arguments) => Verdict::ApproveEdited { arguments: arguments.clone() },
+        None => Verdict::Approve,
     })
 }
 
@@ -262,6 +140,6 @@ pub(super) fn deny(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     decide(id, call, hash, json, &|_| {
-        Ok(if abort { Verdict::Abort { message: message.clone() } } else { Verdict::Deny { message: message.clone() } })
+        if abort { Verdict::Abort { message: message.clone() } } else { Verdict::Deny { message: message.clone() } }
     })
 }

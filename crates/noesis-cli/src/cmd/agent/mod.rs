@@ -6,31 +6,20 @@ mod drive;
 mod manage;
 
 pub(crate) use drive::progress_notes;
-// The host's pieces by the paths `solve`, `ask` and the plugins use.
+// The host's pieces by the paths `solve` and `ask` use.
 pub(crate) use noesis_host::provider::with_text_tools;
-pub(crate) use noesis_host::runs::Keep;
 
 /// The permission rules of a run (see `noesis_host::rules`).
 pub(crate) mod rules {
     pub(crate) use noesis_host::rules::{RuleFlags, operator};
 }
 
-/// The host's own tools (see `noesis_host::tools`).
-pub(crate) mod tools {
-    pub(crate) use noesis_host::tools::{HostTools as Host, MAX_DEPTH, with_frame_tools};
-}
-
 use std::process::ExitCode;
 
-use noesis_agent::{AgentRun, Outcome};
+use noesis_agent::AgentRun;
 use noesis_modules::search::SearchPath;
 
 use crate::provider::ProviderArgs;
-
-/// Exit code of a run that waits for a person's decision.
-pub(crate) const EXIT_AWAITING_APPROVAL: u8 = 3;
-/// Exit code of a run cancelled with Ctrl-C (resumable).
-pub(crate) const EXIT_CANCELLED: u8 = 130;
 
 #[derive(Debug, clap::Args)]
 #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -236,12 +225,8 @@ pub(crate) fn status(run: &AgentRun) -> &'static str {
     run.status()
 }
 
-/// The exit code for where a run stands.
+/// The exit code for where a run stands (see
+/// [`noesis_agent::summary::exit_status`]).
 pub(crate) fn exit_code(run: &AgentRun) -> ExitCode {
-    match &run.outcome {
-        Some(Outcome::Answer { .. }) => ExitCode::SUCCESS,
-        Some(Outcome::Cancelled) => ExitCode::from(EXIT_CANCELLED),
-        None if run.awaiting_approval() => ExitCode::from(EXIT_AWAITING_APPROVAL),
-        _ => ExitCode::from(1),
-    }
+    ExitCode::from(noesis_agent::summary::exit_status(run))
 }

@@ -1,0 +1,97 @@
+//! A run driven until it stops: the driver with the run's equipment, every
+//! state kept in the store before the next step, each step published as
+//! an event the front end shows, the front end asked for decisions when
+//! calls wait for approval, the finished run written as frames and the
+//! MCP servers started for it stopped. The front end supplies only how a
+//! person sees events and answers questions.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use noesis_agent::events::{Event, EventBus};
+use noesis_agent::{Action, AgentRun, Decision, Driver, Outcome, Pending};
+use noesis_llm::ChatResponse;
+use noesis_runtime::CancellationToken;
+
+use crate::host::{Equipped, Host};
+use crate::runs::{Keep, now_ms, record_frames};
+use crate::{HostError, Result};
+
+/// What a person driving a run sees and decides.
+pub trait Front: Sync {
+    /// A step as it happens (the same event `noesis serve` streams).
+    fn event(&self, event: &Event);
+
+    /// Decisions on the calls that wait for approval; `None` leaves the
+    /// run paused (nobody to ask). The drive is paused meanwhile, so
+    /// blocking here stalls nothing.
+    fn decide(&self, pending: &[Pending]) -> Result<Option<Vec<Decision>>, String>;
+
+    /// A warning (the run was not recorded as frames).
+    fn warn(&self, message: &str);
+}
+
+/// How a run is driven besides its equipment.
+pub struct Drive<'a> {
+    /// The host the run was equipped on.
+    pub host: &'a Host,
+    /// The run's equipment ([`Host::start`], [`Host::equip`]).
+    pub equipped: &'a Equipped,
+    /// The project its states are kept under.
+    pub project_id: String,
+    /// How long one tool call may take.
+    pub tool_timeout: Duration,
+    /// Stops the run after the current step (resumable).
+    pub cancel: CancellationToken,
+}
+
+/// Drives `run` until it ends, is cancelled, or waits for decisions the
+/// front end does not give; then writes a run that ended (not cancelled)
+/// as frames and stops the MCP servers started for it.
+pub async fn to_end(d: Drive<'_>, run: &mut AgentRun, front: &dyn Front) -> Result<()> {
+    let prices = Arc::clone(&d.equipped.prices);
+    let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
+    // The front end is a subscriber of the run's events, as the server's
+    // stream is: the driver publishes, the front end shows.
+    let bus = EventBus::new(256);
+    let mut events = bus.subscribe(&noesis_agent::events::run_topic(&run.id));
+    let driver = Driver {
+        now: &now_ms,
+        price: &price,
+        cancel: Some(d.cancel.clone()),
+        events: Some(bus.clone()),
+        tool_timeout: d.tool_timeout,
+        router: Some(Arc::clone(&d.equipped.router)),
+        ..Driver::new(d.equipped.provider.as_ref(), Arc::clone(&d.equipped.tools))
+    };
+    let mut keep = Keep { store: d.host.store.as_ref(), project_id: d.project_id.clone() };
+    loop {
+        let action = {
+            let drive = driver.drive(run, &mut keep);
+            tokio::pin!(drive);
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(e) = events.recv() => front.event(&e),
+                    action = &mut drive => break action.map_err(|e| HostError::Message(e.to_string()))?,
+                }
+            }
+        };
+        // Every step is shown before the run's end or a question.
+        while let Some(e) = events.try_recv() {
+            front.event(&e);
+        }
+        let Action::AwaitApproval(pending) = action else { break };
+        let Some(decisions) = front.decide(&pending).map_err(HostError::Message)? else { break };
+        run.decide(&decisions).map_err(|e| HostError::Message(e.to_string()))?;
+    }
+    if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
+        && let Err(e) = record_frames(d.host.store.as_ref(), &d.host.project, run).await
+    {
+        front.warn(&format!("warning: the run was not recorded as frames: {e}"));
+    }
+    if let Some(mcp) = &d.equipped.started {
+        mcp.shutdown().await;
+    }
+    Ok(())
+}
