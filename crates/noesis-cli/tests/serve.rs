@@ -792,6 +792,24 @@ fn without_agents_no_client_starts_or_steers_a_run() {
     assert!(fake.received().is_empty());
 }
 
+/// A `solve` episode's model on the fake server: PLANNER's and REASONER's
+/// envelopes, then CODER's edit of calc.py and its answer.
+fn episode_script() -> Vec<Reply> {
+    let envelope = |data: Value| {
+        Reply::Chat(
+            json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "s"}, "data": data}).to_string(),
+        )
+    };
+    vec![
+        envelope(json!({"problem_reflection": {"goal": "add adds", "inputs": [], "outputs": [], "constraints": [],
+                                               "edge_cases": []},
+                        "possible_solutions": ["fix it"], "selected_solution": "fix it", "rationale": "r"})),
+        envelope(json!({"plan": ["change - to +"], "thoughts": [], "rationale": "r"})),
+        tool_reply("fix", "edit_file", &json!({"path": "calc.py", "old": "return a - b", "new": "return a + b"})),
+        Reply::Chat("Fixed.".into()),
+    ]
+}
+
 /// `noesis serve --episodes` runs `solve` on its project for a client:
 /// progress as events, the code fixed, the episode in the project's state;
 /// without the flag, `POST /episodes` is refused naming it.
@@ -800,20 +818,7 @@ fn serve_runs_an_episode_for_a_client_only_with_episodes() {
     let work = Work::new();
     work.write("calc.py", "def add(a, b):\n    return a - b\n");
     work.write("check.sh", "grep -q 'return a + b' calc.py\n");
-    let envelope = |data: Value| {
-        Reply::Chat(
-            json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "s"}, "data": data}).to_string(),
-        )
-    };
-    let fake = FakeServer::start(vec![
-        envelope(json!({"problem_reflection": {"goal": "add adds", "inputs": [], "outputs": [], "constraints": [],
-                                               "edge_cases": []},
-                        "possible_solutions": ["fix it"], "selected_solution": "fix it", "rationale": "r"})),
-        envelope(json!({"plan": ["change - to +"], "thoughts": [], "rationale": "r"})),
-        tool_reply("fix", "edit_file", &json!({"path": "calc.py", "old": "return a - b", "new": "return a + b"})),
-        Reply::Chat("Fixed.".into()),
-    ])
-    .unwrap();
+    let fake = FakeServer::start(episode_script()).unwrap();
     let base_url = fake.base_url();
     let envs = [("LLM_PROVIDER", "openai"), ("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
     let task = json!({"task": "make add add", "tests": ["sh check.sh"]});
@@ -845,20 +850,7 @@ fn the_dashboard_follows_a_live_episode_and_decides_coders_call() {
     work.write("calc.py", "def add(a, b):\n    return a - b\n");
     work.write("check.sh", "grep -q 'return a + b' calc.py\n");
     work.write("noesis.toml", "[permissions]\nask = [\"edit_file\"]\n");
-    let envelope = |data: Value| {
-        Reply::Chat(
-            json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "s"}, "data": data}).to_string(),
-        )
-    };
-    let fake = FakeServer::start(vec![
-        envelope(json!({"problem_reflection": {"goal": "add adds", "inputs": [], "outputs": [], "constraints": [],
-                                               "edge_cases": []},
-                        "possible_solutions": ["fix it"], "selected_solution": "fix it", "rationale": "r"})),
-        envelope(json!({"plan": ["change - to +"], "thoughts": [], "rationale": "r"})),
-        tool_reply("fix", "edit_file", &json!({"path": "calc.py", "old": "return a - b", "new": "return a + b"})),
-        Reply::Chat("Fixed.".into()),
-    ])
-    .unwrap();
+    let fake = FakeServer::start(episode_script()).unwrap();
     let base_url = fake.base_url();
     let envs = [("LLM_PROVIDER", "openai"), ("OPENAI_BASE_URL", base_url.as_str()), ("OPENAI_API_KEY", "sk-test")];
     let s = serve(&work, &["--episodes"], &envs);

@@ -147,17 +147,7 @@ fn sse(event: &Event) -> SseEvent {
 }
 
 async fn events(State(episodes): St, Path(id): Path<String>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
-    // A reconnecting client's Last-Event-ID, else `?after=` (a page that
-    // showed the episode as of that event).
-    let query_after = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
-        .find(|(k, _)| k == "after")
-        .and_then(|(_, v)| v.parse().ok());
-    let after: u64 = headers
-        .get("last-event-id")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse().ok())
-        .or(query_after)
-        .unwrap_or(0);
+    let after = crate::http::stream_after(&headers, &uri);
     let Some(events) = episodes.events(&id, after) else {
         return refusal((
             StatusCode::NOT_FOUND,

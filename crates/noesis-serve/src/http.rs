@@ -355,6 +355,22 @@ fn router(state: &Arc<AppState>, config: &ServeConfig) -> Router {
 type St = State<Arc<AppState>>;
 
 /// A JSON response.
+/// Where a client's event stream starts: after its `Last-Event-ID` (a
+/// reconnect), else after `?after=N` (a page that showed the events up to
+/// N; a browser's first `EventSource` request cannot set the header), else
+/// at the first.
+pub(crate) fn stream_after(headers: &axum::http::HeaderMap, uri: &axum::http::Uri) -> u64 {
+    let query_after = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .find(|(k, _)| k == "after")
+        .and_then(|(_, v)| v.parse().ok());
+    headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse().ok())
+        .or(query_after)
+        .unwrap_or(0)
+}
+
 pub(crate) fn json_response(status: StatusCode, body: &Value) -> Response {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     (status, [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], bytes).into_response()
@@ -775,6 +791,18 @@ fn text_event(text: &str) -> Event {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_starts_after_the_last_event_id_else_after_the_query() {
+        use axum::http::{HeaderMap, HeaderValue, Uri};
+        let uri: Uri = "/episodes/e1/events?x=1&after=7".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        assert_eq!(stream_after(&headers, &uri), 7);
+        headers.insert("last-event-id", HeaderValue::from_static(" 12 "));
+        assert_eq!(stream_after(&headers, &uri), 12, "a reconnect's header wins");
+        assert_eq!(stream_after(&HeaderMap::new(), &"/e?after=x".parse().unwrap()), 0, "not a number: from the start");
+        assert_eq!(stream_after(&HeaderMap::new(), &"/e".parse().unwrap()), 0);
+    }
 
     #[test]
     fn bearer_and_compare() {
