@@ -194,7 +194,7 @@ fn grouped(cmd: clap::Command) -> clap::Command {
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let search = noesis_modules::search::SearchPath::from_env(&cli.modules);
-    memory::configure(cli.store.clone());
+    memory::configure(cli.store.clone(), matches!(cli.command, Command::Serve(_) | Command::Ui(_) | Command::Mcp(_)));
     match cli.command {
         Command::Agent(a) => cmd::agent::run(&search, *a),
         Command::Run(a) => cmd::run::run(&search, a),

@@ -16,16 +16,22 @@ use serde_json::Value;
 use crate::out;
 
 static STORE_FLAG: OnceLock<Option<String>> = OnceLock::new();
+static SERVES: OnceLock<bool> = OnceLock::new();
 
-/// Remembers `--store` (clap has already folded `NOESIS_STORE` into it).
-pub(crate) fn configure(flag: Option<String>) {
+/// Remembers `--store` (clap has already folded `NOESIS_STORE` into it)
+/// and whether this process serves others (`serve`, `ui`, `mcp`: many
+/// requests at once) or runs one command.
+pub(crate) fn configure(flag: Option<String>, serves: bool) {
     let _ = STORE_FLAG.set(flag.filter(|s| !s.is_empty()));
+    let _ = SERVES.set(serves);
 }
 
 /// The place of this process: the store in force, the home, the current
-/// directory.
+/// directory; one SQLite connection for a command, the store's pool for a
+/// server.
 pub(crate) fn place() -> Place {
-    Place::of_process(STORE_FLAG.get().cloned().flatten())
+    let serves = SERVES.get().copied().unwrap_or(true);
+    Place { connections: (!serves).then_some(1), ..Place::of_process(STORE_FLAG.get().cloned().flatten()) }
 }
 
 /// `$NOESIS_HOME` (`noesis_config::home_from` the process environment).

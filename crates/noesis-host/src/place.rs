@@ -22,6 +22,9 @@ pub struct Place {
     pub home: Option<PathBuf>,
     /// The folder the process works in (none: it has none).
     pub cwd: Option<PathBuf>,
+    /// At most this many SQLite connections (none: the store's default,
+    /// for a server's concurrent requests; one for a short command).
+    pub connections: Option<u32>,
 }
 
 impl Place {
@@ -32,6 +35,7 @@ impl Place {
             store: store.filter(|s| !s.is_empty()),
             home: noesis_config::home_from(&|k| std::env::var(k).ok()),
             cwd: std::env::current_dir().ok(),
+            connections: None,
         }
     }
 
@@ -67,7 +71,7 @@ impl Place {
     /// Opens the store in force.
     pub async fn open(&self) -> Result<Box<dyn Store>> {
         let url = self.store_url()?;
-        noesis_store::open(&url)
+        noesis_store::open_with(&url, self.connections.unwrap_or(noesis_store::SQLITE_CONNECTIONS))
             .await
             .map_err(|e| HostError::Message(format!("{e}\nhint: pick another store with --store URL or NOESIS_STORE")))
     }

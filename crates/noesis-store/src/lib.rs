@@ -50,7 +50,7 @@ pub use error::StoreError;
 pub use filter::FrameFilter;
 pub use links::{NewSession, SessionKind};
 pub use memory::{Memory, MemoryQuery, NewMemory};
-pub use sql::SqlStore;
+pub use sql::{SQLITE_CONNECTIONS, SqlStore};
 pub use workflow::WorkflowVersion;
 
 /// Which database a store uses.
@@ -219,4 +219,13 @@ pub trait Store: Send + Sync {
 /// As [`SqlStore::open`].
 pub async fn open(url: &str) -> Result<Box<dyn Store>, StoreError> {
     Ok(Box::new(SqlStore::open(url).await?))
+}
+
+/// Opens a store with at most `connections` SQLite connections (see
+/// [`SqlStore::open_with`]).
+///
+/// # Errors
+/// As [`SqlStore::open`].
+pub async fn open_with(url: &str, connections: u32) -> Result<Box<dyn Store>, StoreError> {
+    Ok(Box::new(SqlStore::open_with(url, connections).await?))
 }

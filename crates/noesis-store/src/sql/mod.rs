@@ -30,6 +30,9 @@ pub struct SqlStore {
 /// How long a SQLite writer waits for another to finish.
 const BUSY_TIMEOUT_MS: u64 = 30_000;
 
+/// SQLite connections a store opens at most unless told otherwise.
+pub const SQLITE_CONNECTIONS: u32 = 4;
+
 /// Every SQLite connection's settings: the busy timeout above; cascades
 /// sort and deduplicate in temporary b-trees, kept in memory with a 32 MiB
 /// page cache.
@@ -127,6 +130,18 @@ impl SqlStore {
     /// [`StoreError::BadUrl`], [`StoreError::Open`] when the database cannot
     /// be reached, [`StoreError::NewerSchema`] when a newer noesis wrote it.
     pub async fn open(url: &str) -> Result<SqlStore, StoreError> {
+        SqlStore::open_with(url, SQLITE_CONNECTIONS).await
+    }
+
+    /// [`SqlStore::open`] with at most `connections` SQLite connections
+    /// (at least one; PostgreSQL keeps its own pool size). One suits a
+    /// short command: its calls take turns on one connection instead of a
+    /// second being opened because the first is still on its way back to
+    /// the pool.
+    ///
+    /// # Errors
+    /// As [`SqlStore::open`].
+    pub async fn open_with(url: &str, connections: u32) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
         let (backend, conn_url) = parse_url(url)?;
         let shown = redact(url);
@@ -141,7 +156,7 @@ impl SqlStore {
         }
         let pool = match backend {
             Backend::Sqlite => AnyPoolOptions::new()
-                .max_connections(4)
+                .max_connections(connections.max(1))
                 .acquire_timeout(Duration::from_secs(120))
                 // A file has no connection to lose: pinging it before every
                 // use (the pool's default) only costs a round trip to the
@@ -763,6 +778,33 @@ mod tests {
         let empty = dir.path().join("empty.db");
         std::fs::write(&empty, "").unwrap();
         SqlStore::open(&empty.to_string_lossy()).await.unwrap().close().await;
+    }
+
+    #[tokio::test]
+    async fn one_connection_serves_concurrent_calls_in_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = dir.path().join("one.db").to_string_lossy().into_owned();
+        let store = std::sync::Arc::new(SqlStore::open_with(&url, 1).await.unwrap());
+        let calls: Vec<_> = (0..8)
+            .map(|i| {
+                let store = std::sync::Arc::clone(&store);
+                tokio::spawn(async move {
+                    store.ensure_project(&format!("p{i}"), "/tmp/x").await.unwrap();
+                    store.frames(&FrameFilter::project(&format!("p{i}"))).await.unwrap().len()
+                })
+            })
+            .collect();
+        let all = tokio::time::timeout(Duration::from_secs(20), async {
+            let mut found = Vec::new();
+            for c in calls {
+                found.push(c.await.unwrap());
+            }
+            found
+        })
+        .await
+        .expect("calls take turns, none waits forever");
+        assert_eq!(all, [0; 8]);
+        assert_eq!(store.pool.size(), 1, "never a second connection");
     }
 
     #[test]
