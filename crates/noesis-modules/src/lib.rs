@@ -43,8 +43,10 @@ pub use code::{ErrorCode, Recoverable};
 pub use envelope::{
     EXPLAIN_MAX_CHARS, Failure, envelope_file_problems, judge_vector, truncate_chars, validate_envelope,
 };
-pub use loader::{ADVISORY_FIELDS, Format, LoadError, Module, Section, Source, load, load_dir};
-pub use manifest::{ContextMode, EnumStrategy, Manifest, Policy, RiskRule, Strictness, Tier, validate_manifest};
+pub use loader::{ADVISORY_FIELDS, Format, LoadError, Module, Section, Source, load, load_dir, load_remembering};
+pub use manifest::{
+    ContextMode, EnumStrategy, Manifest, Policy, RiskRule, Strictness, Tier, validate_manifest, validate_manifest_in,
+};
 pub use parse::{Found, extract_json};
 pub use prompt::{ENVELOPE_INSTRUCTION, PromptParts, build_prompt};
 pub use repair::repair;

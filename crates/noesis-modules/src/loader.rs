@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::manifest::{Manifest, Policy, validate_manifest};
+use crate::manifest::{Manifest, Policy, validate_manifest_in};
 use crate::schema::{CompiledSchema, Violation};
 
 /// The layout a module was written in.
@@ -221,8 +221,14 @@ impl Source<'_> {
 
 /// Loads the module in `source`, detecting its layout.
 pub fn load(source: Source<'_>) -> Result<Module, LoadError> {
+    load_remembering(source, None)
+}
+
+/// [`load`], with the manifest schema's verdicts remembered in the folder
+/// `memo` (see [`validate_manifest_in`]).
+pub fn load_remembering(source: Source<'_>, memo: Option<&Path>) -> Result<Module, LoadError> {
     if let Some(text) = source.read("module.yaml")? {
-        load_v2(source, &text)
+        load_v2(source, &text, memo)
     } else if let Some(text) = source.read("MODULE.md")? {
         load_v1(source, &text)
     } else if let Some(text) = source.read("module.md")? {
@@ -252,7 +258,7 @@ fn to_manifest(path: PathBuf, raw: Value) -> Result<Manifest, LoadError> {
     })
 }
 
-fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
+fn load_v2(source: Source<'_>, text: &str, memo: Option<&Path>) -> Result<Module, LoadError> {
     let path = source.path("module.yaml");
     let raw = parse_yaml(path.clone(), text)?;
     let has = |k: &str| raw.get(k).is_some();
@@ -263,7 +269,7 @@ fn load_v2(source: Source<'_>, text: &str) -> Result<Module, LoadError> {
     } else {
         Format::V20
     };
-    let mut violations = validate_manifest(&raw);
+    let mut violations = validate_manifest_in(&raw, memo);
     if format != Format::V22 {
         // v2.0 and v2.1 predate `tier`: its absence is what marks them.
         violations.retain(|v| !(v.pointer == "/tier" && v.keyword == "required"));

@@ -1,6 +1,7 @@
 //! `module.yaml`: the typed manifest, its validation, and tier defaults.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::OnceLock;
 
 use serde::Deserialize;
@@ -282,13 +283,44 @@ impl Manifest {
     }
 }
 
+/// The v2.2 manifest schema, as the specification ships it.
+const MANIFEST_SCHEMA: &str = include_str!("../spec/module.yaml.schema.json");
+
+/// The JSON Schema validator the verdicts come from: a remembered verdict
+/// names it, so an upgrade that judges differently never trusts an old one
+/// (a test keeps it equal to `Cargo.lock`'s).
+const VALIDATOR: &str = "jsonschema 0.60.2";
+
 fn manifest_schema() -> &'static CompiledSchema {
     static SCHEMA: OnceLock<CompiledSchema> = OnceLock::new();
     SCHEMA.get_or_init(|| {
-        let doc: Value = serde_json::from_str(include_str!("../spec/module.yaml.schema.json"))
-            .expect("embedded manifest schema is JSON");
+        let doc: Value = serde_json::from_str(MANIFEST_SCHEMA).expect("embedded manifest schema is JSON");
         CompiledSchema::compile(&doc).expect("embedded manifest schema compiles")
     })
+}
+
+/// The manifest schema's verdict on `doc`, remembered in the folder
+/// `memo` when it is "no violation": compiling that schema is most of a
+/// short command's work, and the verdict depends only on the schema, the
+/// validator and the document, which the remembered file's name digests.
+fn schema_violations(doc: &Value, memo: Option<&Path>) -> Vec<Violation> {
+    let Some(dir) = memo else { return manifest_schema().violations(doc) };
+    let mut key = blake3::Hasher::new();
+    key.update(VALIDATOR.as_bytes());
+    key.update(&[0]);
+    key.update(MANIFEST_SCHEMA.as_bytes());
+    key.update(&[0]);
+    key.update(serde_json::to_string(doc).unwrap_or_default().as_bytes());
+    let marker = dir.join(key.finalize().to_hex().as_str());
+    if marker.is_file() {
+        return Vec::new();
+    }
+    let found = manifest_schema().violations(doc);
+    if found.is_empty() {
+        // Best effort: a verdict not written costs the next load the check.
+        let _ = std::fs::create_dir_all(dir).and_then(|()| std::fs::write(&marker, b""));
+    }
+    found
 }
 
 /// Validates a parsed `module.yaml` against the v2.2 manifest schema and
@@ -298,6 +330,13 @@ fn manifest_schema() -> &'static CompiledSchema {
 /// does not are accepted: `context: fork|main` as a plain string, and the
 /// `iterative` composition pattern.
 pub fn validate_manifest(raw: &Value) -> Vec<Violation> {
+    validate_manifest_in(raw, None)
+}
+
+/// [`validate_manifest`], the schema's verdict remembered in the folder
+/// `memo` (see [`crate::search::Found::load_remembering`]); the checks the
+/// schema cannot express run every time.
+pub fn validate_manifest_in(raw: &Value, memo: Option<&Path>) -> Vec<Violation> {
     let mut doc = raw.clone();
     if let Some(obj) = doc.as_object_mut() {
         if let Some(Value::String(mode)) = obj.get("context").cloned()
@@ -311,7 +350,7 @@ pub fn validate_manifest(raw: &Value) -> Vec<Violation> {
             comp.insert("pattern".to_owned(), Value::from("sequential"));
         }
     }
-    let mut violations = manifest_schema().violations(&doc);
+    let mut violations = schema_violations(&doc, memo);
     // What the schema cannot say about `composition` (ranges, paths,
     // conditions, names): each problem once, at its own field.
     if let Some(c) = raw.get("composition")
@@ -384,6 +423,42 @@ mod tests {
         assert!(got.contains(&("/tier", "enum")), "{got:?}");
         let v = validate_manifest(&json!({"name": "ok"}));
         assert!(v.iter().any(|v| v.pointer == "/tier" && v.keyword == "required"));
+    }
+
+    #[test]
+    fn only_a_clean_schema_verdict_is_remembered_and_code_checks_still_run() {
+        let memo = tempfile::tempdir().unwrap();
+        let remembered = || std::fs::read_dir(memo.path()).map(Iterator::count).unwrap_or(0);
+        let good = json!({"name": "m", "version": "1.0.0", "responsibility": "r", "tier": "exec"});
+        assert!(validate_manifest_in(&good, Some(memo.path())).is_empty());
+        assert_eq!(remembered(), 1);
+        assert!(validate_manifest_in(&good, Some(memo.path())).is_empty(), "from the memo");
+        let bad = json!({"name": "Bad_Name", "version": "1.0.0", "responsibility": "r", "tier": "exec"});
+        for _ in 0..2 {
+            let v = validate_manifest_in(&bad, Some(memo.path()));
+            assert!(v.iter().any(|v| v.pointer == "/name"), "{v:?}");
+        }
+        assert_eq!(remembered(), 1, "a violation is never remembered");
+        // The schema passes this one; the composition check (code, not
+        // schema) still runs when its verdict is remembered.
+        let composed = json!({"name": "m", "version": "1.0.0", "responsibility": "r", "tier": "exec",
+                              "composition": {"requires": [{"name": "a", "version": "^two"}]}});
+        let first = validate_manifest_in(&composed, Some(memo.path()));
+        let again = validate_manifest_in(&composed, Some(memo.path()));
+        assert_eq!(first, again);
+        assert!(again.iter().any(|v| v.pointer == "/composition/requires/0/version"), "{again:?}");
+        // A memo that cannot be written costs only the check.
+        let file = memo.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        assert!(validate_manifest_in(&good, Some(&file.join("sub"))).is_empty());
+    }
+
+    #[test]
+    fn the_remembered_verdicts_name_the_validator_in_the_lockfile() {
+        let lock = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.lock")).unwrap();
+        let at = lock.find("name = \"jsonschema\"\nversion = \"").expect("jsonschema in Cargo.lock");
+        let version = lock[at..].split('"').nth(3).unwrap();
+        assert_eq!(VALIDATOR, format!("jsonschema {version}"), "update VALIDATOR with the jsonschema upgrade");
     }
 
     #[test]

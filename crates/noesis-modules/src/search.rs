@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::builtin::BUILTIN;
-use crate::loader::{LoadError, Module, Source, load};
+use crate::loader::{LoadError, Module, Source, load_remembering};
 
 /// An ordered list of folders that hold module folders.
 #[derive(Debug, Clone, Default)]
@@ -128,11 +128,18 @@ impl SearchPath {
 impl Found {
     /// Loads the module found.
     pub fn load(&self) -> Result<Module, LoadError> {
+        self.load_remembering(None)
+    }
+
+    /// Loads the module found, the manifest schema's verdicts remembered in
+    /// the folder `memo` (a command that loads the same module again and
+    /// again skips compiling that schema; the verdict is the same).
+    pub fn load_remembering(&self, memo: Option<&Path>) -> Result<Module, LoadError> {
         match self {
-            Found::Dir(d) => load(Source::Dir(d)),
+            Found::Dir(d) => load_remembering(Source::Dir(d), memo),
             Found::Builtin(name) => {
                 let files = BUILTIN.iter().find(|(n, _)| n == name).map_or(&[][..], |(_, f)| *f);
-                load(Source::Embedded { name, files })
+                load_remembering(Source::Embedded { name, files }, memo)
             }
         }
     }

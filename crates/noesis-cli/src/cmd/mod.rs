@@ -41,7 +41,10 @@ pub(crate) fn load(search: &SearchPath, name: &str) -> anyhow::Result<Loaded> {
             return Ok(Loaded::NotFound(Failure::new(ErrorCode::E4006, e.to_string()).into_envelope()));
         }
     };
-    let module = found.load().with_context(|| format!("cannot load module `{name}`"))?;
+    // The manifest schema's verdicts are kept beside the project ids:
+    // compiling that schema was most of a short `run`.
+    let memo = crate::memory::home().ok().map(|h| h.join("cache").join("manifests"));
+    let module = found.load_remembering(memo.as_deref()).with_context(|| format!("cannot load module `{name}`"))?;
     Ok(Loaded::Module(Box::new(module)))
 }
 
