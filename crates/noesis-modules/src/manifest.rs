@@ -300,9 +300,9 @@ fn manifest_schema() -> &'static CompiledSchema {
 }
 
 /// The manifest schema's verdict on `doc`, remembered in the folder
-/// `memo` when it is "no violation": compiling that schema is most of a
-/// short command's work, and the verdict depends only on the schema, the
-/// validator and the document, which the remembered file's name digests.
+/// `memo` when it is "no violation": compiling that schema costs a short
+/// command about a millisecond, and the verdict depends only on the schema,
+/// the validator and the document, which the remembered file's name digests.
 fn schema_violations(doc: &Value, memo: Option<&Path>) -> Vec<Violation> {
     let Some(dir) = memo else { return manifest_schema().violations(doc) };
     let mut key = blake3::Hasher::new();

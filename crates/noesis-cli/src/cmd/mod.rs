@@ -42,7 +42,7 @@ pub(crate) fn load(search: &SearchPath, name: &str) -> anyhow::Result<Loaded> {
         }
     };
     // The manifest schema's verdicts are kept beside the project ids:
-    // compiling that schema was most of a short `run`.
+    // compiling that schema was about a ninth of a short `run`.
     let memo = crate::memory::home().ok().map(|h| h.join("cache").join("manifests"));
     let module = found.load_remembering(memo.as_deref()).with_context(|| format!("cannot load module `{name}`"))?;
     Ok(Loaded::Module(Box::new(module)))
