@@ -60,12 +60,19 @@ impl Place {
         Ok(home.join("noesis.db").to_string_lossy().into_owned())
     }
 
-    /// The files of the store in force when it is a SQLite file (the
-    /// database and its journals), so a scan of the project leaves them
-    /// out.
+    /// What noesis itself writes that a scan of the project must leave out
+    /// when `$NOESIS_HOME` lies inside it: the store in force when it is a
+    /// SQLite file (the database and its journals) and the caches
+    /// (`$NOESIS_HOME/cache`: project ids, remembered manifest verdicts).
     pub fn store_files(&self) -> Vec<PathBuf> {
-        let Ok(url) = self.store_url() else { return Vec::new() };
-        sqlite_files(&url, self.cwd.as_deref())
+        let mut own = match self.store_url() {
+            Ok(url) => sqlite_files(&url, self.cwd.as_deref()),
+            Err(_) => Vec::new(),
+        };
+        if let Some(home) = &self.home {
+            own.push(home.join("cache"));
+        }
+        own
     }
 
     /// Opens the store in force.
@@ -144,6 +151,9 @@ mod tests {
         let place = Place { home: Some(home.clone()), ..Place::default() };
         assert_eq!(place.store_url().unwrap(), home.join("noesis.db").to_string_lossy());
         assert!(home.is_dir());
+        let own = place.store_files();
+        assert!(own.contains(&home.join("noesis.db")) && own.contains(&home.join("noesis.db-wal")), "{own:?}");
+        assert!(own.contains(&home.join("cache")), "the caches are noesis's own too: {own:?}");
         let nowhere = Place::default();
         assert_eq!(nowhere.store_url().unwrap_err().to_string(), "neither NOESIS_HOME nor HOME is set");
         assert!(nowhere.store_files().is_empty());
