@@ -6,7 +6,9 @@
 //! (a number, a list, an object) is read as JSON. `prompts/get` builds the
 //! input from the arguments, checks it against the input schema, and
 //! renders the module's prompt as a run would (placeholders, the input, the
-//! envelope instruction and the data schema) into one user message.
+//! envelope instruction and the data schema) into one user message. A
+//! module that declares no input schema takes any input: its prompt has one
+//! optional argument, `input`, the whole input as a JSON object.
 
 use noesis_modules::{Module, PromptParts, build_prompt, check_input};
 use serde_json::{Map, Value, json};
@@ -22,14 +24,25 @@ pub(super) struct Argument {
     pub(super) json_type: Option<String>,
 }
 
+/// The argument of a module without an input schema: its whole input.
+const WHOLE_INPUT: &str = "input";
+
 /// The property an input field is reserved for, never a prompt argument:
 /// the runtime takes it out of the input before anything else sees it.
 const RESERVED: &str = "_context";
 
 /// The arguments of `module`'s prompt, in the order its input schema lists
-/// them; none when it has no input schema or the schema names no properties.
+/// them; none when the schema names no properties; the one [`WHOLE_INPUT`]
+/// when the module has no input schema.
 pub(super) fn arguments(module: &Module) -> Vec<Argument> {
-    let Some(schema) = module.input.as_ref().map(|s| &s.schema) else { return Vec::new() };
+    let Some(schema) = module.input.as_ref().map(|s| &s.schema) else {
+        return vec![Argument {
+            name: WHOLE_INPUT.to_owned(),
+            description: Some("The module's whole input (it declares no input schema)".to_owned()),
+            required: false,
+            json_type: Some("object".to_owned()),
+        }];
+    };
     let schema = resolve(&module.schema, schema);
     let required: Vec<&str> =
         schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
@@ -123,6 +136,13 @@ pub(super) fn input(module: &Module, given: &Map<String, Value>) -> Result<Value
             Some(t) if t == "any" => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone())),
             Some(t) => serde_json::from_str(text).map_err(|e| format!("argument `{name}` must be JSON ({t}): {e}"))?,
         };
+        if module.input.is_none() {
+            // The whole input, not a field of it.
+            if !value.is_object() {
+                return Err(format!("argument `{name}` must be a JSON object"));
+            }
+            return Ok(value);
+        }
         input.insert(name.clone(), value);
     }
     if let Some(missing) = declared.iter().find(|a| a.required && !input.contains_key(&a.name)) {
@@ -241,5 +261,27 @@ mod tests {
         assert!(text.contains("Response format"), "the envelope instruction is part of the prompt: {text}");
         // The module's own template comes first.
         assert!(text.starts_with(m.prompt.lines().next().unwrap()), "{text}");
+    }
+
+    #[test]
+    fn a_module_without_an_input_schema_takes_its_whole_input_as_json() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("module.yaml"),
+            "name: free\nversion: 1.0.0\nresponsibility: anything\ntier: exec\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("prompt.md"), "Do it.\n").unwrap();
+        let m = noesis_modules::load_dir(dir.path()).unwrap();
+        assert!(m.input.is_none());
+        let l = listing(&m, None);
+        assert_eq!(l["arguments"].as_array().unwrap().len(), 1, "{l}");
+        assert_eq!((&l["arguments"][0]["name"], &l["arguments"][0]["required"]), (&json!("input"), &json!(false)));
+        let given = |v: serde_json::Value| input(&m, v.as_object().unwrap());
+        assert_eq!(given(json!({"input": "{\"a\": [1, 2]}"})).unwrap(), json!({"a": [1, 2]}));
+        assert_eq!(given(json!({})).unwrap(), json!({}), "no argument: an empty input");
+        assert!(given(json!({"input": "[1]"})).unwrap_err().contains("JSON object"));
+        assert!(given(json!({"input": "{nope"})).unwrap_err().contains("must be JSON (object)"));
+        assert!(given(json!({"other": "x"})).unwrap_err().contains("`other`"));
     }
 }
