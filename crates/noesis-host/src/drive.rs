@@ -13,6 +13,7 @@ use noesis_agent::{Action, AgentRun, Decision, Driver, Outcome, Pending};
 use noesis_llm::ChatResponse;
 use noesis_runtime::CancellationToken;
 
+use crate::hold::{Holds, holder_name};
 use crate::host::{Equipped, Host};
 use crate::runs::{Keep, now_ms, record_frames};
 use crate::{HostError, Result};
@@ -43,12 +44,53 @@ pub struct Drive<'a> {
     pub tool_timeout: Duration,
     /// Stops the run after the current step (resumable).
     pub cancel: CancellationToken,
+    /// The stored step the run was read at, for a stored run: the drive is
+    /// refused when the store moved on before this driver took the run's
+    /// lease (another driver stepped it meanwhile).
+    pub from_step: Option<i64>,
 }
 
 /// Drives `run` until it ends, is cancelled, or waits for decisions the
 /// front end does not give; then writes a run that ended (not cancelled)
-/// as frames and stops the MCP servers started for it.
+/// as frames and stops the MCP servers started for it. The run is stepped
+/// under its lease (see [`crate::hold`]): refused when another driver
+/// holds it, stopped when another driver took it over.
 pub async fn to_end(d: Drive<'_>, run: &mut AgentRun, front: &dyn Front) -> Result<()> {
+    let holds = Holds::new(Arc::clone(&d.host.store), holder_name("cli"));
+    let lost = holds.hold(&run.id).await?;
+    if let Some(from) = d.from_step {
+        let now_at = d.host.store.agent_state(&run.id, None).await?.map(|s| s.step);
+        if now_at.is_some_and(|at| at != from) {
+            holds.release(&run.id).await;
+            return Err(HostError::Message(format!(
+                "agent run {}: another driver stepped it (from step {from} to {}) while this one was starting; \
+                 run the command again to go on from there",
+                run.id,
+                now_at.unwrap_or_default()
+            )));
+        }
+    }
+    let cancel = d.cancel.clone();
+    let watch = tokio::spawn(async move {
+        lost.cancelled().await;
+        cancel.cancel();
+    });
+    let driven = drive(&d, run, front, &holds).await;
+    watch.abort();
+    holds.release(&run.id).await;
+    driven?;
+    if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
+        && let Err(e) = record_frames(d.host.store.as_ref(), &d.host.project, run).await
+    {
+        front.warn(&format!("warning: the run was not recorded as frames: {e}"));
+    }
+    if let Some(mcp) = &d.equipped.started {
+        mcp.shutdown().await;
+    }
+    Ok(())
+}
+
+async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Holds) -> Result<()> {
     let prices = Arc::clone(&d.equipped.prices);
     let price = move |r: &ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0);
     // The front end is a subscriber of the run's events, as the server's
@@ -64,7 +106,7 @@ pub async fn to_end(d: Drive<'_>, run: &mut AgentRun, front: &dyn Front) -> Resu
         router: Some(Arc::clone(&d.equipped.router)),
         ..Driver::new(d.equipped.provider.as_ref(), Arc::clone(&d.equipped.tools))
     };
-    let mut keep = Keep { store: d.host.store.as_ref(), project_id: d.project_id.clone() };
+    let mut keep = Keep { store: d.host.store.as_ref(), project_id: d.project_id.clone(), holds: Some(holds) };
     loop {
         let action = {
             let drive = driver.drive(run, &mut keep);
@@ -84,14 +126,6 @@ pub async fn to_end(d: Drive<'_>, run: &mut AgentRun, front: &dyn Front) -> Resu
         let Action::AwaitApproval(pending) = action else { break };
         let Some(decisions) = front.decide(&pending).map_err(HostError::Message)? else { break };
         run.decide(&decisions).map_err(|e| HostError::Message(e.to_string()))?;
-    }
-    if run.outcome.as_ref().is_some_and(|o| *o != Outcome::Cancelled)
-        && let Err(e) = record_frames(d.host.store.as_ref(), &d.host.project, run).await
-    {
-        front.warn(&format!("warning: the run was not recorded as frames: {e}"));
-    }
-    if let Some(mcp) = &d.equipped.started {
-        mcp.shutdown().await;
     }
     Ok(())
 }

@@ -34,6 +34,7 @@
 pub mod doctor;
 pub mod drive;
 pub mod frames;
+pub mod hold;
 pub mod host;
 pub mod launch;
 pub mod lease;

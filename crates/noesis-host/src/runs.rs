@@ -26,6 +26,9 @@ pub struct Keep<'a> {
     pub store: &'a dyn Store,
     /// The project the run belongs to.
     pub project_id: String,
+    /// The leases the states are written under (none: the run must not be
+    /// held by anyone else).
+    pub holds: Option<&'a crate::hold::Holds>,
 }
 
 /// The stored form of `run` now.
@@ -45,7 +48,12 @@ pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
 #[async_trait::async_trait]
 impl Checkpoint for Keep<'_> {
     async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
-        self.store.save_agent_state(&state_of(run, &self.project_id)).await.map_err(|e| e.to_string())
+        let state = state_of(run, &self.project_id);
+        match self.holds {
+            Some(holds) => holds.save(&state).await,
+            None => self.store.save_agent_state(&state).await,
+        }
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -205,12 +213,36 @@ pub fn decisions(
         .collect())
 }
 
-/// Applies `decisions` to stored run `run` and keeps it under
-/// `project_id`.
+/// Applies `decisions` to stored run `run` (as read from the store) and
+/// keeps it under `project_id`, holding its lease meanwhile: refused when
+/// another driver holds the run (the decision is that driver's to take) or
+/// stepped it since it was read.
 pub async fn decide(store: &dyn Store, project_id: &str, run: &mut AgentRun, decisions: &[Decision]) -> Result<()> {
-    run.decide(decisions).map_err(|e| HostError::Message(format!("run {}: {e}", run.id)))?;
-    let mut keep = Keep { store, project_id: project_id.to_owned() };
-    Checkpoint::save(&mut keep, run).await.map_err(HostError::Message)
+    let now = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+    let holder = crate::hold::holder_name("cli");
+    let lease = match store.acquire_run_lease(&run.id, &holder, 30_000, now).await? {
+        noesis_store::LeaseGrant::Granted(lease) => lease,
+        noesis_store::LeaseGrant::Held(h) => bail!(
+            "agent run {} is {}; decide through that driver (a server's /agents/{}/decide or its dashboard)",
+            run.id,
+            h.describe(now),
+            run.id
+        ),
+    };
+    let decided = async {
+        let stored = store.agent_state(&run.id, None).await?.map(|s| s.step);
+        let read_at = i64::try_from(run.step).unwrap_or(i64::MAX);
+        if stored.is_some_and(|s| s != read_at) {
+            bail!("agent run {}: it moved on (to step {}) since it was read; decide again", run.id, stored.unwrap_or(0));
+        }
+        run.decide(decisions).map_err(|e| HostError::Message(format!("run {}: {e}", run.id)))?;
+        store.save_agent_state_held(&state_of(run, project_id), Some(&lease)).await?;
+        Ok(())
+    }
+    .await;
+    // A lease not given up lapses by itself.
+    let _ = store.release_run_lease(&lease).await;
+    decided
 }
 
 /// Replays run `id` (or the project's one run whose id starts with it)

@@ -35,6 +35,8 @@ pub struct ServedAgents {
     /// Where a warning goes (a run not recorded as frames).
     pub warn: crate::host::Note,
     prices: Arc<PriceTable>,
+    /// The store leases of the runs this server steps.
+    holds: crate::hold::Holds,
 }
 
 impl ServedAgents {
@@ -48,7 +50,9 @@ impl ServedAgents {
         warn: crate::host::Note,
     ) -> ServedAgents {
         let prices = host.prices();
-        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices }
+        let kind = if origin == "http" { "serve" } else { origin };
+        let holds = crate::hold::Holds::new(Arc::clone(&host.store), crate::hold::holder_name(kind));
+        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices, holds }
     }
 
     fn workspace(&self) -> Result<&noesis_agent::Workspace, String> {
@@ -160,7 +164,15 @@ impl AgentHost for ServedAgents {
     }
 
     async fn save(&self, run: &AgentRun) -> Result<(), String> {
-        self.host.store.save_agent_state(&state_of(run, &self.host.project.project_id)).await.map_err(|e| e.to_string())
+        self.holds.save(&state_of(run, &self.host.project.project_id)).await.map_err(|e| e.to_string())
+    }
+
+    async fn hold(&self, id: &str) -> Result<noesis_runtime::CancellationToken, String> {
+        self.holds.hold(id).await.map_err(|e| e.to_string())
+    }
+
+    async fn release(&self, id: &str) {
+        self.holds.release(id).await;
     }
 
     async fn load(&self, id: &str) -> Result<Option<AgentRun>, String> {

@@ -49,9 +49,19 @@ pub enum StoreError {
     /// and retry.
     #[error("store: a concurrent change: {0}")]
     Conflict(String),
+    /// A run's lease is another holder's: the write was refused and the
+    /// writer must stop stepping the run (the message names the holder).
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl StoreError {
+    /// Whether a run's lease refused the write (another holder steps it).
+    #[must_use]
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, StoreError::Fenced(_))
+    }
+
     /// Whether the database was busy or locked (another writer held it
     /// longer than the busy timeout); retrying later may succeed.
     #[must_use]

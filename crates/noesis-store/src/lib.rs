@@ -32,6 +32,7 @@
 
 mod agent;
 mod context;
+pub mod delta;
 mod error;
 mod filter;
 mod links;
@@ -44,7 +45,7 @@ mod workflow;
 use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, SessionLink, Timestamp};
 
-pub use agent::{AgentState, AgentSummary};
+pub use agent::{AgentState, AgentSummary, Lease, LeaseGrant, LeaseHolder, MIN_SNAPSHOT_GAP};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
@@ -180,8 +181,38 @@ pub trait Store: Send + Sync {
     async fn latest_context(&self, query: &ContextQuery<'_>) -> Result<Option<ContextRow>, StoreError>;
 
     /// Stores one state of an agent run and moves its summary to it, in one
-    /// transaction.
-    async fn save_agent_state(&self, state: &AgentState) -> Result<(), StoreError>;
+    /// transaction. Refused ([`StoreError::Fenced`]) when another holder's
+    /// lease on the run is live; see [`Store::save_agent_state_held`].
+    async fn save_agent_state(&self, state: &AgentState) -> Result<(), StoreError> {
+        self.save_agent_state_held(state, None).await
+    }
+
+    /// [`Store::save_agent_state`] by the holder of `lease`: refused
+    /// ([`StoreError::Fenced`]) once another holder has taken the run over;
+    /// the write renews the lease. Refused ([`StoreError::Conflict`]) when
+    /// the store already holds a later step of the run.
+    async fn save_agent_state_held(&self, state: &AgentState, lease: Option<&Lease>) -> Result<(), StoreError>;
+
+    /// Takes the lease of `run_id` for `holder` for `ttl_ms` from `now_ms`,
+    /// unless another holder's lease is live; taking it raises its epoch,
+    /// which fences every earlier holder's writes off.
+    async fn acquire_run_lease(
+        &self,
+        run_id: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<LeaseGrant, StoreError>;
+
+    /// Extends `lease` to `now_ms + ttl_ms`; [`StoreError::Fenced`] when it
+    /// was taken over.
+    async fn renew_run_lease(&self, lease: &Lease, ttl_ms: i64, now_ms: i64) -> Result<Lease, StoreError>;
+
+    /// Gives `lease` up; nothing happens when it was taken over meanwhile.
+    async fn release_run_lease(&self, lease: &Lease) -> Result<(), StoreError>;
+
+    /// Who holds `run_id`'s lease (live or lapsed), if anyone took it.
+    async fn run_lease(&self, run_id: &str) -> Result<Option<LeaseHolder>, StoreError>;
 
     /// An agent run's latest state, or its state at `step` (the last one
     /// stored at or before it).

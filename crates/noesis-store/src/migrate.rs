@@ -37,10 +37,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 5, name: "memory", sql: include_str!("../migrations/0005_memory.sql") },
     Migration { version: 6, name: "session kind", sql: include_str!("../migrations/0006_session_kind.sql") },
     Migration { version: 7, name: "session links", sql: include_str!("../migrations/0007_session_links.sql") },
+    Migration { version: 8, name: "run log and leases", sql: include_str!("../migrations/0008_run_log.sql") },
 ];
 
 /// The latest schema version this build knows.
-pub(crate) const LATEST: i64 = 7;
+pub(crate) const LATEST: i64 = 8;
 
 /// The statements of a migration for a back end: comments dropped, split on
 /// `;`, `{serial}`, `{frame_key}` and `{state_key}` replaced, and a statement

@@ -51,6 +51,9 @@ both!(
     migrations_run_once_and_refuse_newer_schemas,
     stores_of_the_earlier_runner_are_adopted,
     agent_run_states_are_kept_by_step,
+    agent_runs_are_a_log_of_changes,
+    a_stale_base_or_writer_never_breaks_the_log,
+    run_leases_fence_stale_holders,
     workflow_versions_never_overwrite_each_other,
     memory_is_searched_by_any_word_best_first,
     check_finds_partial_frames,
@@ -563,7 +566,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "DROP TABLE run_leases; DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )
@@ -640,6 +643,138 @@ async fn agent_run_states_are_kept_by_step(t_: &TestStore) {
     assert!(s.check().await.unwrap().is_empty());
     raw(&t_.url, "DELETE FROM agent_run_states WHERE run_id = 'run-1' AND step = 9").await;
     assert_eq!(s.check().await.unwrap(), ["agent run without its latest state: run-1"]);
+}
+
+/// A run that grows by a 4 KiB tool result per step, as stored: every
+/// step reads back as saved, and the bytes stored follow the steps' sizes,
+/// not the run's (whole copies would take Σ state sizes, quadratic).
+async fn agent_runs_are_a_log_of_changes(t_: &TestStore) {
+    use noesis_store::AgentState;
+    let s = &t_.store;
+    project(s).await;
+    let steps = 300_i64;
+    let mut state = serde_json::json!({"schema_version": 1, "step": 0, "status": "running", "calls": [], "entries": []});
+    let mut saved = Vec::new();
+    let mut whole_copies = 0usize;
+    for step in 1..=steps {
+        state["step"] = serde_json::json!(step);
+        let calls = state["calls"].as_array_mut().unwrap();
+        if let Some(last) = calls.last_mut() {
+            last["status"] = serde_json::json!("completed");
+        }
+        calls.push(serde_json::json!({"id": format!("c{step}"), "status": "running",
+                                      "result": format!("{step}:").repeat(4096 / (step.to_string().len() + 1))}));
+        state["entries"].as_array_mut().unwrap().push(serde_json::json!({"kind": "tool_result", "call_id": step}));
+        whole_copies += state.to_string().len();
+        let row = AgentState {
+            run_id: "long".into(),
+            project_id: P.into(),
+            task: "t".into(),
+            status: "running".into(),
+            step,
+            forked_from: None,
+            state: state.clone(),
+            at: step,
+        };
+        s.save_agent_state(&row).await.unwrap();
+        saved.push(state.clone());
+    }
+    for step in [1, 2, 17, 64, 65, 150, 299, 300] {
+        let back = s.agent_state("long", Some(step)).await.unwrap().unwrap();
+        assert_eq!((back.step, &back.state), (step, &saved[usize::try_from(step - 1).unwrap()]), "step {step}");
+    }
+    assert_eq!(s.agent_state("long", None).await.unwrap().unwrap().state, saved[299]);
+    let stored = agent_log_bytes(&t_.url, "long").await;
+    let last = saved[299].to_string().len();
+    assert!(stored < 4 * last, "stored {stored} bytes for a final state of {last}");
+    assert!(stored * 20 < whole_copies, "stored {stored} bytes; whole copies would be {whole_copies}");
+    assert!(s.check().await.unwrap().is_empty());
+}
+
+async fn agent_log_bytes(url: &str, run: &str) -> usize {
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new().max_connections(1).connect(url).await.unwrap();
+    let rows: Vec<String> = sqlx::query_scalar("SELECT state FROM agent_run_states WHERE run_id = $1")
+        .bind(run.to_owned())
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    rows.iter().map(String::len).sum()
+}
+
+/// Two store handles on one database writing one run: a delta is never
+/// applied to a base its writer did not see, and a writer behind the
+/// stored step is refused instead of moving the run back.
+async fn a_stale_base_or_writer_never_breaks_the_log(t_: &TestStore) {
+    use noesis_store::AgentState;
+    let a = &t_.store;
+    project(a).await;
+    let b = noesis_store::SqlStore::open(&t_.url).await.unwrap();
+    let state = |step: i64, who: &str| AgentState {
+        run_id: "shared".into(),
+        project_id: P.into(),
+        task: "t".into(),
+        status: "running".into(),
+        step,
+        forked_from: None,
+        state: serde_json::json!({"step": step, "by": who, "items": (0..step).collect::<Vec<_>>()}),
+        at: step,
+    };
+    for step in 1..=3 {
+        a.save_agent_state(&state(step, "a")).await.unwrap();
+    }
+    b.save_agent_state(&state(4, "b")).await.unwrap();
+    // a's last base is step 3; the store is at 4: a's step 5 must not be a delta from 3.
+    a.save_agent_state(&state(5, "a")).await.unwrap();
+    assert_eq!(a.agent_state("shared", None).await.unwrap().unwrap().state, state(5, "a").state);
+    assert_eq!(b.agent_state("shared", Some(4)).await.unwrap().unwrap().state, state(4, "b").state);
+    let e = b.save_agent_state(&state(3, "b")).await.unwrap_err();
+    assert!(matches!(&e, StoreError::Conflict(m) if m.contains("holds step 5, ahead of this writer's step 3")), "{e}");
+    let summary = a.agent_runs(P, 10).await.unwrap();
+    assert_eq!(summary[0].latest_step, 5, "never moved back");
+    assert!(a.check().await.unwrap().is_empty());
+    b.close().await;
+}
+
+async fn run_leases_fence_stale_holders(t_: &TestStore) {
+    use noesis_store::{AgentState, LeaseGrant};
+    let s = &t_.store;
+    project(s).await;
+    let state = |step: i64| AgentState {
+        run_id: "leased".into(),
+        project_id: P.into(),
+        task: "t".into(),
+        status: "running".into(),
+        step,
+        forked_from: None,
+        state: serde_json::json!({"step": step}),
+        at: 1_000 + step,
+    };
+    let LeaseGrant::Granted(a) = s.acquire_run_lease("leased", "a", 100, 1_000).await.unwrap() else { panic!() };
+    assert_eq!(a.epoch, 1);
+    s.save_agent_state_held(&state(1), Some(&a)).await.unwrap();
+    // Live: another holder is told who has it; a write without the lease is refused.
+    match s.acquire_run_lease("leased", "b", 100, 1_050).await.unwrap() {
+        LeaseGrant::Held(h) => assert_eq!((h.holder.as_str(), h.epoch), ("a", 1)),
+        other => panic!("{other:?}"),
+    }
+    assert!(s.save_agent_state(&state(2)).await.unwrap_err().is_fenced());
+    // The write at 1_001 was a heartbeat: the lease runs to 1_101 now, not 1_100.
+    assert!(matches!(s.acquire_run_lease("leased", "b", 100, 1_100).await.unwrap(), LeaseGrant::Held(_)));
+    // Lapsed: b takes it over with a higher epoch, and a's next write is refused.
+    let LeaseGrant::Granted(b) = s.acquire_run_lease("leased", "b", 100, 5_000).await.unwrap() else { panic!() };
+    assert_eq!(b.epoch, 2);
+    let e = s.save_agent_state_held(&state(2), Some(&a)).await.unwrap_err();
+    assert!(e.is_fenced() && e.to_string().contains("held by b"), "{e}");
+    assert!(s.renew_run_lease(&a, 100, 5_001).await.unwrap_err().is_fenced());
+    s.save_agent_state_held(&state(2), Some(&b)).await.unwrap();
+    // a giving up what it no longer holds changes nothing.
+    s.release_run_lease(&a).await.unwrap();
+    assert_eq!(s.run_lease("leased").await.unwrap().map(|h| h.holder), Some("b".into()));
+    s.release_run_lease(&b).await.unwrap();
+    assert_eq!(s.run_lease("leased").await.unwrap(), None);
+    assert_eq!(s.agent_state("leased", None).await.unwrap().unwrap().step, 2);
 }
 
 async fn workflow_versions_never_overwrite_each_other(t_: &TestStore) {

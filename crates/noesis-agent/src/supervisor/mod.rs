@@ -198,6 +198,14 @@ pub trait AgentHost: Send + Sync + 'static {
     }
     /// Called once a run is done (to record frames, say).
     async fn finished(&self, _run: &mut AgentRun) {}
+    /// Takes run `id` for this server before it is stepped (its lease in
+    /// the store); refused with who holds it. The token is cancelled when
+    /// another driver takes the run over: the drive stops.
+    async fn hold(&self, _id: &str) -> Result<CancellationToken, String> {
+        Ok(CancellationToken::new())
+    }
+    /// Gives run `id` up once its drive ended.
+    async fn release(&self, _id: &str) {}
 }
 
 /// The kind of the event that ends a run's events on the bus (its log
@@ -410,13 +418,39 @@ impl AgentRuns {
         forward: tokio::task::JoinHandle<()>,
     ) {
         let topic = run_topic(&run.id);
-        let equipped = self.host.equip(&run).await;
+        let lost = match self.host.hold(&run.id).await {
+            Ok(lost) => lost,
+            Err(e) => {
+                // Another driver steps it: nothing here may write it.
+                self.publish(&live, Event::new(&topic, "error", &run.id, json!({"message": e}))).await;
+                self.end(&run, &live, &topic, forward).await;
+                return;
+            }
+        };
+        let cancel = live.cancel.clone();
+        let watch = tokio::spawn(async move {
+            lost.cancelled().await;
+            cancel.cancel();
+        });
+        self.drive_held(&mut run, &live, &mut decisions, &topic).await;
+        watch.abort();
+        self.host.release(&run.id).await;
+        self.end(&run, &live, &topic, forward).await;
+    }
+
+    async fn drive_held(
+        self: &Arc<Self>,
+        run: &mut AgentRun,
+        live: &Arc<Live>,
+        decisions: &mut mpsc::Receiver<Decide>,
+        topic: &str,
+    ) {
+        let equipped = self.host.equip(run).await;
         let (provider, tools) = match equipped {
             Ok(e) => e,
             Err(e) => {
                 run.stop_for_driver(format!("the run could not be set up: {e}"));
-                let _ = self.host.save(&run).await;
-                self.end(&run, &live, &topic, forward).await;
+                let _ = self.host.save(run).await;
                 return;
             }
         };
@@ -433,19 +467,19 @@ impl AgentRuns {
             ..Driver::new(provider.as_ref(), tools)
         };
         let mut keep = Keep(Arc::clone(&self.host));
-        self.publish(&live, Event::new(&topic, "run_started", &run.id, json!({"step": run.step}))).await;
+        self.publish(live, Event::new(topic, "run_started", &run.id, json!({"step": run.step}))).await;
         loop {
-            let action = match driver.drive(&mut run, &mut keep).await {
+            let action = match driver.drive(run, &mut keep).await {
                 Ok(a) => a,
                 Err(e) => {
                     // Not stored: the run is as last checkpointed; a restart resumes it.
-                    self.publish(&live, Event::new(&topic, "error", &run.id, json!({"message": e.to_string()}))).await;
+                    self.publish(live, Event::new(topic, "error", &run.id, json!({"message": e.to_string()}))).await;
                     break;
                 }
             };
             let Action::AwaitApproval(pending) = action else { break };
             *live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = pending.clone();
-            self.publish(&live, Event::new(&topic, "approval_needed", &run.id, json!({"pending": pending}))).await;
+            self.publish(live, Event::new(topic, "approval_needed", &run.id, json!({"pending": pending}))).await;
             let decided = tokio::select! {
                 d = decisions.recv() => d,
                 () = live.cancel.cancelled() => None,
@@ -457,12 +491,12 @@ impl AgentRuns {
                     let _ = answer.send(result);
                     if ok {
                         live.pending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
-                        self.publish(&live, Event::new(&topic, "decided", &run.id, json!({"decisions": ds}))).await;
+                        self.publish(live, Event::new(topic, "decided", &run.id, json!({"decisions": ds}))).await;
                     }
                 }
                 None => {
                     run.cancel();
-                    let _ = keep.0.save(&run).await;
+                    let _ = keep.0.save(run).await;
                     break;
                 }
             }
@@ -471,11 +505,10 @@ impl AgentRuns {
             // Stopped by the server, not the client: the next server
             // resumes it.
             run.host["server_stopped"] = json!(true);
-            let _ = self.host.save(&run).await;
+            let _ = self.host.save(run).await;
         } else if run.outcome.is_some() {
-            self.host.finished(&mut run).await;
+            self.host.finished(run).await;
         }
-        self.end(&run, &live, &topic, forward).await;
     }
 
     async fn end(&self, run: &AgentRun, live: &Live, topic: &str, forward: tokio::task::JoinHandle<()>) {
@@ -579,9 +612,15 @@ impl AgentRuns {
             Err(e) => return Err((Refusal::Failed, e)),
         }
         let slot = self.slot()?;
+        // Refused here, with who holds it, rather than in the drive.
+        self.host.hold(id).await.map_err(|e| (Refusal::Conflict, e))?;
         run.resume();
         self.policy.ceiling.clamp(&mut run.config);
-        self.spawn(run, Some(slot)).await
+        let spawned = self.spawn(run, Some(slot)).await;
+        if spawned.is_err() {
+            self.host.release(id).await;
+        }
+        spawned
     }
 
     /// Makes run `id` one to follow here: live already, finished, or (left

@@ -25,6 +25,9 @@ pub struct SqlStore {
     pool: AnyPool,
     backend: Backend,
     url: String,
+    /// The last state saved of each recent agent run, to store the next as
+    /// a delta from it.
+    bases: std::sync::Arc<crate::agent::Bases>,
 }
 
 /// How long a SQLite writer waits for another to finish.
@@ -33,10 +36,13 @@ const BUSY_TIMEOUT_MS: u64 = 30_000;
 /// SQLite connections a store opens at most unless told otherwise.
 pub const SQLITE_CONNECTIONS: u32 = 4;
 
-/// Every SQLite connection's settings: the busy timeout above; cascades
-/// sort and deduplicate in temporary b-trees, kept in memory with a 32 MiB
-/// page cache.
-const PRAGMAS: &str = "PRAGMA busy_timeout = 30000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+/// Every SQLite connection's settings: the busy timeout above; every
+/// commit synced to disk before it returns (`synchronous = FULL`: in WAL
+/// mode NORMAL may lose the last commits on power loss, and a run's
+/// "call started" must not be lost, or the call runs again on resume);
+/// cascades sort and deduplicate in temporary b-trees, kept in memory with
+/// a 32 MiB page cache.
+const PRAGMAS: &str = "PRAGMA busy_timeout = 30000; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
                        PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;";
 
 /// Rows per multi-row INSERT (keeps well under both back ends' bind limits).
@@ -169,7 +175,7 @@ impl SqlStore {
         .connect_with(options)
         .await
         .map_err(open_err)?;
-        let store = SqlStore { pool, backend, url: shown };
+        let store = SqlStore { pool, backend, url: shown, bases: Default::default() };
         if backend == Backend::Sqlite {
             store.wal().await?;
         }
@@ -211,12 +217,16 @@ impl SqlStore {
     /// A write transaction: SQLite takes the write lock at once (`BEGIN
     /// IMMEDIATE`, waiting up to the busy timeout), so a transaction that
     /// reads then writes never fails half-way on another writer.
-    async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+    pub(crate) async fn write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
         match self.backend {
             Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
             Backend::Postgres => self.pool.begin().await,
         }
         .ctx(|| "begin a write".into())
+    }
+
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 
     /// Closes the pool (pending writes finish first).
@@ -522,10 +532,34 @@ impl Store for SqlStore {
         crate::context::latest(&self.pool, query).await
     }
 
-    async fn save_agent_state(&self, state: &crate::AgentState) -> Result<(), StoreError> {
-        let mut tx = self.write().await?;
-        crate::agent::save(&mut tx, state).await?;
-        tx.commit().await.ctx(|| format!("commit agent run {}", state.run_id))
+    async fn save_agent_state_held(
+        &self,
+        state: &crate::AgentState,
+        lease: Option<&crate::Lease>,
+    ) -> Result<(), StoreError> {
+        crate::agent::save(self, &self.bases, state, lease).await
+    }
+
+    async fn acquire_run_lease(
+        &self,
+        run_id: &str,
+        holder: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<crate::LeaseGrant, StoreError> {
+        crate::agent::acquire(self, run_id, holder, ttl_ms, now_ms).await
+    }
+
+    async fn renew_run_lease(&self, lease: &crate::Lease, ttl_ms: i64, now_ms: i64) -> Result<crate::Lease, StoreError> {
+        crate::agent::renew(self, lease, ttl_ms, now_ms).await
+    }
+
+    async fn release_run_lease(&self, lease: &crate::Lease) -> Result<(), StoreError> {
+        crate::agent::release(&self.pool, lease).await
+    }
+
+    async fn run_lease(&self, run_id: &str) -> Result<Option<crate::LeaseHolder>, StoreError> {
+        crate::agent::lease_of(&self.pool, run_id).await
     }
 
     async fn agent_state(&self, run_id: &str, step: Option<i64>) -> Result<Option<crate::AgentState>, StoreError> {
@@ -572,7 +606,7 @@ impl Store for SqlStore {
 
     async fn check(&self) -> Result<Vec<String>, StoreError> {
         let mut problems = Vec::new();
-        let checks: [(&str, &str); 12] = [
+        let checks: [(&str, &str); 13] = [
             (
                 "frame without status history",
                 "SELECT f.frame_id FROM frames f WHERE NOT EXISTS (SELECT 1 FROM frame_status s WHERE s.frame_seq = f.seq)",
@@ -626,6 +660,11 @@ impl Store for SqlStore {
                 "agent run without its latest state",
                 "SELECT r.run_id FROM agent_runs r WHERE NOT EXISTS \
                  (SELECT 1 FROM agent_run_states s WHERE s.run_id = r.run_id AND s.step = r.latest_step)",
+            ),
+            (
+                "agent run log that does not begin with a whole state",
+                "SELECT r.run_id FROM agent_runs r WHERE (SELECT s.kind FROM agent_run_states s \
+                 WHERE s.run_id = r.run_id ORDER BY s.step LIMIT 1) <> 'snapshot'",
             ),
             (
                 "agent run state past the run's latest step",
@@ -750,7 +789,7 @@ mod tests {
         let mut conn = store.pool.acquire().await.unwrap();
         for (pragma, want) in [
             ("busy_timeout", "30000"),
-            ("synchronous", "1"),
+            ("synchronous", "2"),
             ("foreign_keys", "1"),
             ("temp_store", "2"),
             ("cache_size", "-32768"),

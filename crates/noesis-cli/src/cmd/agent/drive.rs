@@ -33,6 +33,8 @@ struct Ctx {
     json: bool,
     quiet: bool,
     tool_timeout: std::time::Duration,
+    /// The stored step a resumed run was read at.
+    from_step: Option<i64>,
 }
 
 fn load_config() -> anyhow::Result<Config> {
@@ -107,6 +109,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         json: a.drive.json,
         quiet: a.drive.quiet,
         tool_timeout: std::time::Duration::from_secs(a.drive.tool_timeout),
+        from_step: None,
     };
     if !ctx.quiet {
         out::note(&format!("run {} ({})", run.id, run.host["provider"].as_str().unwrap_or_default()));
@@ -134,16 +137,18 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         json: d.json,
         quiet: d.quiet,
         tool_timeout: std::time::Duration::from_secs(d.tool_timeout),
+        from_step: None,
     })
 }
 
 pub(super) fn resume(search: &SearchPath, id: &str, d: DriveArgs) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
-    let (mut run, _) = super::manage::load_run(&rt, id, None)?;
+    let (mut run, stored) = super::manage::load_run(&rt, id, None)?;
     if matches!(run.outcome, Some(Outcome::Answer { .. } | Outcome::Aborted { .. })) {
         bail!("run {} is {}; there is nothing to resume (fork it to go on from a step)", run.id, status(&run));
     }
-    let ctx = continued(search, &run, &d, &rt)?;
+    let mut ctx = continued(search, &run, &d, &rt)?;
+    ctx.from_step = Some(stored.step);
     run.resume();
     if let Some(p) = &d.approve {
         run.config.approval = approval(Some(p), &Config::default());
@@ -203,6 +208,7 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             project_id: ctx.project_id.clone(),
             tool_timeout: ctx.tool_timeout,
             cancel,
+            from_step: ctx.from_step,
         };
         let driven = noesis_host::drive::to_end(drive, &mut run, &terminal).await;
         terminal.spinner.stop();
