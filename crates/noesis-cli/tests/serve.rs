@@ -424,6 +424,14 @@ fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finis
     assert!(!work.path().join("out.txt").exists(), "nothing written before the decision");
     let (_, shown) = http(&s.addr, "GET", &format!("/agents/runs/{id}"), None, None);
     assert_eq!(shown["status"], "awaiting_approval", "{shown}");
+    // The server holds the run: the command line neither decides nor
+    // steps it, and says who holds it.
+    for args in [vec!["agent", "approve", id.as_str()], vec!["agent", "resume", id.as_str(), "--approve", "auto"]] {
+        let o = output(work.noesis_bare().env("OPENAI_BASE_URL", fake.base_url()).args(&args));
+        assert_ne!(o.code, 0, "{args:?}: {}", o.stdout);
+        assert!(o.stderr.contains(&format!("agent run {id} is held by serve:")), "{args:?}: {}", o.stderr);
+    }
+    assert!(!work.path().join("out.txt").exists(), "nothing written by the refused commands");
 
     // A wrong call id is refused; the batch decision goes through.
     let wrong = json!({"decisions": [{"call_id": "nope", "verdict": "approve"}]});

@@ -223,7 +223,8 @@ pub async fn decide(store: &dyn Store, project_id: &str, run: &mut AgentRun, dec
     let lease = match store.acquire_run_lease(&run.id, &holder, 30_000, now).await? {
         noesis_store::LeaseGrant::Granted(lease) => lease,
         noesis_store::LeaseGrant::Held(h) => bail!(
-            "agent run {} is {}; decide through that driver (a server's /agents/{}/decide or its dashboard)",
+            "agent run {} is {}; decide through that driver (a server's POST /agents/runs/{}/approvals or its \
+             dashboard)",
             run.id,
             h.describe(now),
             run.id
