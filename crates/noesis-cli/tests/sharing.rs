@@ -125,9 +125,13 @@ fn two_processes_racing_to_resume_one_run_run_each_call_once(backend: &str) {
     let Some(place) = place(backend, "racing_to_resume") else { return };
     let work = Work::new();
     const ROUNDS: usize = 3;
-    let server =
-        FakeServer::start(vec![tool_loop("run_command", ROUNDS, |k| json!({"command": format!("sh slow.sh {k}")}), "done")])
-            .unwrap();
+    let server = FakeServer::start(vec![tool_loop(
+        "run_command",
+        ROUNDS,
+        |k| json!({"command": format!("sh slow.sh {k}")}),
+        "done",
+    )])
+    .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut refusals = 0;
     for i in 0..8 {
@@ -205,9 +209,13 @@ fn kills_at_random_points_never_repeat_a_completed_call(backend: &str) {
     eprintln!("NOESIS_KILL_SEED={seed}");
     let work = Work::new();
     const ROUNDS: usize = 6;
-    let server =
-        FakeServer::start(vec![tool_loop("run_command", ROUNDS, |k| json!({"command": format!("sh step.sh {k}")}), "done")])
-            .unwrap();
+    let server = FakeServer::start(vec![tool_loop(
+        "run_command",
+        ROUNDS,
+        |k| json!({"command": format!("sh step.sh {k}")}),
+        "done",
+    )])
+    .unwrap();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     // How long a whole run takes here (a process per run, this back end's
     // commits): the kills fall within it.

@@ -146,11 +146,18 @@ impl Holds {
         let saved = self.store.save_agent_state_held(state, lease.as_ref()).await;
         if let Err(e) = &saved
             && e.is_fenced()
-            && let Some(h) = self.lock().remove(&state.run_id)
         {
-            h.lost.cancel();
+            self.lost(&state.run_id);
         }
         saved
+    }
+
+    /// Notes that run `run_id` was taken over (a write was refused): its
+    /// lease is dropped and its token cancelled.
+    pub fn lost(&self, run_id: &str) {
+        if let Some(h) = self.lock().remove(run_id) {
+            h.lost.cancel();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
@@ -175,12 +182,8 @@ async fn heartbeat(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(ttl / 3) => {}
         }
-        let leases: Vec<Lease> = held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .map(|h| h.lease.clone())
-            .collect();
+        let leases: Vec<Lease> =
+            held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|h| h.lease.clone()).collect();
         for lease in leases {
             match store.renew_run_lease(&lease, ms(ttl), now()).await {
                 Ok(renewed) => {

@@ -29,10 +29,19 @@ pub struct Keep<'a> {
     /// The leases the states are written under (none: the run must not be
     /// held by anyone else).
     pub holds: Option<&'a crate::hold::Holds>,
+    /// What was stored last.
+    pub log: RunLog,
 }
 
-/// The stored form of `run` now.
-pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
+impl<'a> Keep<'a> {
+    /// Keeps states in `store` under `project_id`, without a lease.
+    pub fn new(store: &'a dyn Store, project_id: String) -> Keep<'a> {
+        Keep { store, project_id, holds: None, log: RunLog::default() }
+    }
+}
+
+/// The summary of `run` now, without its state.
+fn summary_of(run: &AgentRun, project_id: &str, state: Value) -> AgentState {
     AgentState {
         run_id: run.id.clone(),
         project_id: project_id.to_owned(),
@@ -40,20 +49,82 @@ pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
         status: run.status().to_owned(),
         step: i64::try_from(run.step).unwrap_or(i64::MAX),
         forked_from: run.forked_from.as_ref().map(|(id, _)| id.clone()),
-        state: run.to_json(),
+        state,
         at: i64::try_from(now_ms()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The stored form of `run` now.
+pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
+    summary_of(run, project_id, run.to_json())
+}
+
+/// Writes one run's states as what changed since the last one
+/// ([`AgentRun::change_since`]), whole again once the changes since the
+/// last whole state add up to its size (at least
+/// [`noesis_store::MIN_SNAPSHOT_GAP`]): a step costs what it added, a read
+/// applies at most a whole state's worth of changes.
+#[derive(Debug, Default)]
+pub struct RunLog {
+    cursor: Option<noesis_agent::RunCursor>,
+    since: usize,
+    whole: usize,
+}
+
+impl RunLog {
+    /// Stores `run` as it is now (under `lease` when given).
+    ///
+    /// # Errors
+    /// As the store's: [`noesis_store::StoreError::Fenced`] when another
+    /// driver holds the run.
+    pub async fn save(
+        &mut self,
+        store: &dyn Store,
+        lease: Option<&noesis_store::Lease>,
+        run: &AgentRun,
+        project_id: &str,
+    ) -> Result<(), noesis_store::StoreError> {
+        let (change, cursor) = run.change_since(self.cursor.take().as_ref());
+        if let noesis_agent::RunChange::Delta { base, delta } = &change {
+            let len = delta.to_string().len();
+            if self.since + len < self.whole.max(noesis_store::MIN_SNAPSHOT_GAP) {
+                let base = i64::try_from(*base).unwrap_or(i64::MAX);
+                match store.save_agent_delta(&summary_of(run, project_id, Value::Null), base, delta, lease).await {
+                    Ok(()) => {
+                        self.since += len;
+                        self.cursor = Some(cursor);
+                        return Ok(());
+                    }
+                    // Another writer moved the run: the whole state is still right.
+                    Err(noesis_store::StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let whole = match change {
+            noesis_agent::RunChange::Whole(v) => v,
+            noesis_agent::RunChange::Delta { .. } => run.to_json(),
+        };
+        let state = summary_of(run, project_id, whole);
+        store.save_agent_state_held(&state, lease).await?;
+        self.whole = state.state.to_string().len();
+        self.since = 0;
+        self.cursor = Some(cursor);
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl Checkpoint for Keep<'_> {
     async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
-        let state = state_of(run, &self.project_id);
-        match self.holds {
-            Some(holds) => holds.save(&state).await,
-            None => self.store.save_agent_state(&state).await,
+        let lease = self.holds.and_then(|h| h.lease(&run.id));
+        let saved = self.log.save(self.store, lease.as_ref(), run, &self.project_id).await;
+        if let (Err(e), Some(holds)) = (&saved, self.holds)
+            && e.is_fenced()
+        {
+            holds.lost(&run.id);
         }
-        .map_err(|e| e.to_string())
+        saved.map_err(|e| e.to_string())
     }
 }
 
@@ -234,7 +305,11 @@ pub async fn decide(store: &dyn Store, project_id: &str, run: &mut AgentRun, dec
         let stored = store.agent_state(&run.id, None).await?.map(|s| s.step);
         let read_at = i64::try_from(run.step).unwrap_or(i64::MAX);
         if stored.is_some_and(|s| s != read_at) {
-            bail!("agent run {}: it moved on (to step {}) since it was read; decide again", run.id, stored.unwrap_or(0));
+            bail!(
+                "agent run {}: it moved on (to step {}) since it was read; decide again",
+                run.id,
+                stored.unwrap_or(0)
+            );
         }
         run.decide(decisions).map_err(|e| HostError::Message(format!("run {}: {e}", run.id)))?;
         store.save_agent_state_held(&state_of(run, project_id), Some(&lease)).await?;

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::HostError;
 use crate::host::{Host, NewRun, Reach};
 use crate::provider::with_text_tools;
-use crate::runs::{now_ms, record_frames, state_of};
+use crate::runs::{now_ms, record_frames};
 
 /// What a server gives its agent runs.
 pub struct ServedAgents {
@@ -37,6 +37,8 @@ pub struct ServedAgents {
     prices: Arc<PriceTable>,
     /// The store leases of the runs this server steps.
     holds: crate::hold::Holds,
+    /// What was stored last of each run it steps.
+    logs: std::sync::Mutex<std::collections::HashMap<String, crate::runs::RunLog>>,
 }
 
 impl ServedAgents {
@@ -52,7 +54,7 @@ impl ServedAgents {
         let prices = host.prices();
         let kind = if origin == "http" { "serve" } else { origin };
         let holds = crate::hold::Holds::new(Arc::clone(&host.store), crate::hold::holder_name(kind));
-        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices, holds }
+        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices, holds, logs: Default::default() }
     }
 
     fn workspace(&self) -> Result<&noesis_agent::Workspace, String> {
@@ -164,7 +166,18 @@ impl AgentHost for ServedAgents {
     }
 
     async fn save(&self, run: &AgentRun) -> Result<(), String> {
-        self.holds.save(&state_of(run, &self.host.project.project_id)).await.map_err(|e| e.to_string())
+        let taken = self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&run.id);
+        let mut log = taken.unwrap_or_default();
+        let lease = self.holds.lease(&run.id);
+        let saved = log.save(self.host.store.as_ref(), lease.as_ref(), run, &self.host.project.project_id).await;
+        match &saved {
+            Err(e) if e.is_fenced() => self.holds.lost(&run.id),
+            Err(_) => {}
+            Ok(()) => {
+                self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), log);
+            }
+        }
+        saved.map_err(|e| e.to_string())
     }
 
     async fn hold(&self, id: &str) -> Result<noesis_runtime::CancellationToken, String> {
@@ -172,6 +185,7 @@ impl AgentHost for ServedAgents {
     }
 
     async fn release(&self, id: &str) {
+        self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         self.holds.release(id).await;
     }
 

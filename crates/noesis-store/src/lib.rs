@@ -32,7 +32,6 @@
 
 mod agent;
 mod context;
-pub mod delta;
 mod error;
 mod filter;
 mod links;
@@ -192,6 +191,20 @@ pub trait Store: Send + Sync {
     /// the write renews the lease. Refused ([`StoreError::Conflict`]) when
     /// the store already holds a later step of the run.
     async fn save_agent_state_held(&self, state: &AgentState, lease: Option<&Lease>) -> Result<(), StoreError>;
+
+    /// Stores the change `delta` (`noesis_json::delta`) from the run's state
+    /// at step `base` to its state at `state.step`, as the run's writer made
+    /// it (`state.state` is not read; the other fields are the summary's).
+    /// Refused ([`StoreError::Conflict`]) unless the store holds the run at
+    /// step `base` — then store the state whole — and as
+    /// [`Store::save_agent_state_held`] under a lease.
+    async fn save_agent_delta(
+        &self,
+        state: &AgentState,
+        base: i64,
+        delta: &serde_json::Value,
+        lease: Option<&Lease>,
+    ) -> Result<(), StoreError>;
 
     /// Takes the lease of `run_id` for `holder` for `ttl_ms` from `now_ms`,
     /// unless another holder's lease is live; taking it raises its epoch,

@@ -540,6 +540,16 @@ impl Store for SqlStore {
         crate::agent::save(self, &self.bases, state, lease).await
     }
 
+    async fn save_agent_delta(
+        &self,
+        state: &crate::AgentState,
+        base: i64,
+        delta: &serde_json::Value,
+        lease: Option<&crate::Lease>,
+    ) -> Result<(), StoreError> {
+        crate::agent::save_delta(self, &self.bases, state, base, delta, lease).await
+    }
+
     async fn acquire_run_lease(
         &self,
         run_id: &str,
@@ -550,7 +560,12 @@ impl Store for SqlStore {
         crate::agent::acquire(self, run_id, holder, ttl_ms, now_ms).await
     }
 
-    async fn renew_run_lease(&self, lease: &crate::Lease, ttl_ms: i64, now_ms: i64) -> Result<crate::Lease, StoreError> {
+    async fn renew_run_lease(
+        &self,
+        lease: &crate::Lease,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<crate::Lease, StoreError> {
         crate::agent::renew(self, lease, ttl_ms, now_ms).await
     }
 
