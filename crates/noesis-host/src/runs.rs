@@ -69,9 +69,15 @@ pub struct RunLog {
     cursor: Option<noesis_agent::RunCursor>,
     since: usize,
     whole: usize,
+    written: u64,
 }
 
 impl RunLog {
+    /// Bytes of state written so far (whole states and changes).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
     /// Stores `run` as it is now (under `lease` when given).
     ///
     /// # Errors
@@ -92,6 +98,7 @@ impl RunLog {
                 match store.save_agent_delta(&summary_of(run, project_id, Value::Null), base, delta, lease).await {
                     Ok(()) => {
                         self.since += len;
+                        self.written += len as u64;
                         self.cursor = Some(cursor);
                         return Ok(());
                     }
@@ -108,6 +115,7 @@ impl RunLog {
         let state = summary_of(run, project_id, whole);
         store.save_agent_state_held(&state, lease).await?;
         self.whole = state.state.to_string().len();
+        self.written += self.whole as u64;
         self.since = 0;
         self.cursor = Some(cursor);
         Ok(())

@@ -184,6 +184,43 @@ impl AgentHost for ServedAgents {
         self.holds.hold(id).await.map_err(|e| e.to_string())
     }
 
+    async fn record_events(&self, id: &str, events: &[noesis_agent::events::Event]) -> Result<(), String> {
+        let at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        let kept: Vec<noesis_store::RunEvent> = events
+            .iter()
+            .map(|e| noesis_store::RunEvent {
+                seq: i64::try_from(e.id).unwrap_or(i64::MAX),
+                kind: e.kind.clone(),
+                data: e.data.clone(),
+                at,
+            })
+            .collect();
+        self.host.store.append_run_events(id, &kept).await.map_err(|e| e.to_string())
+    }
+
+    async fn recorded_events(
+        &self,
+        id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<noesis_agent::events::Event>, String> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let kept = self.host.store.run_events(id, after, limit).await.map_err(|e| e.to_string())?;
+        let topic = noesis_agent::events::run_topic(id);
+        Ok(kept
+            .into_iter()
+            .map(|e| noesis_agent::events::Event {
+                id: u64::try_from(e.seq).unwrap_or_default(),
+                ..noesis_agent::events::Event::new(&topic, &e.kind, id, e.data)
+            })
+            .collect())
+    }
+
+    async fn last_event(&self, id: &str) -> Result<u64, String> {
+        let last = self.host.store.last_run_event(id).await.map_err(|e| e.to_string())?;
+        Ok(u64::try_from(last).unwrap_or_default())
+    }
+
     async fn release(&self, id: &str) {
         self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         self.holds.release(id).await;

@@ -545,3 +545,83 @@ pub(crate) async fn list(pool: &AnyPool, project_id: &str, limit: u32) -> Result
         })
         .collect()
 }
+
+/// An event a server streamed of a run, by the id it went out under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEvent {
+    /// Its id in the run's stream (1, 2, …).
+    pub seq: i64,
+    /// What happened (`model_call`, `tool_result`, …).
+    pub kind: String,
+    /// Its data.
+    pub data: Value,
+    /// When (ms since the epoch).
+    pub at: i64,
+}
+
+/// Appends `events` to run `run_id`'s stream in one transaction; an id
+/// already stored is refused ([`StoreError::Conflict`]): ids are never
+/// reused for another event.
+pub(crate) async fn append_events(
+    store: &crate::SqlStore,
+    run_id: &str,
+    events: &[RunEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut tx = store.write().await?;
+    for e in events {
+        let done = sqlx::query(
+            "INSERT INTO agent_run_events (run_id, seq, kind, data, at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (run_id, seq) DO NOTHING",
+        )
+        .bind(run_id.to_owned())
+        .bind(e.seq)
+        .bind(e.kind.clone())
+        .bind(e.data.to_string())
+        .bind(e.at)
+        .execute(&mut *tx)
+        .await
+        .ctx(|| format!("store event {} of agent run {run_id}", e.seq))?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("agent run {run_id}: event {} is stored already", e.seq)));
+        }
+    }
+    tx.commit().await.ctx(|| format!("commit events of agent run {run_id}"))
+}
+
+/// Run `run_id`'s stored events after id `after`, at most `limit`, in order.
+pub(crate) async fn events(pool: &AnyPool, run_id: &str, after: i64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT seq, kind, data, at FROM agent_run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    )
+    .bind(run_id.to_owned())
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await
+    .ctx(|| format!("read events of agent run {run_id}"))?;
+    let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
+    rows.iter()
+        .map(|r| {
+            let text: String = r.try_get(2).map_err(corrupt)?;
+            Ok(RunEvent {
+                seq: r.try_get(0).map_err(corrupt)?,
+                kind: r.try_get(1).map_err(corrupt)?,
+                data: serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("agent run {run_id}: an event is not JSON: {e}")))?,
+                at: r.try_get(3).map_err(corrupt)?,
+            })
+        })
+        .collect()
+}
+
+/// The id of run `run_id`'s last stored event (0: none).
+pub(crate) async fn last_event(pool: &AnyPool, run_id: &str) -> Result<i64, StoreError> {
+    sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM agent_run_events WHERE run_id = $1")
+        .bind(run_id.to_owned())
+        .fetch_one(pool)
+        .await
+        .ctx(|| format!("read events of agent run {run_id}"))
+}

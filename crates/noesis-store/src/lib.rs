@@ -44,7 +44,7 @@ mod workflow;
 use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, SessionLink, Timestamp};
 
-pub use agent::{AgentState, AgentSummary, Lease, LeaseGrant, LeaseHolder, MIN_SNAPSHOT_GAP};
+pub use agent::{AgentState, AgentSummary, Lease, LeaseGrant, LeaseHolder, MIN_SNAPSHOT_GAP, RunEvent};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
@@ -205,6 +205,17 @@ pub trait Store: Send + Sync {
         delta: &serde_json::Value,
         lease: Option<&Lease>,
     ) -> Result<(), StoreError>;
+
+    /// Appends events to run `run_id`'s stream, in one transaction; an id
+    /// stored already is refused ([`StoreError::Conflict`]).
+    async fn append_run_events(&self, run_id: &str, events: &[RunEvent]) -> Result<(), StoreError>;
+
+    /// Run `run_id`'s stored events after id `after` (at most `limit`), in
+    /// order.
+    async fn run_events(&self, run_id: &str, after: i64, limit: u32) -> Result<Vec<RunEvent>, StoreError>;
+
+    /// The id of run `run_id`'s last stored event (0: none).
+    async fn last_run_event(&self, run_id: &str) -> Result<i64, StoreError>;
 
     /// Takes the lease of `run_id` for `holder` for `ttl_ms` from `now_ms`,
     /// unless another holder's lease is live; taking it raises its epoch,
