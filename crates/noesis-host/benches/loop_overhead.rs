@@ -63,19 +63,24 @@ fn raw_roundtrips(base: &str, n: usize) -> Duration {
 struct Timed<'a> {
     keep: Option<noesis_host::runs::Keep<'a>>,
     turns: u32,
-    marks: Vec<(Instant, u64)>,
+    /// Per turn: when its reply came, bytes written by then, time spent
+    /// checkpointing by then.
+    marks: Vec<(Instant, u64, Duration)>,
+    saving: Duration,
 }
 
 #[async_trait::async_trait]
 impl Checkpoint for Timed<'_> {
     async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
         if let Some(keep) = &mut self.keep {
+            let began = Instant::now();
             keep.save(run).await?;
+            self.saving += began.elapsed();
         }
         if run.usage.turns != self.turns {
             self.turns = run.usage.turns;
             let bytes = self.keep.as_ref().map_or(0, |k| k.log.bytes_written());
-            self.marks.push((Instant::now(), bytes));
+            self.marks.push((Instant::now(), bytes, self.saving));
         }
         Ok(())
     }
@@ -129,11 +134,12 @@ fn main() {
     }
     let prefix = uuid_like();
     // One run; when it began, and each reply's time and bytes written by then.
-    let drive_once = |i: usize| -> (Instant, Vec<(Instant, u64)>) {
+    let drive_once = |i: usize| -> (Instant, Vec<(Instant, u64, Duration)>) {
         let mut run = AgentRun::new(format!("bench-{prefix}-{i}"), "Add one ten times.", config.clone(), 0);
         let driver = Driver::new(&provider, Arc::clone(&tools));
         let keep = store.as_deref().map(|s| noesis_host::runs::Keep::new(s, "bench".into()));
-        let mut timed = Timed { keep, turns: 0, marks: Vec::with_capacity(iterations as usize + 2) };
+        let mut timed =
+            Timed { keep, turns: 0, marks: Vec::with_capacity(iterations as usize + 2), saving: Duration::ZERO };
         let began = Instant::now();
         let end = rt.block_on(driver.drive(&mut run, &mut timed));
         let ok = matches!(end, Ok(noesis_agent::Action::Done(noesis_agent::Outcome::Answer { .. })));
@@ -143,17 +149,25 @@ fn main() {
     if long {
         // One long run: each iteration's time, and the bytes it wrote, early and late.
         let (began, marks) = drive_once(0);
-        let mut at = vec![(began, 0)];
+        let mut at = vec![(began, 0, Duration::ZERO)];
         at.extend(marks);
-        let steps: Vec<(f64, f64)> = at
+        // Per iteration: its time, the bytes it wrote, its time in checkpoints.
+        let steps: Vec<(f64, f64, f64)> = at
             .windows(2)
-            .map(|w| (w[1].0.duration_since(w[0].0).as_secs_f64() * 1e6, (w[1].1 - w[0].1) as f64))
+            .map(|w| {
+                (
+                    w[1].0.duration_since(w[0].0).as_secs_f64() * 1e6,
+                    (w[1].1 - w[0].1) as f64,
+                    (w[1].2 - w[0].2).as_secs_f64() * 1e6,
+                )
+            })
             .collect();
         let window = (steps.len() / 10).max(1);
-        let first: Vec<(f64, f64)> = steps.iter().skip(1).take(window).copied().collect();
-        let last: Vec<(f64, f64)> = steps.iter().rev().take(window).copied().collect();
-        let us = |w: &[(f64, f64)]| median(&mut w.iter().map(|s| s.0).collect::<Vec<_>>());
-        let bytes = |w: &[(f64, f64)]| w.iter().map(|s| s.1).sum::<f64>() / w.len() as f64;
+        let first: Vec<(f64, f64, f64)> = steps.iter().skip(1).take(window).copied().collect();
+        let last: Vec<(f64, f64, f64)> = steps.iter().rev().take(window).copied().collect();
+        let us = |w: &[(f64, f64, f64)]| median(&mut w.iter().map(|s| s.0).collect::<Vec<_>>());
+        let saving = |w: &[(f64, f64, f64)]| median(&mut w.iter().map(|s| s.2).collect::<Vec<_>>());
+        let bytes = |w: &[(f64, f64, f64)]| w.iter().map(|s| s.1).sum::<f64>() / w.len() as f64;
         println!(
             "{}",
             json!({
@@ -162,6 +176,8 @@ fn main() {
                 "window": window,
                 "first_us_per_iteration": us(&first),
                 "last_us_per_iteration": us(&last),
+                "first_checkpoint_us_per_iteration": saving(&first),
+                "last_checkpoint_us_per_iteration": saving(&last),
                 "first_bytes_per_iteration": bytes(&first),
                 "last_bytes_per_iteration": bytes(&last),
             })
