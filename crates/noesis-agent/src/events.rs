@@ -612,15 +612,8 @@ impl EventLog {
 
     /// Appends `event` under the next id and wakes the followers.
     pub fn push(&self, mut event: Event) {
-        let mut log = self.lock();
-        log.next += 1;
-        event.id = log.next;
-        log.events.push_back(event);
-        if log.events.len() > self.capacity {
-            log.events.pop_front();
-        }
-        drop(log);
-        self.changed.notify_waiters();
+        event.id = 0;
+        self.push_numbered(event);
     }
 
     /// No more events: followers end after the last one.
