@@ -233,7 +233,11 @@ pub async fn decide(store: &dyn Store, project_id: &str, run: &mut AgentRun, dec
         let stored = store.agent_state(&run.id, None).await?.map(|s| s.step);
         let read_at = i64::try_from(run.step).unwrap_or(i64::MAX);
         if stored.is_some_and(|s| s != read_at) {
-            bail!("agent run {}: it moved on (to step {}) since it was read; decide again", run.id, stored.unwrap_or(0));
+            bail!(
+                "agent run {}: it moved on (to step {}) since it was read; decide again",
+                run.id,
+                stored.unwrap_or(0)
+            );
         }
         run.decide(decisions).map_err(|e| HostError::Message(format!("run {}: {e}", run.id)))?;
         store.save_agent_state_held(&state_of(run, project_id), Some(&lease)).await?;
@@ -294,6 +298,7 @@ mod tests {
             finished_ms: None,
             evidence: Vec::new(),
             span: None,
+            spent: None,
         }
     }
 

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use crate::error::{ErrorKind, ProviderError};
-use crate::types::Usage;
+use crate::types::{ChatRequest, Usage};
 
 /// US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -124,6 +124,15 @@ struct Ledger {
     reserved_cost: f64,
 }
 
+/// Why a [`BudgetMeter`] refused a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The cost limit refused it (else the token limit).
+    pub cost: bool,
+    /// The limit and the figures, in words.
+    pub message: String,
+}
+
 /// Room held in a [`BudgetMeter`] for one call in flight. Settle it with
 /// the call's real usage; dropping it unsettled releases the room (a failed
 /// call costs nothing).
@@ -170,6 +179,33 @@ impl BudgetMeter {
         self.ledger().charge(usage, cost);
     }
 
+    /// The most output tokens a call with `input_tokens` of prompt can be
+    /// given and still fit every limit, counting what is spent and what
+    /// calls in flight hold: what a caller sets as the request's output cap
+    /// when it has none, so the reservation covers the whole call. `None`
+    /// when nothing bounds it (no token limit, and no cost limit or no
+    /// price).
+    pub fn room_for_output(&self, input_tokens: u64, price: Option<Price>) -> Option<u64> {
+        let l = self.ledger();
+        let by_tokens = self.budget.max_tokens.map(|limit| {
+            let used = l.spent.usage.input_tokens.saturating_add(l.spent.usage.output_tokens);
+            limit.saturating_sub(used).saturating_sub(l.reserved_tokens).saturating_sub(input_tokens)
+        });
+        let by_cost = match (self.budget.max_cost_usd, price) {
+            (Some(limit), Some(p)) if p.output > 0.0 => {
+                let left = limit - l.spent.cost_usd - l.reserved_cost - input_tokens as f64 * p.input / 1_000_000.0;
+                // Float division of a non-negative, finite figure: the cast
+                // saturates, and rounding down keeps the call inside.
+                Some(if left <= 0.0 { 0 } else { (left * 1_000_000.0 / p.output).floor() as u64 })
+            }
+            _ => None,
+        };
+        match (by_tokens, by_cost) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Reserves room for a call expected to use `input_tokens` and up to
     /// `max_output` more, at `price` when known, or refuses it when that
     /// would break a limit counting what is spent and what calls in flight
@@ -182,6 +218,17 @@ impl BudgetMeter {
         max_output: Option<u32>,
         price: Option<Price>,
     ) -> Result<Reservation<'_>, ProviderError> {
+        self.reserve_for(input_tokens, max_output, price)
+            .map_err(|r| ProviderError::new(provider, ErrorKind::Budget, r.message))
+    }
+
+    /// [`BudgetMeter::reserve`], saying which limit refused the call.
+    pub fn reserve_for(
+        &self,
+        input_tokens: u64,
+        max_output: Option<u32>,
+        price: Option<Price>,
+    ) -> Result<Reservation<'_>, Refusal> {
         let output_tokens = u64::from(max_output.unwrap_or(0));
         let next = input_tokens.saturating_add(output_tokens);
         let cost = price.map(|p| (input_tokens as f64 * p.input + output_tokens as f64 * p.output) / 1_000_000.0);
@@ -191,13 +238,12 @@ impl BudgetMeter {
             let held = l.reserved_tokens;
             if used >= limit || used.saturating_add(held).saturating_add(next) > limit {
                 let in_flight = if held > 0 { format!(", {held} held by calls in flight") } else { String::new() };
-                return Err(ProviderError::new(
-                    provider,
-                    ErrorKind::Budget,
-                    format!(
+                return Err(Refusal {
+                    cost: false,
+                    message: format!(
                         "token budget exceeded: {used} tokens used{in_flight}, about {next} more needed, limit {limit} (raise it with --max-total-tokens or [budget] max_tokens)"
                     ),
-                ));
+                });
             }
         }
         if let Some(limit) = self.budget.max_cost_usd {
@@ -207,13 +253,12 @@ impl BudgetMeter {
                 let in_flight =
                     if held > 0.0 { format!(", ${held:.4} held by calls in flight") } else { String::new() };
                 let next = cost.map_or(String::new(), |c| format!(", this call may cost up to ${c:.4}"));
-                return Err(ProviderError::new(
-                    provider,
-                    ErrorKind::Budget,
-                    format!(
+                return Err(Refusal {
+                    cost: true,
+                    message: format!(
                         "cost budget exceeded: ${spent:.4} spent{in_flight}{next}, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)"
                     ),
-                ));
+                });
             }
         }
         l.reserved_tokens = l.reserved_tokens.saturating_add(next);
@@ -265,6 +310,24 @@ impl Drop for Reservation<'_> {
             self.meter.ledger().release(self.input_tokens + self.output_tokens, self.cost);
         }
     }
+}
+
+/// The prompt tokens a request will take, estimated: every message's text
+/// and tool calls, and the tools offered (their schemas are sent too).
+pub fn estimate_request_tokens(request: &ChatRequest) -> u64 {
+    let mut tokens = 0u64;
+    for m in &request.messages {
+        // A few tokens of framing per message (role, separators).
+        tokens += 4 + estimate_tokens(&m.content);
+        for c in &m.tool_calls {
+            tokens += estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string());
+        }
+    }
+    for t in &request.tools {
+        tokens +=
+            estimate_tokens(&t.name) + estimate_tokens(&t.description) + estimate_tokens(&t.parameters.to_string());
+    }
+    tokens
 }
 
 /// A token count for text without the model's tokenizer, shaped like the
@@ -390,6 +453,44 @@ mod tests {
         assert!(e.message.contains("this call may cost up to $2.0000"), "{}", e.message);
         // An unknown price cannot be checked against a cost limit.
         assert!(m.reserve("p", 1, Some(1), None).is_ok());
+    }
+
+    #[test]
+    fn room_for_output_is_what_fits_every_limit() {
+        let m = BudgetMeter::new(Budget::default());
+        assert_eq!(m.room_for_output(10, Some(DOLLAR_PER_TOKEN)), None, "no limit, no bound");
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: None });
+        assert_eq!(m.room_for_output(30, None), Some(70));
+        let held = m.reserve("p", 10, Some(10), None).unwrap();
+        assert_eq!(m.room_for_output(30, None), Some(50), "calls in flight hold room");
+        held.settle(Usage { input_tokens: 10, output_tokens: 5 }, None);
+        assert_eq!(m.room_for_output(30, None), Some(55));
+        assert_eq!(m.room_for_output(300, None), Some(0));
+        // $10 left, the prompt costs $3 at $1 a token: 7 output tokens fit.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(1000), max_cost_usd: Some(10.0) });
+        assert_eq!(m.room_for_output(3, Some(DOLLAR_PER_TOKEN)), Some(7));
+        assert_eq!(m.room_for_output(3, None), Some(997), "without a price only tokens bound it");
+        m.charge(Usage::default(), Some(12.0));
+        assert_eq!(m.room_for_output(0, Some(DOLLAR_PER_TOKEN)), Some(0));
+        // Exactly what it says fits is reserved; one more is refused.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: Some(10.0) });
+        let room = u32::try_from(m.room_for_output(4, Some(DOLLAR_PER_TOKEN)).unwrap()).unwrap();
+        assert_eq!(room, 6);
+        assert!(m.reserve("p", 4, Some(room + 1), Some(DOLLAR_PER_TOKEN)).is_err());
+        assert!(m.reserve("p", 4, Some(room), Some(DOLLAR_PER_TOKEN)).is_ok());
+    }
+
+    #[test]
+    fn a_request_is_estimated_from_its_messages_calls_and_tools() {
+        use crate::types::{Message, ToolCall, ToolSpec};
+        let mut r = ChatRequest::new(vec![Message::user("hello world")]);
+        assert_eq!(estimate_request_tokens(&r), 4 + 2);
+        r.tools.push(ToolSpec { name: "read".into(), description: "reads".into(), parameters: serde_json::json!({}) });
+        assert_eq!(estimate_request_tokens(&r), 6 + 1 + 1 + 2);
+        let mut call = Message::assistant("");
+        call.tool_calls.push(ToolCall { id: "1".into(), name: "read".into(), arguments: serde_json::json!({"a": 1}) });
+        r.messages.push(call);
+        assert_eq!(estimate_request_tokens(&r), 10 + 4 + 1 + 7);
     }
 
     #[test]

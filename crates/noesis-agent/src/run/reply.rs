@@ -154,6 +154,7 @@ impl AgentRun {
             finished_ms: None,
             evidence: Vec::new(),
             span: None,
+            spent: None,
         };
         let refuse = |record: &mut CallRecord, status: CallStatus, text: String| {
             record.status = status;
