@@ -472,12 +472,6 @@ pub fn tree_budget() -> Option<TreeBudget> {
     TREE.try_with(Clone::clone).ok()
 }
 
-/// Most output tokens held for a call that sets no cap of its own. Near
-/// the limit the call is given a cap of what is left instead (so it cannot
-/// cross it); far from it the cap is left unset, since providers refuse
-/// caps above their model's maximum.
-const OUTPUT_ALLOWANCE: u64 = 8192;
-
 /// A reply's usage in the meter's terms.
 fn spent_usage(u: &crate::run::RunUsage) -> Usage {
     Usage { input_tokens: u.input_tokens, output_tokens: u.output_tokens }
@@ -624,26 +618,12 @@ impl<'a> Driver<'a> {
                     };
                     let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
                     let price_now = tree.prices.price(provider.model());
-                    let reservation = match &tree.meter {
+                    let reservation = match tree.meter.as_ref().map(|m| m.reserve_request(&mut request, price_now)) {
                         None => None,
-                        Some(meter) => {
-                            let input = noesis_llm::estimate_request_tokens(&request);
-                            if request.max_tokens.is_none()
-                                && let Some(room) = meter.room_for_output(input, price_now)
-                                && room < OUTPUT_ALLOWANCE
-                            {
-                                // At least one token, so a budget with no
-                                // room left refuses rather than sends.
-                                request.max_tokens = Some(u32::try_from(room.max(1)).unwrap_or(u32::MAX));
-                            }
-                            let held = request.max_tokens.or(u32::try_from(OUTPUT_ALLOWANCE).ok());
-                            match meter.reserve_for(input, held, price_now) {
-                                Ok(r) => Some(r),
-                                Err(refused) => {
-                                    run.stop_over_budget(refused.cost, refused.message);
-                                    continue;
-                                }
-                            }
+                        Some(Ok(r)) => Some(r),
+                        Some(Err(refused)) => {
+                            run.stop_over_budget(refused.cost, refused.message);
+                            continue;
                         }
                     };
                     self.note(&run_id, Progress::ModelCall { turn }).await;
@@ -697,8 +677,12 @@ impl<'a> Driver<'a> {
                             if let Some(r) = reservation {
                                 match reply.usage {
                                     // Unpriced models are charged as unknown,
-                                    // never as free.
-                                    Some(u) => r.settle(u, tree.prices.price(&reply.model).map(|_| cost)),
+                                    // never as free; the driver's own pricing
+                                    // may know models the table does not.
+                                    Some(u) => {
+                                        let known = cost > 0.0 || tree.prices.price(&reply.model).is_some();
+                                        r.settle(u, known.then_some(cost));
+                                    }
                                     None => r.settle_at_estimate(),
                                 }
                             }

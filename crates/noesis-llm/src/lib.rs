@@ -52,7 +52,8 @@ pub use ollama::{Ollama, normalize_host};
 pub use openai::OpenAiCompatible;
 pub use presets::{PRESETS, Preset, Wire, preset, resolve};
 pub use pricing::{
-    Budget, BudgetMeter, Price, PriceTable, Refusal, Reservation, Spent, estimate_request_tokens, estimate_tokens,
+    Budget, BudgetMeter, OUTPUT_ALLOWANCE, Price, PriceTable, Refusal, Reservation, Spent, estimate_request_tokens,
+    estimate_tokens,
 };
 pub use probe::{Probe, probe};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};

@@ -124,6 +124,10 @@ struct Ledger {
     reserved_cost: f64,
 }
 
+/// Output tokens held for a call that sets no cap of its own (see
+/// [`BudgetMeter::reserve_request`]).
+pub const OUTPUT_ALLOWANCE: u64 = 8192;
+
 /// Why a [`BudgetMeter`] refused a call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refusal {
@@ -220,6 +224,25 @@ impl BudgetMeter {
     ) -> Result<Reservation<'_>, ProviderError> {
         self.reserve_for(input_tokens, max_output, price)
             .map_err(|r| ProviderError::new(provider, ErrorKind::Budget, r.message))
+    }
+
+    /// Reserves room for `request` as it will be sent: its prompt
+    /// estimated ([`estimate_request_tokens`]) and its output cap. A
+    /// request without a cap is held at [`OUTPUT_ALLOWANCE`]; when less
+    /// than that is left it is given what is left as its cap (at least one
+    /// token, so a spent budget refuses rather than sends), so the reply
+    /// cannot cross the limit. Far from the limit the cap stays unset:
+    /// providers refuse caps above their model's maximum.
+    pub fn reserve_request(&self, request: &mut ChatRequest, price: Option<Price>) -> Result<Reservation<'_>, Refusal> {
+        let input = estimate_request_tokens(request);
+        if request.max_tokens.is_none()
+            && let Some(room) = self.room_for_output(input, price)
+            && room < OUTPUT_ALLOWANCE
+        {
+            request.max_tokens = Some(u32::try_from(room.max(1)).unwrap_or(u32::MAX));
+        }
+        let held = request.max_tokens.or(u32::try_from(OUTPUT_ALLOWANCE).ok());
+        self.reserve_for(input, held, price)
     }
 
     /// [`BudgetMeter::reserve`], saying which limit refused the call.
@@ -478,6 +501,35 @@ mod tests {
         assert_eq!(room, 6);
         assert!(m.reserve("p", 4, Some(room + 1), Some(DOLLAR_PER_TOKEN)).is_err());
         assert!(m.reserve("p", 4, Some(room), Some(DOLLAR_PER_TOKEN)).is_ok());
+    }
+
+    #[test]
+    fn a_request_without_a_cap_gets_what_is_left_near_the_limit() {
+        use crate::types::Message;
+        let request = || ChatRequest::new(vec![Message::user("hello world")]);
+        // 6 prompt tokens; far from the limit the cap stays unset and the
+        // allowance is held.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100_000), max_cost_usd: None });
+        let mut r = request();
+        let held = m.reserve_request(&mut r, None).unwrap();
+        assert_eq!((r.max_tokens, m.reserved().0), (None, 6 + OUTPUT_ALLOWANCE));
+        drop(held);
+        let m = BudgetMeter::new(Budget { max_tokens: Some(50), max_cost_usd: None });
+        let mut r = request();
+        let held = m.reserve_request(&mut r, None).unwrap();
+        assert_eq!((r.max_tokens, m.reserved().0), (Some(44), 50));
+        held.settle(Usage { input_tokens: 6, output_tokens: 40 }, None);
+        // 4 left: the prompt alone does not fit.
+        let e = m.reserve_request(&mut request(), None).unwrap_err();
+        assert!(!e.cost && e.message.contains("46 tokens used") && e.message.contains("limit 50"), "{}", e.message);
+        // A cap of its own is kept, and held whole.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(50), max_cost_usd: None });
+        let mut r = ChatRequest { max_tokens: Some(45), ..request() };
+        assert!(m.reserve_request(&mut r, None).is_err());
+        let e = BudgetMeter::new(Budget { max_tokens: None, max_cost_usd: Some(1.0) })
+            .reserve_request(&mut request(), Some(DOLLAR_PER_TOKEN))
+            .unwrap_err();
+        assert!(e.cost && e.message.contains("cost budget exceeded"), "{}", e.message);
     }
 
     #[test]

@@ -503,6 +503,10 @@ async fn perform(
                     let tool = e.data["tool"].as_str().map(|t| format!(" {t}")).unwrap_or_default();
                     ask_progress(&format!("{}{tool}", e.kind));
                 })),
+                // The server's per-run limits are not plumbed into the
+                // plugin jobs yet.
+                budget: None,
+                prices: None,
             };
             noesis_plugins::ask::ask(&setting, &question, provider, &host).await?.to_json()
         }

@@ -53,6 +53,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             project_id: s.project.project_id.clone(),
             redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
             observe: Some(Box::new(move |run_id, p| super::agent::progress_notes(quiet, run_id, "  ")(p))),
+            budget: crate::provider::budget(&a.provider, &s.config)?,
+            prices: Some(crate::provider::prices(&s.config)),
         };
         let question = Question {
             query: a.query.clone(),

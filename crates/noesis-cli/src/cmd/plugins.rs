@@ -54,6 +54,7 @@ pub(crate) fn model(
         module: module.to_owned(),
         provider: crate::provider::select(flags, config, None)?,
         prices: crate::provider::prices(config),
+        budget: crate::provider::budget(flags, config)?,
     })
 }
 

@@ -124,6 +124,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             project_root: project.root.clone(),
             provider,
             prices: crate::provider::prices(&config),
+            budget: crate::provider::budget(&a.provider, &config)?,
             workspace,
             blobs,
             test_timeout: Duration::from_secs(a.test_timeout),
