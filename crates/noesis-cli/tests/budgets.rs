@@ -112,6 +112,20 @@ fn an_agent_tree_with_a_sub_agent_and_run_module_stops_before_the_call_that_woul
     assert_eq!(tokens(&child), 2 * PER_REPLY);
     assert_eq!(child["calls"][0]["spent"]["calls"], 1, "the module's call: {}", child["calls"][0]);
     assert_eq!(child["calls"][0]["status"], "completed", "the module ran within the limit");
+    // `agent show --json` says who spent what: per agent, role and model.
+    let spend = parent["spend"].as_array().unwrap();
+    let row = |agent: &str, role: &str| {
+        spend.iter().find(|r| r["agent"] == agent && r["role"] == role).unwrap_or_else(|| panic!("{spend:#?}")).clone()
+    };
+    assert_eq!(
+        (row("tree", "think")["calls"].clone(), row("tree", "think")["parent"].clone()),
+        (json!(1), Value::Null)
+    );
+    assert_eq!(row("tree.s1", "think")["parent"], "tree");
+    assert_eq!(row("tree.s1", "run_module")["input_tokens"], PER_REPLY);
+    assert!(row("tree", "think")["model"].as_str().unwrap().starts_with("openai/"), "{spend:#?}");
+    let total: u64 = spend.iter().map(|r| r["input_tokens"].as_u64().unwrap()).sum();
+    assert_eq!((spend.len(), total), (3, 3 * PER_REPLY), "{spend:#?}");
 }
 
 #[test]

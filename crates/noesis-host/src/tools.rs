@@ -156,18 +156,20 @@ async fn run_module(h: HostTools, args: Value) -> ToolOutput {
         options.run.prices = Some(Arc::clone(&t.prices));
     }
     let record = execute(module, &resolver, h.provider.as_ref(), args["input"].clone(), &options).await;
-    let spent = record.steps.iter().fold(ToolSpend::default(), |s, step| ToolSpend {
+    let mut spent = record.steps.iter().fold(ToolSpend::default(), |s, step| ToolSpend {
         calls: s.calls + step.calls,
         input_tokens: s.input_tokens + step.usage.map_or(0, |u| u.input_tokens),
         output_tokens: s.output_tokens + step.usage.map_or(0, |u| u.output_tokens),
         cost_usd: s.cost_usd + step.cost_usd.unwrap_or(0.0),
+        model: None,
     });
     let envelope = record.envelope;
+    spent.model = envelope["meta"]["model"].as_str().map(str::to_owned);
     let ok = envelope["ok"] == json!(true);
     let evidence = ToolEvidence::Envelope { module: name, ok, blake3: json_digest(&envelope) };
     let text = envelope.to_string();
     let out = if ok { ToolOutput::ok(text) } else { ToolOutput::error(text) }.with_evidence(evidence);
-    if spent == ToolSpend::default() { out } else { out.with_spent(spent) }
+    if spent.calls == 0 { out } else { out.with_spent(spent) }
 }
 
 fn frame_line(f: &noesis_frames::CausalFrame) -> String {
@@ -334,6 +336,7 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
         cost_usd: u.cost_usd,
+        model: None,
     };
     let out = match (end, &run.outcome) {
         (Err(e), _) => ToolOutput::error(format!("sub-agent {id}: {e}")),

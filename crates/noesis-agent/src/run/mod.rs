@@ -274,7 +274,7 @@ impl ToolOutput {
 /// run's calls. It is the calling run's spend: [`AgentRun::finished`] adds
 /// it to [`RunUsage`], so the run's limits (and a resumed run's meter)
 /// count everything spent on its behalf.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ToolSpend {
     /// Model calls made.
     pub calls: u32,
@@ -284,6 +284,10 @@ pub struct ToolSpend {
     pub output_tokens: u64,
     /// Money, as priced where the calls were made.
     pub cost_usd: f64,
+    /// The model that answered (`provider/model`), when one did and the
+    /// tool knows (a module run's envelope says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Something a tool's result rests on.
@@ -498,6 +502,9 @@ pub struct ReplyRecord {
     /// Which provider the router chose for it, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// What the call was for: `plan`, `think` or `reflect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
     /// The `chat` span of the call, when traces are exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span: Option<noesis_trace::SpanIds>,

@@ -37,6 +37,7 @@ impl AgentRun {
             usage: reply.usage,
             cost_usd,
             route: None,
+            role: Some(self.role().to_owned()),
             span: None,
         });
         self.step += 1;

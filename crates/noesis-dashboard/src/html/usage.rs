@@ -215,6 +215,7 @@ mod tests {
             usage: Some(noesis_llm::Usage { input_tokens: input, output_tokens: output }),
             cost_usd: cost,
             route: route.map(str::to_owned),
+            role: None,
             span: None,
         };
         let day = 86_400_000;

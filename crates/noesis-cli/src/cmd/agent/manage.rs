@@ -48,7 +48,17 @@ pub(super) fn show(id: &str, at: Option<i64>, json: bool) -> anyhow::Result<Exit
     let rt = crate::memory::runtime()?;
     let (run, stored) = load_run(&rt, id, at)?;
     if json {
-        out::json(&stored.state, false)?;
+        // The stored state, and what the run tree spent per agent, role
+        // and model (its sub-agents as they are now).
+        let children = rt.block_on(async {
+            let (_, store) = crate::memory::context().await?;
+            anyhow::Ok(noesis_host::runs::sub_agent_runs(store.as_ref(), &run).await?)
+        })?;
+        let mut shown = stored.state.clone();
+        if let Value::Object(m) = &mut shown {
+            m.insert("spend".into(), serde_json::to_value(noesis_agent::summary::spend(&run, &children))?);
+        }
+        out::json(&shown, false)?;
         return Ok(ExitCode::SUCCESS);
     }
     let t = noesis_agent::summary::run_text(&run, &stored.task, stored.step);
