@@ -618,7 +618,11 @@ impl<'a> Driver<'a> {
                     };
                     let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
                     let price_now = tree.prices.price(provider.model());
-                    let reservation = match tree.meter.as_ref().map(|m| m.reserve_request(&mut request, price_now)) {
+                    let reserved = match &tree.meter {
+                        Some(m) => Some(m.reserve_request_waiting(&mut request, price_now).await),
+                        None => None,
+                    };
+                    let reservation = match reserved {
                         None => None,
                         Some(Ok(r)) => Some(r),
                         Some(Err(refused)) => {

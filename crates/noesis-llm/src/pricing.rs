@@ -114,6 +114,9 @@ pub struct Spent {
 pub struct BudgetMeter {
     budget: Budget,
     ledger: Mutex<Ledger>,
+    /// Told whenever held room is given back (settled or released), for
+    /// calls waiting on calls in flight.
+    freed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -153,7 +156,7 @@ pub struct Reservation<'m> {
 impl BudgetMeter {
     /// A meter with nothing spent.
     pub fn new(budget: Budget) -> BudgetMeter {
-        BudgetMeter { budget, ledger: Mutex::new(Ledger::default()) }
+        BudgetMeter { budget, ledger: Mutex::new(Ledger::default()), freed: tokio::sync::Notify::new() }
     }
 
     /// The limits.
@@ -190,14 +193,19 @@ impl BudgetMeter {
     /// when nothing bounds it (no token limit, and no cost limit or no
     /// price).
     pub fn room_for_output(&self, input_tokens: u64, price: Option<Price>) -> Option<u64> {
+        self.room(input_tokens, price, true)
+    }
+
+    fn room(&self, input_tokens: u64, price: Option<Price>, counting_held: bool) -> Option<u64> {
         let l = self.ledger();
+        let held = if counting_held { (l.reserved_tokens, l.reserved_cost) } else { (0, 0.0) };
         let by_tokens = self.budget.max_tokens.map(|limit| {
             let used = l.spent.usage.input_tokens.saturating_add(l.spent.usage.output_tokens);
-            limit.saturating_sub(used).saturating_sub(l.reserved_tokens).saturating_sub(input_tokens)
+            limit.saturating_sub(used).saturating_sub(held.0).saturating_sub(input_tokens)
         });
         let by_cost = match (self.budget.max_cost_usd, price) {
             (Some(limit), Some(p)) if p.output > 0.0 => {
-                let left = limit - l.spent.cost_usd - l.reserved_cost - input_tokens as f64 * p.input / 1_000_000.0;
+                let left = limit - l.spent.cost_usd - held.1 - input_tokens as f64 * p.input / 1_000_000.0;
                 // Float division of a non-negative, finite figure: the cast
                 // saturates, and rounding down keeps the call inside.
                 Some(if left <= 0.0 { 0 } else { (left * 1_000_000.0 / p.output).floor() as u64 })
@@ -243,6 +251,39 @@ impl BudgetMeter {
         }
         let held = request.max_tokens.or(u32::try_from(OUTPUT_ALLOWANCE).ok());
         self.reserve_for(input, held, price)
+    }
+
+    /// [`BudgetMeter::reserve_request`] for calls that may run at once:
+    /// when what calls in flight hold is all that keeps this one from
+    /// getting its full allowance (or from fitting at all), it waits for
+    /// them to settle instead of being refused or sent with a cap cut to
+    /// the little that is left. Refused only by what is spent.
+    pub async fn reserve_request_waiting(
+        &self,
+        request: &mut ChatRequest,
+        price: Option<Price>,
+    ) -> Result<Reservation<'_>, Refusal> {
+        loop {
+            // Registered before the check, so a settle in between is not
+            // missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let input = estimate_request_tokens(request);
+            let held = self.reserved().0 > 0;
+            let with_held = self.room(input, price, true);
+            let without = self.room(input, price, false);
+            let need = request.max_tokens.map_or(OUTPUT_ALLOWANCE, u64::from);
+            let starved = match (with_held, without) {
+                (Some(a), Some(b)) => a < need && b > a,
+                _ => false,
+            };
+            if held && starved {
+                freed.await;
+                continue;
+            }
+            return self.reserve_request(request, price);
+        }
     }
 
     /// [`BudgetMeter::reserve`], saying which limit refused the call.
@@ -312,10 +353,13 @@ impl Ledger {
 impl Reservation<'_> {
     /// The call answered: charge what it really used and release the rest.
     pub fn settle(mut self, usage: Usage, cost: Option<f64>) {
-        let mut l = self.meter.ledger();
-        l.release(self.input_tokens + self.output_tokens, self.cost);
-        l.charge(usage, cost);
+        {
+            let mut l = self.meter.ledger();
+            l.release(self.input_tokens + self.output_tokens, self.cost);
+            l.charge(usage, cost);
+        }
         self.open = false;
+        self.meter.freed.notify_waiters();
     }
 
     /// The call answered without saying what it used: charge the estimate,
@@ -331,6 +375,7 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if self.open {
             self.meter.ledger().release(self.input_tokens + self.output_tokens, self.cost);
+            self.meter.freed.notify_waiters();
         }
     }
 }
@@ -530,6 +575,39 @@ mod tests {
             .reserve_request(&mut request(), Some(DOLLAR_PER_TOKEN))
             .unwrap_err();
         assert!(e.cost && e.message.contains("cost budget exceeded"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_call_waits_for_calls_in_flight_rather_than_take_what_they_left() {
+        use crate::types::Message;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let m = std::sync::Arc::new(BudgetMeter::new(Budget { max_tokens: Some(10_000), max_cost_usd: None }));
+        let request = || ChatRequest::new(vec![Message::user("hello world")]);
+        rt.block_on(async {
+            // Nothing in flight: no wait, the allowance is held.
+            let mut r = request();
+            let first = m.reserve_request_waiting(&mut r, None).await.unwrap();
+            assert_eq!((r.max_tokens, m.reserved().0), (None, 6 + OUTPUT_ALLOWANCE));
+            // The second would get 10,000 - 8,198 - 6 tokens as its cap:
+            // it waits until the first settles, then gets what is left.
+            let meter = std::sync::Arc::clone(&m);
+            let second = tokio::spawn(async move {
+                let mut r = request();
+                let held = meter.reserve_request_waiting(&mut r, None).await.map(|h| h.settle_at_estimate());
+                (held.is_ok(), r.max_tokens)
+            });
+            tokio::task::yield_now().await;
+            assert!(!second.is_finished(), "it waits while the first is in flight");
+            first.settle(Usage { input_tokens: 6, output_tokens: 94 }, None);
+            // 9,894 left: room for the whole allowance again.
+            assert_eq!(second.await.unwrap(), (true, None));
+            assert_eq!(m.spent().usage.input_tokens + m.spent().usage.output_tokens, 100 + 6 + OUTPUT_ALLOWANCE);
+            // Refused at once when what is spent leaves no room: nothing in
+            // flight to wait for.
+            m.charge(Usage { input_tokens: 1_700, output_tokens: 0 }, None);
+            let e = m.reserve_request_waiting(&mut request(), None).await.unwrap_err();
+            assert!(e.message.contains("limit 10000"), "{}", e.message);
+        });
     }
 
     #[test]

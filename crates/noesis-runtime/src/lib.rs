@@ -127,7 +127,8 @@ async fn call<'o>(
         Some(meter) => {
             capped = request.clone();
             let held = meter
-                .reserve_request(&mut capped, price)
+                .reserve_request_waiting(&mut capped, price)
+                .await
                 .map_err(|r| ProviderError::new(provider.name(), ErrorKind::Budget, r.message))?;
             (&capped, Some(held))
         }
