@@ -263,3 +263,49 @@ for line in sys.stdin:
         out = {}
     print(json.dumps({"id": req["id"], "result": out}), flush=True)
 "#;
+
+#[test]
+fn a_sub_agent_is_priced_as_its_parent_and_the_cost_limit_holds_across_them() {
+    let work = Work::new();
+    std::fs::create_dir_all(work.path().join("ws")).unwrap();
+    let ws = work.path().join("ws").to_string_lossy().into_owned();
+    // A dollar a thousand tokens: each reply costs $3.
+    work.write("noesis.toml", "[prices.fake-model]\ninput = 1000.0\noutput = 1000.0\n");
+    let task = "Ask a helper to look around and report back in detail. ".repeat(60);
+    let start = |limit: &str, id: &str, script: Vec<Reply>| {
+        let server = FakeServer::start(script).unwrap();
+        let o = run(
+            &work,
+            &server,
+            &["agent", &task, "--workspace", &ws, "--approve", "auto", "--run-id", id]
+                .into_iter()
+                .chain(["--model", "fake-model", "--max-cost", limit, "--json"])
+                .collect::<Vec<_>>(),
+        );
+        (o, server.received().len())
+    };
+    let answer = |text: &str| costly(chat_completion(text, "stop"));
+    // Room for all three replies: the sub-agent's $3 is the parent's.
+    let (o, sent) = start(
+        "100",
+        "priced",
+        vec![call("s1", "sub_agent", json!({"task": "Look around."})), answer("all quiet"), answer("It is quiet.")],
+    );
+    assert_eq!((o.code, sent), (0, 3), "{}", o.stderr);
+    let child = shown(&work, "priced.s1");
+    assert!((child["usage"]["cost_usd"].as_f64().unwrap() - 3.0).abs() < 1e-9, "{}", child["usage"]);
+    let parent = shown(&work, "priced");
+    assert!((parent["usage"]["cost_usd"].as_f64().unwrap() - 9.0).abs() < 1e-9, "{}", parent["usage"]);
+    let by_agent: f64 = parent["spend"].as_array().unwrap().iter().map(|r| r["cost_usd"].as_f64().unwrap()).sum();
+    assert!((by_agent - 9.0).abs() < 1e-9, "{}", parent["spend"]);
+    // $6.50: after the parent's $3 and the sub-agent's $3, the parent's
+    // next prompt (over 500 tokens, so over $0.50) is not sent.
+    let mut script = vec![call("s1", "sub_agent", json!({"task": "Look around."})), answer("all quiet")];
+    script.extend(never(2));
+    let (o, sent) = start("6.5", "capped", script);
+    assert_eq!((o.code, sent), (1, 2), "{}\n{}", o.stdout, o.stderr);
+    let out = o.json();
+    assert_eq!(out["outcome"]["reason"], "cost_budget", "{out}");
+    let detail = out["outcome"]["detail"].as_str().unwrap();
+    assert!(detail.contains("$6.0000 spent") && detail.contains("limit $6.5000"), "{detail}");
+}
