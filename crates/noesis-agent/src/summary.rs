@@ -190,6 +190,23 @@ pub fn run_text(run: &AgentRun, task: &str, step: i64) -> String {
     t
 }
 
+/// [`spend`]'s rows as a table under `run_text`, when the run spent on more
+/// than one agent, role or model (else the usage line says it all).
+pub fn spend_text(rows: &[SpendRow]) -> String {
+    if rows.len() < 2 {
+        return String::new();
+    }
+    let mut t = String::from("\nspend    agent / role / model: calls, tokens in, out, cost\n");
+    for r in rows {
+        let under = r.parent.as_deref().map_or(String::new(), |p| format!(" (under {p})"));
+        t.push_str(&format!(
+            "  {}{under} / {} / {}: {}, {}, {}, ${:.4}\n",
+            r.agent, r.role, r.model, r.calls, r.input_tokens, r.output_tokens, r.cost_usd
+        ));
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

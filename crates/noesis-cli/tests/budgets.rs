@@ -126,6 +126,8 @@ fn an_agent_tree_with_a_sub_agent_and_run_module_stops_before_the_call_that_woul
     assert!(row("tree", "think")["model"].as_str().unwrap().starts_with("openai/"), "{spend:#?}");
     let total: u64 = spend.iter().map(|r| r["input_tokens"].as_u64().unwrap()).sum();
     assert_eq!((spend.len(), total), (3, 3 * PER_REPLY), "{spend:#?}");
+    let text = output(work.noesis_bare().args(["agent", "show", "tree"])).stdout;
+    assert!(text.contains("\nspend ") && text.contains("  tree.s1 (under tree) / run_module / "), "{text}");
 }
 
 #[test]
