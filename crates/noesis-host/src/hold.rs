@@ -144,8 +144,12 @@ async fn heartbeat(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(ttl / 3) => {}
         }
-        let leases: Vec<Lease> =
-            held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|h| h.lease.clone()).collect();
+        let leases: Vec<Lease> = held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .values()
+            .map(|h| h.lease.clone())
+            .collect();
         for lease in leases {
             match store.renew_run_lease(&lease, ms(ttl), now()).await {
                 Ok(renewed) => {

@@ -314,9 +314,10 @@ async fn fence(tx: &mut sqlx::AnyConnection, run_id: &str, lease: Option<&Lease>
             }))
         }
         None => match holder_of(&mut *tx, run_id).await? {
-            Some(h) if h.expires_at > now => {
-                Err(StoreError::Fenced(format!("agent run {run_id} is {}; only its holder writes it", h.describe(now))))
-            }
+            Some(h) if h.expires_at > now => Err(StoreError::Fenced(format!(
+                "agent run {run_id} is {}; only its holder writes it",
+                h.describe(now)
+            ))),
             _ => Ok(()),
         },
     }
@@ -422,9 +423,7 @@ pub(crate) async fn renew(store: &crate::SqlStore, lease: &Lease, ttl_ms: i64, n
     if beat.rows_affected() == 0 {
         let now_held = holder_of(&mut tx, &lease.run_id).await?;
         return Err(StoreError::Fenced(match now_held {
-            Some(h) => {
-                format!("agent run {}: the lease was taken over; the run is now {}", lease.run_id, h.describe(now))
-            }
+            Some(h) => format!("agent run {}: the lease was taken over; the run is now {}", lease.run_id, h.describe(now)),
             None => format!("agent run {}: the lease was released", lease.run_id),
         }));
     }

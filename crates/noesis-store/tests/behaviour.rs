@@ -653,8 +653,7 @@ async fn agent_runs_are_a_log_of_changes(t_: &TestStore) {
     let s = &t_.store;
     project(s).await;
     let steps = 300_i64;
-    let mut state =
-        serde_json::json!({"schema_version": 1, "step": 0, "status": "running", "calls": [], "entries": []});
+    let mut state = serde_json::json!({"schema_version": 1, "step": 0, "status": "running", "calls": [], "entries": []});
     let mut saved = Vec::new();
     let mut whole_copies = 0usize;
     for step in 1..=steps {

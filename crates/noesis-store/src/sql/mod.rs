@@ -550,12 +550,7 @@ impl Store for SqlStore {
         crate::agent::acquire(self, run_id, holder, ttl_ms, now_ms).await
     }
 
-    async fn renew_run_lease(
-        &self,
-        lease: &crate::Lease,
-        ttl_ms: i64,
-        now_ms: i64,
-    ) -> Result<crate::Lease, StoreError> {
+    async fn renew_run_lease(&self, lease: &crate::Lease, ttl_ms: i64, now_ms: i64) -> Result<crate::Lease, StoreError> {
         crate::agent::renew(self, lease, ttl_ms, now_ms).await
     }
 
