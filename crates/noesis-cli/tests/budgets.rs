@@ -214,6 +214,15 @@ fn a_cost_limit_is_priced_by_the_configured_prices() {
     assert_eq!(llm.received().len(), 1, "{}\n{}", o.stdout, o.stderr);
     let said = format!("{}{}", o.stdout, o.stderr);
     assert!(said.contains("cost budget exceeded") && said.contains("limit $3.0500"), "{said}");
+    assert!(!said.contains("no price is known"), "{said}");
+    // A model with no price: the limit cannot hold it, and the person is told.
+    let llm = FakeServer::start(never(3)).unwrap();
+    let o = run(&work, &llm, &["docs", "sync", "--quiet", "--model", "unpriced-model", "--max-cost", "3.05"]);
+    assert!(
+        o.stderr.contains("warning: no price is known for `unpriced-model`, so --max-cost 3.05 cannot hold its calls"),
+        "{}",
+        o.stderr
+    );
 }
 
 #[test]

@@ -118,6 +118,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         let permissions = super::agent::rules::operator(&config, &a.rules, &commands, &ws)?;
         let blobs = crate::memory::home()?.join("snapshots").join(versions::project_hash(&project.root)).join("blobs");
         let provider = super::agent::with_text_tools(crate::provider::select(&a.provider, &config, None)?, &config);
+        if let Some(w) = noesis_host::provider::unpriced_warning(&a.provider, &config, provider.as_ref()) {
+            crate::out::note(&w);
+        }
         let driver = Driver {
             search: search.clone(),
             states,
