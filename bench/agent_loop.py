@@ -4,7 +4,7 @@ same task as noesis's loop bench: against the zero-latency fake OpenAI server
 call of a trivial tool. Prints one JSON line per framework, with the floor
 (the same HTTP round trips through http.client and nothing else).
 
-    python agent_loop.py BASE_URL ITERATIONS RUNS
+    python agent_loop.py BASE_URL ITERATIONS RUNS [--sqlite PATH] [--postgres URL]
 """
 
 import http.client
@@ -38,7 +38,7 @@ def timed(run_once, iterations, runs):
     return statistics.median(samples)
 
 
-def langgraph(base, iterations, runs):
+def langgraph(base, iterations, runs, checkpointer=None):
     from langchain_core.tools import tool
     from langchain_openai import ChatOpenAI
     from langgraph.prebuilt import create_react_agent
@@ -49,14 +49,40 @@ def langgraph(base, iterations, runs):
         return x + 1
 
     model = ChatOpenAI(model="fake", base_url=base, api_key="sk-bench", max_retries=0)
-    agent = create_react_agent(model, [add_one])
+    agent = create_react_agent(model, [add_one], checkpointer=checkpointer)
+    threads = iter(range(10**9))
 
     def run_once():
-        out = agent.invoke({"messages": [("user", "Add one ten times.")]}, {"recursion_limit": 4 * iterations + 10})
+        # A thread per run, as a run per task is in noesis.
+        config = {"recursion_limit": 4 * iterations + 10, "configurable": {"thread_id": f"t{next(threads)}"}}
+        out = agent.invoke({"messages": [("user", "Add one ten times.")]}, config)
         calls = sum(1 for m in out["messages"] if m.type == "tool")
         assert calls == iterations, calls
 
     return timed(run_once, iterations, runs)
+
+
+def langgraph_sqlite(path):
+    """LangGraph with its SQLite checkpointer (langgraph-checkpoint-sqlite)."""
+    import sqlite3
+
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    saver = SqliteSaver(sqlite3.connect(path, check_same_thread=False))
+    saver.setup()
+    return lambda base, iterations, runs: langgraph(base, iterations, runs, saver)
+
+
+def langgraph_postgres(url):
+    """LangGraph with its PostgreSQL checkpointer (langgraph-checkpoint-postgres)."""
+    import psycopg
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from psycopg.rows import dict_row
+
+    conn = psycopg.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row)
+    saver = PostgresSaver(conn)
+    saver.setup()
+    return lambda base, iterations, runs: langgraph(base, iterations, runs, saver)
 
 
 def pydantic_ai(base, iterations, runs):
@@ -82,7 +108,15 @@ def pydantic_ai(base, iterations, runs):
 def main():
     base, iterations, runs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     floor = floor_us_per_iteration(base, iterations, min(5000, runs * (iterations + 1)))
-    for name, bench in [("langgraph (prebuilt ReAct agent)", langgraph), ("pydantic-ai", pydantic_ai)]:
+    benches = [("langgraph (prebuilt ReAct agent)", langgraph), ("pydantic-ai", pydantic_ai)]
+    # Durable: `--sqlite PATH`, `--postgres URL` (LangGraph's own checkpointers).
+    args = sys.argv[4:]
+    for flag, value in zip(args[::2], args[1::2]):
+        if flag == "--sqlite":
+            benches.append(("langgraph durable (SqliteSaver)", langgraph_sqlite(value)))
+        elif flag == "--postgres":
+            benches.append(("langgraph durable (PostgresSaver)", langgraph_postgres(value)))
+    for name, bench in benches:
         us = bench(base, iterations, runs)
         print(json.dumps({
             "framework": name,

@@ -581,6 +581,35 @@ impl EventLog {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// An empty log whose first event will have id `last + 1`.
+    pub fn after(capacity: usize, last: u64) -> EventLog {
+        let log = EventLog::new(capacity);
+        log.lock().next = last;
+        log
+    }
+
+    /// The id of the oldest event held (the next id when none is).
+    pub fn first_id(&self) -> u64 {
+        let log = self.lock();
+        log.events.front().map_or(log.next + 1, |e| e.id)
+    }
+
+    /// Appends `event` under the id it carries (numbered by the caller,
+    /// above every id held; a lower one is given the next id instead).
+    pub fn push_numbered(&self, mut event: Event) {
+        let mut log = self.lock();
+        if event.id <= log.next {
+            event.id = log.next + 1;
+        }
+        log.next = event.id;
+        log.events.push_back(event);
+        if log.events.len() > self.capacity {
+            log.events.pop_front();
+        }
+        drop(log);
+        self.changed.notify_waiters();
+    }
+
     /// Appends `event` under the next id and wakes the followers.
     pub fn push(&self, mut event: Event) {
         let mut log = self.lock();

@@ -81,7 +81,7 @@ pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};
 pub use run::{
     Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, McpOutcome, NO_RESULT, Outcome, Pending,
-    RecordedCall, ReplyRecord, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence, ToolOutput, ToolSpend,
-    Verdict,
+    RecordedCall, ReplyRecord, RunChange, RunCursor, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence,
+    ToolOutput, ToolSpend, Verdict,
 };
 pub use tool::{Effects, ToolDecl};

@@ -424,6 +424,14 @@ fn an_agent_run_started_over_http_streams_its_steps_waits_for_approval_and_finis
     assert!(!work.path().join("out.txt").exists(), "nothing written before the decision");
     let (_, shown) = http(&s.addr, "GET", &format!("/agents/runs/{id}"), None, None);
     assert_eq!(shown["status"], "awaiting_approval", "{shown}");
+    // The server holds the run: the command line neither decides nor
+    // steps it, and says who holds it.
+    for args in [vec!["agent", "approve", id.as_str()], vec!["agent", "resume", id.as_str(), "--approve", "auto"]] {
+        let o = output(work.noesis_bare().env("OPENAI_BASE_URL", fake.base_url()).args(&args));
+        assert_ne!(o.code, 0, "{args:?}: {}", o.stdout);
+        assert!(o.stderr.contains(&format!("agent run {id} is held by serve:")), "{args:?}: {}", o.stderr);
+    }
+    assert!(!work.path().join("out.txt").exists(), "nothing written by the refused commands");
 
     // A wrong call id is refused; the batch decision goes through.
     let wrong = json!({"decisions": [{"call_id": "nope", "verdict": "approve"}]});
@@ -535,9 +543,79 @@ fn a_killed_server_resumes_its_run_without_running_a_completed_tool_again() {
     let events = follow_events(&s2.addr, &id, None, "done");
     assert_eq!(events.last().unwrap().2["text"], "Counted once.", "{events:?}");
     assert!(s2.stderr.lock().unwrap().contains("resuming 1 agent run"), "{}", s2.stderr.lock().unwrap());
-    assert!(!events.iter().any(|(_, k, _)| k == "tool_call"), "no tool ran again: {events:?}");
+    // The stream holds the first server's events too (kept in the store):
+    // the one call is there once, and did not run again.
+    assert_eq!(events.iter().filter(|(_, k, _)| k == "tool_call").count(), 1, "no tool ran again: {events:?}");
+    assert!(events.windows(2).all(|w| w[0].0 + 1 == w[1].0), "ids go on across the restart: {events:?}");
     assert_eq!(std::fs::read_to_string(work.path().join("count.txt")).unwrap(), "ran\n");
     assert_eq!(fake.received().len(), 3);
+}
+
+/// A client following a run reconnects to the next server with the id of
+/// the last event it saw: it gets exactly what it missed — events from
+/// before the restart, from the store — then the resumed run's, each once,
+/// the ids going on where they stopped.
+#[test]
+fn an_event_stream_resumed_across_a_server_restart_misses_nothing_and_repeats_nothing() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![
+        tool_reply("c1", "write_file", &json!({"path": "out.txt", "content": "once"})),
+        Reply::Chat("Wrote it.".into()),
+    ])
+    .unwrap();
+    let mut s = agent_serve(&work, &fake);
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Write"})), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let before = follow_events(&s.addr, &id, None, "approval_needed");
+    let kinds: Vec<&str> = before.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["run_started", "model_call", "model_reply", "approval_needed"], "{before:?}");
+    // The client saw only the first two before the server went away.
+    let seen = before[1].0;
+    assert!(Command::new("kill").args(["-TERM", &s.child.id().to_string()]).status().unwrap().success());
+    assert!(s.child.wait().unwrap().success(), "{}", s.stderr.lock().unwrap());
+
+    let s2 = agent_serve(&work, &fake);
+    let waiting = wait_status(&s2.addr, &id, "awaiting_approval");
+    assert_eq!(waiting["pending"][0]["call_id"], "c1", "{waiting}");
+    let follower = {
+        let addr = s2.addr.clone();
+        let id = id.clone();
+        std::thread::spawn(move || {
+            let mut events = follow_events(&addr, &id, Some(seen), "tool_result");
+            let last = events.last().unwrap().0;
+            events.extend(follow_events(&addr, &id, Some(last), "done"));
+            events
+        })
+    };
+    // Decided once the follower is in: what comes after is live.
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, body) = http(
+        &s2.addr,
+        "POST",
+        &format!("/agents/runs/{id}/approvals"),
+        Some(&json!({"approve_all": true})),
+        Some(&s2.token),
+    );
+    assert_eq!(status, 200, "{body}");
+    let after = follower.join().unwrap();
+    let ids: Vec<u64> = after.iter().map(|(i, _, _)| *i).collect();
+    assert_eq!(
+        ids,
+        ((seen + 1)..=(seen + ids.len() as u64)).collect::<Vec<_>>(),
+        "every id once, none skipped: {after:?}"
+    );
+    let kinds: Vec<&str> = after.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(&kinds[..3], ["model_reply", "approval_needed", "done"], "missed before the restart: {after:?}");
+    assert_eq!(after[2].2["outcome"], "cancelled", "the first server stopped it: {after:?}");
+    assert!(!kinds.contains(&"gap"), "{after:?}");
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "approval_needed").count(),
+        2,
+        "asked again after the restart: {after:?}"
+    );
+    assert_eq!((kinds.last(), &after.last().unwrap().2["outcome"]), (Some(&"done"), &json!("answer")));
+    assert_eq!(std::fs::read_to_string(work.path().join("out.txt")).unwrap(), "once");
 }
 
 /// One raw request with a form body and the browser's session cookie

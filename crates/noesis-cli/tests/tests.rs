@@ -21,6 +21,7 @@ mod plugins;
 mod providers;
 mod run;
 mod serve;
+mod sharing;
 mod snapshots;
 mod solve;
 mod state;

@@ -107,7 +107,7 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         prices: Some(Arc::clone(&d.equipped.prices)),
         ..Driver::new(d.equipped.provider.as_ref(), Arc::clone(&d.equipped.tools))
     };
-    let mut keep = Keep { store: d.host.store.as_ref(), project_id: d.project_id.clone(), holds: Some(holds) };
+    let mut keep = Keep { holds: Some(holds), ..Keep::new(d.host.store.as_ref(), d.project_id.clone()) };
     loop {
         let action = {
             let drive = driver.drive(run, &mut keep);

@@ -17,15 +17,39 @@ use crate::runs::now_ms;
 /// How long a lease holds without a heartbeat.
 pub const LEASE_TTL: Duration = Duration::from_secs(30);
 
-/// A name for this process as a holder: `KIND:HOST:PID:RANDOM`.
-pub fn holder_name(kind: &str) -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .map(|h| h.trim().to_owned())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned());
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// A name for this process as a holder: `KIND:HOST:PID:RANDOM`.
+pub fn holder_name(kind: &str) -> String {
     let random = uuid::Uuid::now_v7().simple().to_string();
-    format!("{kind}:{host}:{}:{}", std::process::id(), &random[random.len() - 8..])
+    format!("{kind}:{}:{}:{}", hostname(), std::process::id(), &random[random.len() - 8..])
+}
+
+/// Whether `holder` names a noesis process on this machine that is gone
+/// (killed, crashed): its lease need not be waited out. A holder on
+/// another machine, or not named by [`holder_name`], is never judged.
+fn gone_here(holder: &str) -> bool {
+    let mut parts = holder.split(':');
+    let (Some(_kind), Some(host), Some(pid), Some(_random), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else { return false };
+    if host != hostname() || pid == std::process::id() {
+        return false;
+    }
+    // A pid taken again by another program is gone too.
+    match std::fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmdline) => !cmdline.windows(6).any(|w| w == b"noesis"),
+        Err(_) => std::path::Path::new("/proc/self").exists(),
+    }
 }
 
 struct Held {
@@ -81,7 +105,14 @@ impl Holds {
             return Ok(h.lost.clone());
         }
         let now = now();
-        match self.store.acquire_run_lease(run_id, &self.holder, ms(self.ttl), now).await? {
+        let mut grant = self.store.acquire_run_lease(run_id, &self.holder, ms(self.ttl), now).await?;
+        if let LeaseGrant::Held(h) = &grant
+            && gone_here(&h.holder)
+        {
+            // Its process is gone: the lease is as good as lapsed.
+            grant = self.store.acquire_run_lease(run_id, &self.holder, ms(self.ttl), h.expires_at).await?;
+        }
+        match grant {
             LeaseGrant::Granted(lease) => {
                 let lost = CancellationToken::new();
                 self.lock().insert(run_id.to_owned(), Held { lease, lost: lost.clone() });
@@ -115,11 +146,18 @@ impl Holds {
         let saved = self.store.save_agent_state_held(state, lease.as_ref()).await;
         if let Err(e) = &saved
             && e.is_fenced()
-            && let Some(h) = self.lock().remove(&state.run_id)
         {
-            h.lost.cancel();
+            self.lost(&state.run_id);
         }
         saved
+    }
+
+    /// Notes that run `run_id` was taken over (a write was refused): its
+    /// lease is dropped and its token cancelled.
+    pub fn lost(&self, run_id: &str) {
+        if let Some(h) = self.lock().remove(run_id) {
+            h.lost.cancel();
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Held>> {
@@ -144,12 +182,8 @@ async fn heartbeat(
             () = stop.cancelled() => return,
             () = tokio::time::sleep(ttl / 3) => {}
         }
-        let leases: Vec<Lease> = held
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .values()
-            .map(|h| h.lease.clone())
-            .collect();
+        let leases: Vec<Lease> =
+            held.lock().unwrap_or_else(std::sync::PoisonError::into_inner).values().map(|h| h.lease.clone()).collect();
         for lease in leases {
             match store.renew_run_lease(&lease, ms(ttl), now()).await {
                 Ok(renewed) => {
@@ -232,6 +266,22 @@ mod tests {
         assert!(lost.is_cancelled());
         s.save_agent_state_held(&state(2), Some(&b)).await.unwrap();
         assert_eq!(s.agent_state("r1", None).await.unwrap().unwrap().step, 2);
+    }
+
+    #[test]
+    fn only_a_gone_process_on_this_machine_is_judged_gone() {
+        assert!(!gone_here(&holder_name("cli")), "this process");
+        assert!(!gone_here("cli:a"), "not a holder name");
+        assert!(!gone_here("cli:another-machine:1:abcd"), "another machine");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        assert!(gone_here(&format!("cli:{}:{pid}:abcd", hostname())), "an ended process");
+        // A live process that is not noesis holds no lease either.
+        let mut sleeper = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        assert!(gone_here(&format!("cli:{}:{}:abcd", hostname(), sleeper.id())));
+        sleeper.kill().unwrap();
+        sleeper.wait().unwrap();
     }
 
     #[tokio::test]

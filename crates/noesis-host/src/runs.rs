@@ -29,10 +29,19 @@ pub struct Keep<'a> {
     /// The leases the states are written under (none: the run must not be
     /// held by anyone else).
     pub holds: Option<&'a crate::hold::Holds>,
+    /// What was stored last.
+    pub log: RunLog,
 }
 
-/// The stored form of `run` now.
-pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
+impl<'a> Keep<'a> {
+    /// Keeps states in `store` under `project_id`, without a lease.
+    pub fn new(store: &'a dyn Store, project_id: String) -> Keep<'a> {
+        Keep { store, project_id, holds: None, log: RunLog::default() }
+    }
+}
+
+/// The summary of `run` now, without its state.
+fn summary_of(run: &AgentRun, project_id: &str, state: Value) -> AgentState {
     AgentState {
         run_id: run.id.clone(),
         project_id: project_id.to_owned(),
@@ -40,20 +49,90 @@ pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
         status: run.status().to_owned(),
         step: i64::try_from(run.step).unwrap_or(i64::MAX),
         forked_from: run.forked_from.as_ref().map(|(id, _)| id.clone()),
-        state: run.to_json(),
+        state,
         at: i64::try_from(now_ms()).unwrap_or(i64::MAX),
+    }
+}
+
+/// The stored form of `run` now.
+pub fn state_of(run: &AgentRun, project_id: &str) -> AgentState {
+    summary_of(run, project_id, run.to_json())
+}
+
+/// Writes one run's states as what changed since the last one
+/// ([`AgentRun::change_since`]), whole again once the changes since the
+/// last whole state add up to its size (at least
+/// [`noesis_store::MIN_SNAPSHOT_GAP`]): a step costs what it added, a read
+/// applies at most a whole state's worth of changes.
+#[derive(Debug, Default)]
+pub struct RunLog {
+    cursor: Option<noesis_agent::RunCursor>,
+    since: usize,
+    whole: usize,
+    written: u64,
+}
+
+impl RunLog {
+    /// Bytes of state written so far (whole states and changes).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Stores `run` as it is now (under `lease` when given).
+    ///
+    /// # Errors
+    /// As the store's: [`noesis_store::StoreError::Fenced`] when another
+    /// driver holds the run.
+    pub async fn save(
+        &mut self,
+        store: &dyn Store,
+        lease: Option<&noesis_store::Lease>,
+        run: &AgentRun,
+        project_id: &str,
+    ) -> Result<(), noesis_store::StoreError> {
+        let (change, cursor) = run.change_since(self.cursor.take().as_ref());
+        if let noesis_agent::RunChange::Delta { base, delta } = &change {
+            let len = delta.to_string().len();
+            if self.since + len < self.whole.max(noesis_store::MIN_SNAPSHOT_GAP) {
+                let base = i64::try_from(*base).unwrap_or(i64::MAX);
+                match store.save_agent_delta(&summary_of(run, project_id, Value::Null), base, delta, lease).await {
+                    Ok(()) => {
+                        self.since += len;
+                        self.written += len as u64;
+                        self.cursor = Some(cursor);
+                        return Ok(());
+                    }
+                    // Another writer moved the run: the whole state is still right.
+                    Err(noesis_store::StoreError::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let whole = match change {
+            noesis_agent::RunChange::Whole(v) => v,
+            noesis_agent::RunChange::Delta { .. } => run.to_json(),
+        };
+        let state = summary_of(run, project_id, whole);
+        store.save_agent_state_held(&state, lease).await?;
+        self.whole = state.state.to_string().len();
+        self.written += self.whole as u64;
+        self.since = 0;
+        self.cursor = Some(cursor);
+        Ok(())
     }
 }
 
 #[async_trait::async_trait]
 impl Checkpoint for Keep<'_> {
     async fn save(&mut self, run: &AgentRun) -> Result<(), String> {
-        let state = state_of(run, &self.project_id);
-        match self.holds {
-            Some(holds) => holds.save(&state).await,
-            None => self.store.save_agent_state(&state).await,
+        let lease = self.holds.and_then(|h| h.lease(&run.id));
+        let saved = self.log.save(self.store, lease.as_ref(), run, &self.project_id).await;
+        if let (Err(e), Some(holds)) = (&saved, self.holds)
+            && e.is_fenced()
+        {
+            holds.lost(&run.id);
         }
-        .map_err(|e| e.to_string())
+        saved.map_err(|e| e.to_string())
     }
 }
 
@@ -230,7 +309,8 @@ pub async fn decide(store: &dyn Store, project_id: &str, run: &mut AgentRun, dec
     let lease = match store.acquire_run_lease(&run.id, &holder, 30_000, now).await? {
         noesis_store::LeaseGrant::Granted(lease) => lease,
         noesis_store::LeaseGrant::Held(h) => bail!(
-            "agent run {} is {}; decide through that driver (a server's /agents/{}/decide or its dashboard)",
+            "agent run {} is {}; decide through that driver (a server's POST /agents/runs/{}/approvals or its \
+             dashboard)",
             run.id,
             h.describe(now),
             run.id

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::HostError;
 use crate::host::{Host, NewRun, Reach};
 use crate::provider::with_text_tools;
-use crate::runs::{now_ms, record_frames, state_of};
+use crate::runs::{now_ms, record_frames};
 
 /// What a server gives its agent runs.
 pub struct ServedAgents {
@@ -37,6 +37,8 @@ pub struct ServedAgents {
     prices: Arc<PriceTable>,
     /// The store leases of the runs this server steps.
     holds: crate::hold::Holds,
+    /// What was stored last of each run it steps.
+    logs: std::sync::Mutex<std::collections::HashMap<String, crate::runs::RunLog>>,
 }
 
 impl ServedAgents {
@@ -52,7 +54,7 @@ impl ServedAgents {
         let prices = host.prices();
         let kind = if origin == "http" { "serve" } else { origin };
         let holds = crate::hold::Holds::new(Arc::clone(&host.store), crate::hold::holder_name(kind));
-        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices, holds }
+        ServedAgents { host, sandbox, origin, leases, ceiling, warn, prices, holds, logs: Default::default() }
     }
 
     fn workspace(&self) -> Result<&noesis_agent::Workspace, String> {
@@ -164,14 +166,63 @@ impl AgentHost for ServedAgents {
     }
 
     async fn save(&self, run: &AgentRun) -> Result<(), String> {
-        self.holds.save(&state_of(run, &self.host.project.project_id)).await.map_err(|e| e.to_string())
+        let taken = self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(&run.id);
+        let mut log = taken.unwrap_or_default();
+        let lease = self.holds.lease(&run.id);
+        let saved = log.save(self.host.store.as_ref(), lease.as_ref(), run, &self.host.project.project_id).await;
+        match &saved {
+            Err(e) if e.is_fenced() => self.holds.lost(&run.id),
+            Err(_) => {}
+            Ok(()) => {
+                self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), log);
+            }
+        }
+        saved.map_err(|e| e.to_string())
     }
 
     async fn hold(&self, id: &str) -> Result<noesis_runtime::CancellationToken, String> {
         self.holds.hold(id).await.map_err(|e| e.to_string())
     }
 
+    async fn record_events(&self, id: &str, events: &[noesis_agent::events::Event]) -> Result<(), String> {
+        let at = i64::try_from(now_ms()).unwrap_or(i64::MAX);
+        let kept: Vec<noesis_store::RunEvent> = events
+            .iter()
+            .map(|e| noesis_store::RunEvent {
+                seq: i64::try_from(e.id).unwrap_or(i64::MAX),
+                kind: e.kind.clone(),
+                data: e.data.clone(),
+                at,
+            })
+            .collect();
+        self.host.store.append_run_events(id, &kept).await.map_err(|e| e.to_string())
+    }
+
+    async fn recorded_events(
+        &self,
+        id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<noesis_agent::events::Event>, String> {
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let kept = self.host.store.run_events(id, after, limit).await.map_err(|e| e.to_string())?;
+        let topic = noesis_agent::events::run_topic(id);
+        Ok(kept
+            .into_iter()
+            .map(|e| noesis_agent::events::Event {
+                id: u64::try_from(e.seq).unwrap_or_default(),
+                ..noesis_agent::events::Event::new(&topic, &e.kind, id, e.data)
+            })
+            .collect())
+    }
+
+    async fn last_event(&self, id: &str) -> Result<u64, String> {
+        let last = self.host.store.last_run_event(id).await.map_err(|e| e.to_string())?;
+        Ok(u64::try_from(last).unwrap_or_default())
+    }
+
     async fn release(&self, id: &str) {
+        self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(id);
         self.holds.release(id).await;
     }
 

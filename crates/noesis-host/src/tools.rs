@@ -325,7 +325,7 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         prices,
         ..Driver::new(h.provider.as_ref(), tools)
     };
-    let mut keep = Keep { store: h.store.as_ref(), project_id: h.project_id.clone(), holds: None };
+    let mut keep = Keep::new(h.store.as_ref(), h.project_id.clone());
     let evidence = ToolEvidence::SubAgent { run_id: id.clone() };
     // The child's future holds its own driver; boxing keeps the recursion
     // finite in type.

@@ -14,6 +14,8 @@
 
 use serde_json::Value;
 
+pub mod delta;
+
 /// The value's JSON type in words, with its article: `null`, `a boolean`,
 /// `a number`, `a string`, `an array`, `an object`.
 #[must_use]

@@ -98,11 +98,7 @@ impl AskHost for StoreHost {
     }
 
     fn checkpoint(&self) -> Box<dyn Checkpoint + '_> {
-        Box::new(noesis_host::runs::Keep {
-            store: self.store.as_ref(),
-            project_id: self.project_id.clone(),
-            holds: None,
-        })
+        Box::new(noesis_host::runs::Keep::new(self.store.as_ref(), self.project_id.clone()))
     }
 
     fn observe(&self, run_id: &str, progress: &noesis_agent::Progress) {

@@ -266,7 +266,7 @@ fn sse(event: &Event) -> SseEvent {
 
 async fn events(State(runs): St, Path(id): Path<String>, headers: HeaderMap, uri: axum::http::Uri) -> Response {
     let after = crate::http::stream_after(&headers, &uri);
-    let Some(events) = runs.events(&id, after) else {
+    let Some(events) = runs.events_since(&id, after).await else {
         // Not run by this server: what the store knows, as one event.
         return match runs.load(&id).await {
             Ok(Some(run)) => {

@@ -5,6 +5,10 @@
 -- plus the deltas after that. Rows written before this migration are
 -- snapshots.
 --
+-- agent_run_events: what a server streamed of a run, by the id each event
+-- went out under, so a client reconnecting after a restart gets exactly what
+-- it missed.
+--
 -- run_leases: who may step a run. A holder writes only while its epoch is
 -- the row's; taking over an expired lease raises the epoch, so the old
 -- holder's next write is refused. Times are milliseconds since the epoch.
@@ -18,4 +22,13 @@ CREATE TABLE run_leases (
     acquired_at BIGINT NOT NULL,
     heartbeat_at BIGINT NOT NULL,
     expires_at BIGINT NOT NULL
+);
+
+CREATE TABLE agent_run_events (
+    run_id TEXT NOT NULL,
+    seq BIGINT NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL,
+    at BIGINT NOT NULL,
+    PRIMARY KEY (run_id, seq)
 )

@@ -2,7 +2,7 @@
 //! the lease that says who may step it.
 //!
 //! A state is stored as the changes since the step stored before it (a
-//! delta, see [`crate::delta`]) or, now and then, whole (a snapshot), so
+//! delta, see `noesis_json::delta`) or, now and then, whole (a snapshot), so
 //! the bytes written per step follow the size of the step, not of the run.
 //! A snapshot is written when the deltas since the last one add up to its
 //! size (and at least [`MIN_SNAPSHOT_GAP`]): the bytes written stay within
@@ -168,7 +168,7 @@ enum Entry {
 
 fn plan(base: Option<&Base>, s: &AgentState) -> Entry {
     match base {
-        Some(b) if b.step < s.step => match crate::delta::diff(&b.state, &s.state) {
+        Some(b) if b.step < s.step => match noesis_json::delta::diff(&b.state, &s.state) {
             Some(delta) => Entry::Delta { base: b.step, delta },
             None => Entry::Delta { base: b.step, delta: json!({"{": {}}) },
         },
@@ -218,7 +218,7 @@ pub(crate) async fn save(
         tx.commit().await.ctx(|| format!("commit agent run {}", s.run_id))?;
         let next = match (entry, base) {
             (Entry::Delta { delta, .. }, Some(mut b)) => {
-                crate::delta::apply(&mut b.state, &delta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                noesis_json::delta::apply(&mut b.state, &delta).map_err(|e| StoreError::Corrupt(e.to_string()))?;
                 Base { step: s.step, state: b.state, since: b.since + body.len(), snapshot: b.snapshot, used: 0 }
             }
             _ => Base { step: s.step, state: s.state.clone(), since: 0, snapshot: body.len(), used: 0 },
@@ -226,6 +226,31 @@ pub(crate) async fn save(
         bases.put(&s.run_id, next);
         return Ok(());
     }
+}
+
+/// Saves the change `delta` from the run's state at step `base` to step
+/// `s.step` (`s.state` is not read), as its writer made it; refused
+/// ([`StoreError::Conflict`]) unless the store is at step `base`.
+pub(crate) async fn save_delta(
+    store: &crate::SqlStore,
+    bases: &Bases,
+    s: &AgentState,
+    base: i64,
+    delta: &Value,
+    lease: Option<&Lease>,
+) -> Result<(), StoreError> {
+    // This store's own base of the run is behind from now on.
+    drop(bases.take(&s.run_id));
+    let body = json!({"base": base, "d": delta}).to_string();
+    let mut tx = store.write().await?;
+    fence(&mut tx, &s.run_id, lease, s.at).await?;
+    if base >= s.step || !write(&mut tx, s, &Entry::Delta { base, delta: Value::Null }, &body).await? {
+        return Err(StoreError::Conflict(format!(
+            "agent run {}: the store is not at step {base}, which this change was made from",
+            s.run_id
+        )));
+    }
+    tx.commit().await.ctx(|| format!("commit agent run {}", s.run_id))
 }
 
 /// Writes the summary and the log entry; `false` when the summary is not
@@ -314,10 +339,9 @@ async fn fence(tx: &mut sqlx::AnyConnection, run_id: &str, lease: Option<&Lease>
             }))
         }
         None => match holder_of(&mut *tx, run_id).await? {
-            Some(h) if h.expires_at > now => Err(StoreError::Fenced(format!(
-                "agent run {run_id} is {}; only its holder writes it",
-                h.describe(now)
-            ))),
+            Some(h) if h.expires_at > now => {
+                Err(StoreError::Fenced(format!("agent run {run_id} is {}; only its holder writes it", h.describe(now))))
+            }
             _ => Ok(()),
         },
     }
@@ -423,7 +447,9 @@ pub(crate) async fn renew(store: &crate::SqlStore, lease: &Lease, ttl_ms: i64, n
     if beat.rows_affected() == 0 {
         let now_held = holder_of(&mut tx, &lease.run_id).await?;
         return Err(StoreError::Fenced(match now_held {
-            Some(h) => format!("agent run {}: the lease was taken over; the run is now {}", lease.run_id, h.describe(now)),
+            Some(h) => {
+                format!("agent run {}: the lease was taken over; the run is now {}", lease.run_id, h.describe(now))
+            }
             None => format!("agent run {}: the lease was released", lease.run_id),
         }));
     }
@@ -475,7 +501,7 @@ pub(crate) async fn load(pool: &AnyPool, run_id: &str, step: Option<i64>) -> Res
                 if body["base"].as_i64() != Some(prev) {
                     return Err(bad(format!("a change made from step {} follows step {prev}", body["base"])));
                 }
-                crate::delta::apply(&mut state, &body["d"]).map_err(|e| bad(e.to_string()))?;
+                noesis_json::delta::apply(&mut state, &body["d"]).map_err(|e| bad(e.to_string()))?;
             }
             ("delta", None) => return Err(bad("the log begins with a change, not a whole state".into())),
             (other, _) => return Err(bad(format!("unknown kind of entry `{other}`"))),
@@ -518,4 +544,84 @@ pub(crate) async fn list(pool: &AnyPool, project_id: &str, limit: u32) -> Result
             })
         })
         .collect()
+}
+
+/// An event a server streamed of a run, by the id it went out under.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunEvent {
+    /// Its id in the run's stream (1, 2, …).
+    pub seq: i64,
+    /// What happened (`model_call`, `tool_result`, …).
+    pub kind: String,
+    /// Its data.
+    pub data: Value,
+    /// When (ms since the epoch).
+    pub at: i64,
+}
+
+/// Appends `events` to run `run_id`'s stream in one transaction; an id
+/// already stored is refused ([`StoreError::Conflict`]): ids are never
+/// reused for another event.
+pub(crate) async fn append_events(
+    store: &crate::SqlStore,
+    run_id: &str,
+    events: &[RunEvent],
+) -> Result<(), StoreError> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let mut tx = store.write().await?;
+    for e in events {
+        let done = sqlx::query(
+            "INSERT INTO agent_run_events (run_id, seq, kind, data, at) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (run_id, seq) DO NOTHING",
+        )
+        .bind(run_id.to_owned())
+        .bind(e.seq)
+        .bind(e.kind.clone())
+        .bind(e.data.to_string())
+        .bind(e.at)
+        .execute(&mut *tx)
+        .await
+        .ctx(|| format!("store event {} of agent run {run_id}", e.seq))?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!("agent run {run_id}: event {} is stored already", e.seq)));
+        }
+    }
+    tx.commit().await.ctx(|| format!("commit events of agent run {run_id}"))
+}
+
+/// Run `run_id`'s stored events after id `after`, at most `limit`, in order.
+pub(crate) async fn events(pool: &AnyPool, run_id: &str, after: i64, limit: u32) -> Result<Vec<RunEvent>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT seq, kind, data, at FROM agent_run_events WHERE run_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    )
+    .bind(run_id.to_owned())
+    .bind(after)
+    .bind(i64::from(limit))
+    .fetch_all(pool)
+    .await
+    .ctx(|| format!("read events of agent run {run_id}"))?;
+    let corrupt = |e: sqlx::Error| StoreError::Corrupt(e.to_string());
+    rows.iter()
+        .map(|r| {
+            let text: String = r.try_get(2).map_err(corrupt)?;
+            Ok(RunEvent {
+                seq: r.try_get(0).map_err(corrupt)?,
+                kind: r.try_get(1).map_err(corrupt)?,
+                data: serde_json::from_str(&text)
+                    .map_err(|e| StoreError::Corrupt(format!("agent run {run_id}: an event is not JSON: {e}")))?,
+                at: r.try_get(3).map_err(corrupt)?,
+            })
+        })
+        .collect()
+}
+
+/// The id of run `run_id`'s last stored event (0: none).
+pub(crate) async fn last_event(pool: &AnyPool, run_id: &str) -> Result<i64, StoreError> {
+    sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM agent_run_events WHERE run_id = $1")
+        .bind(run_id.to_owned())
+        .fetch_one(pool)
+        .await
+        .ctx(|| format!("read events of agent run {run_id}"))
 }

@@ -32,7 +32,6 @@
 
 mod agent;
 mod context;
-pub mod delta;
 mod error;
 mod filter;
 mod links;
@@ -45,7 +44,7 @@ mod workflow;
 use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, SessionLink, Timestamp};
 
-pub use agent::{AgentState, AgentSummary, Lease, LeaseGrant, LeaseHolder, MIN_SNAPSHOT_GAP};
+pub use agent::{AgentState, AgentSummary, Lease, LeaseGrant, LeaseHolder, MIN_SNAPSHOT_GAP, RunEvent};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
@@ -192,6 +191,31 @@ pub trait Store: Send + Sync {
     /// the write renews the lease. Refused ([`StoreError::Conflict`]) when
     /// the store already holds a later step of the run.
     async fn save_agent_state_held(&self, state: &AgentState, lease: Option<&Lease>) -> Result<(), StoreError>;
+
+    /// Stores the change `delta` (`noesis_json::delta`) from the run's state
+    /// at step `base` to its state at `state.step`, as the run's writer made
+    /// it (`state.state` is not read; the other fields are the summary's).
+    /// Refused ([`StoreError::Conflict`]) unless the store holds the run at
+    /// step `base` — then store the state whole — and as
+    /// [`Store::save_agent_state_held`] under a lease.
+    async fn save_agent_delta(
+        &self,
+        state: &AgentState,
+        base: i64,
+        delta: &serde_json::Value,
+        lease: Option<&Lease>,
+    ) -> Result<(), StoreError>;
+
+    /// Appends events to run `run_id`'s stream, in one transaction; an id
+    /// stored already is refused ([`StoreError::Conflict`]).
+    async fn append_run_events(&self, run_id: &str, events: &[RunEvent]) -> Result<(), StoreError>;
+
+    /// Run `run_id`'s stored events after id `after` (at most `limit`), in
+    /// order.
+    async fn run_events(&self, run_id: &str, after: i64, limit: u32) -> Result<Vec<RunEvent>, StoreError>;
+
+    /// The id of run `run_id`'s last stored event (0: none).
+    async fn last_run_event(&self, run_id: &str) -> Result<i64, StoreError>;
 
     /// Takes the lease of `run_id` for `holder` for `ttl_ms` from `now_ms`,
     /// unless another holder's lease is live; taking it raises its epoch,

@@ -54,6 +54,7 @@ both!(
     agent_runs_are_a_log_of_changes,
     a_stale_base_or_writer_never_breaks_the_log,
     run_leases_fence_stale_holders,
+    streamed_events_are_kept_by_id_and_never_reused,
     workflow_versions_never_overwrite_each_other,
     memory_is_searched_by_any_word_best_first,
     check_finds_partial_frames,
@@ -566,7 +567,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "DROP TABLE run_leases; DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "DROP TABLE run_leases; DROP TABLE agent_run_events; DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )
@@ -653,7 +654,8 @@ async fn agent_runs_are_a_log_of_changes(t_: &TestStore) {
     let s = &t_.store;
     project(s).await;
     let steps = 300_i64;
-    let mut state = serde_json::json!({"schema_version": 1, "step": 0, "status": "running", "calls": [], "entries": []});
+    let mut state =
+        serde_json::json!({"schema_version": 1, "step": 0, "status": "running", "calls": [], "entries": []});
     let mut saved = Vec::new();
     let mut whole_copies = 0usize;
     for step in 1..=steps {
@@ -775,6 +777,25 @@ async fn run_leases_fence_stale_holders(t_: &TestStore) {
     s.release_run_lease(&b).await.unwrap();
     assert_eq!(s.run_lease("leased").await.unwrap(), None);
     assert_eq!(s.agent_state("leased", None).await.unwrap().unwrap().step, 2);
+}
+
+async fn streamed_events_are_kept_by_id_and_never_reused(t_: &TestStore) {
+    use noesis_store::RunEvent;
+    let s = &t_.store;
+    let ev = |seq: i64, kind: &str| RunEvent { seq, kind: kind.into(), data: serde_json::json!({"n": seq}), at: seq };
+    assert_eq!(s.last_run_event("r").await.unwrap(), 0);
+    s.append_run_events("r", &[ev(1, "run_started"), ev(2, "model_call")]).await.unwrap();
+    s.append_run_events("r", &[ev(3, "done")]).await.unwrap();
+    s.append_run_events("other", &[ev(1, "run_started")]).await.unwrap();
+    assert_eq!(s.last_run_event("r").await.unwrap(), 3);
+    let after: Vec<(i64, String)> =
+        s.run_events("r", 1, 10).await.unwrap().into_iter().map(|e| (e.seq, e.kind)).collect();
+    assert_eq!(after, [(2, "model_call".to_owned()), (3, "done".to_owned())]);
+    assert_eq!(s.run_events("r", 0, 1).await.unwrap()[0].data, serde_json::json!({"n": 1}));
+    // An id is never given to another event; the batch is refused whole.
+    let e = s.append_run_events("r", &[ev(4, "x"), ev(3, "again")]).await.unwrap_err();
+    assert!(matches!(&e, StoreError::Conflict(m) if m.contains("event 3 is stored already")), "{e}");
+    assert_eq!(s.last_run_event("r").await.unwrap(), 3);
 }
 
 async fn workflow_versions_never_overwrite_each_other(t_: &TestStore) {

@@ -11,6 +11,7 @@
 //! tools, cancelling and resuming.
 
 mod calls;
+mod log;
 mod recovery;
 mod reply;
 
@@ -25,6 +26,19 @@ use crate::record::{CallRecord, CallStatus};
 use crate::tool::ToolDecl;
 
 use reply::parse_critique;
+
+pub use log::{RunChange, RunCursor};
+
+/// Calls changed after they were final (their span noted), by index, for
+/// [`AgentRun::change_since`]; not stored, and no part of a run's equality.
+#[derive(Debug, Clone, Default)]
+struct LateMarks(Vec<usize>);
+
+impl PartialEq for LateMarks {
+    fn eq(&self, _: &LateMarks) -> bool {
+        true
+    }
+}
 
 /// The version of the serialised form this build writes and reads.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -484,6 +498,8 @@ pub struct AgentRun {
     /// drive), when traces are exported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub traces: Vec<noesis_trace::SpanIds>,
+    #[serde(skip)]
+    late_marks: LateMarks,
 }
 
 /// A model reply as received: enough to serve it again in a replay.
@@ -572,6 +588,7 @@ impl AgentRun {
             replies: Vec::new(),
             host: Value::Null,
             traces: Vec::new(),
+            late_marks: LateMarks::default(),
         }
     }
 
@@ -638,8 +655,11 @@ impl AgentRun {
 
     /// Notes on call `id` the `execute_tool` span it ran in.
     pub fn note_call_span(&mut self, id: &str, ids: noesis_trace::SpanIds) {
-        if let Some(c) = self.calls.iter_mut().find(|c| c.id == id) {
-            c.span = Some(ids);
+        if let Some(i) = self.calls.iter().position(|c| c.id == id) {
+            if self.calls[i].status.is_final() {
+                self.late_marks.0.push(i);
+            }
+            self.calls[i].span = Some(ids);
         }
     }
 

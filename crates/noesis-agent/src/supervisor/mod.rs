@@ -212,19 +212,52 @@ pub trait AgentHost: Send + Sync + 'static {
     }
     /// Gives run `id` up once its drive ended.
     async fn release(&self, _id: &str) {}
+    /// Keeps events of run `id` under the ids they are streamed with, before
+    /// any client sees them, so a client that reconnects after a restart
+    /// gets exactly what it missed.
+    async fn record_events(&self, _id: &str, _events: &[Event]) -> Result<(), String> {
+        Ok(())
+    }
+    /// Run `id`'s kept events after id `after`, at most `limit`.
+    async fn recorded_events(&self, _id: &str, _after: u64, _limit: u32) -> Result<Vec<Event>, String> {
+        Ok(Vec::new())
+    }
+    /// The id of run `id`'s last kept event (0: none): its stream goes on
+    /// from there.
+    async fn last_event(&self, _id: &str) -> Result<u64, String> {
+        Ok(0)
+    }
 }
 
 /// The kind of the event that ends a run's events on the bus (its log
 /// closes there; the log does not keep it).
 pub const LOG_END: &str = "log_end";
 
-/// Copies run `id`'s events from the bus into its log until its end marker.
-async fn log_events(mut events: Subscription, live: Arc<Live>, id: String) {
-    while let Some(e) = events.recv().await {
-        if e.kind == LOG_END && e.correlation_id == id {
+/// Copies run `id`'s events from the bus into its log until its end
+/// marker, numbering them after `last` and having the host keep them
+/// before they are streamed (a batch of what has come at once per write).
+async fn log_events(host: Arc<dyn AgentHost>, mut events: Subscription, live: Arc<Live>, id: String, last: u64) {
+    let mut next = last;
+    while let Some(first) = events.recv().await {
+        let mut batch = vec![first];
+        while let Some(e) = events.try_recv() {
+            batch.push(e);
+        }
+        let end = batch.iter().position(|e| e.kind == LOG_END && e.correlation_id == id);
+        batch.truncate(end.unwrap_or(batch.len()));
+        for e in &mut batch {
+            next += 1;
+            e.id = next;
+        }
+        // A store that fails does not silence the run: its stream goes on,
+        // only a reconnect after a restart could miss these.
+        let _ = host.record_events(&id, &batch).await;
+        for e in batch {
+            live.log.push_numbered(e);
+        }
+        if end.is_some() {
             break;
         }
-        live.push(e);
     }
     live.close();
 }
@@ -374,9 +407,12 @@ impl AgentRuns {
     /// `drive` event. Refused (`Conflict`) when its agent is still running
     /// or the runtime is stopping; the run then stays as stored.
     async fn spawn(self: &Arc<Self>, run: AgentRun, slot: Option<OwnedSemaphorePermit>) -> Result<(), Refused> {
+        // Its stream goes on from the last event kept of it (a run resumed
+        // after a restart keeps its ids).
+        let last = self.host.last_event(&run.id).await.unwrap_or(0);
         let (tx, rx) = mpsc::channel(4);
         let live = Arc::new(Live {
-            log: Arc::new(EventLog::new(EVENT_LOG)),
+            log: Arc::new(EventLog::after(EVENT_LOG, last)),
             cancel: self.stop.child_token(),
             decide: tx,
             pending: Mutex::new(Vec::new()),
@@ -384,7 +420,9 @@ impl AgentRuns {
         let id = run.id.clone();
         // The run's log is a subscriber of the bus like any other, from
         // before its first event to the end marker after its last.
-        let forward = tokio::spawn(log_events(self.bus.subscribe(&run_topic(&id)), Arc::clone(&live), id.clone()));
+        let subscription = self.bus.subscribe(&run_topic(&id));
+        let forward =
+            tokio::spawn(log_events(Arc::clone(&self.host), subscription, Arc::clone(&live), id.clone(), last));
         let forwarding = forward.abort_handle();
         let control = control_topic(&id);
         let agent = RunAgent {
@@ -552,6 +590,29 @@ impl AgentRuns {
     /// this process, or long ago).
     pub fn events(&self, id: &str, after: u64) -> Option<impl Stream<Item = Event> + Send + use<>> {
         self.log(id).map(|live| Arc::clone(&live.log).follow(after))
+    }
+
+    /// Run `id`'s events after id `after`: those kept by the host that this
+    /// process's log no longer (or never) held — from before a restart, say
+    /// — then the log's, following it while the run is live. `None` when
+    /// neither has any.
+    pub async fn events_since(&self, id: &str, after: u64) -> Option<impl Stream<Item = Event> + Send + use<>> {
+        let log = self.log(id).map(|live| Arc::clone(&live.log));
+        let first_live = log.as_ref().map_or(u64::MAX, |l| l.first_id());
+        let mut kept = Vec::new();
+        let mut from = after;
+        while from + 1 < first_live {
+            let limit = u32::try_from((first_live - from - 1).min(1000)).unwrap_or(1000);
+            let Ok(batch) = self.host.recorded_events(id, from, limit).await else { break };
+            let Some(last) = batch.last().map(|e| e.id) else { break };
+            from = last;
+            kept.extend(batch.into_iter().filter(|e| e.id < first_live));
+        }
+        if log.is_none() && kept.is_empty() {
+            return None;
+        }
+        let live = log.map(|l| l.follow(from.max(after)));
+        Some(futures_util::stream::iter(kept).chain(futures_util::stream::iter(live).flatten()))
     }
 
     /// Whether clients may start and steer runs (`serve --agents`).

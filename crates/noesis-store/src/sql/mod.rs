@@ -45,6 +45,35 @@ pub const SQLITE_CONNECTIONS: u32 = 4;
 const PRAGMAS: &str = "PRAGMA busy_timeout = 30000; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON; \
                        PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;";
 
+/// [`PRAGMAS`] for a store opened with `?synchronous=normal`: commits reach
+/// the operating system, not the disk, before they return — a process
+/// crash loses nothing, an OS crash or power loss may lose the last ones.
+const PRAGMAS_NORMAL: &str = "PRAGMA busy_timeout = 30000; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+                              PRAGMA temp_store = MEMORY; PRAGMA cache_size = -32768;";
+
+/// Takes noesis's own `synchronous=full|normal` out of a SQLite URL's
+/// query (sqlx does not know it): the URL left, and whether commits wait
+/// for the disk.
+fn durability(url: &str) -> Result<(String, bool), StoreError> {
+    let Some((base, query)) = url.split_once('?') else { return Ok((url.to_owned(), true)) };
+    let mut full = true;
+    let mut rest = Vec::new();
+    for pair in query.split('&') {
+        match pair.split_once('=') {
+            Some(("synchronous", v)) if v.eq_ignore_ascii_case("full") => full = true,
+            Some(("synchronous", v)) if v.eq_ignore_ascii_case("normal") => full = false,
+            Some(("synchronous", v)) => {
+                return Err(StoreError::Invalid(format!(
+                    "store `{}`: synchronous={v}: expected full (the default) or normal",
+                    redact(url)
+                )));
+            }
+            _ => rest.push(pair),
+        }
+    }
+    Ok(if rest.is_empty() { (base.to_owned(), full) } else { (format!("{base}?{}", rest.join("&")), full) })
+}
+
 /// Rows per multi-row INSERT (keeps well under both back ends' bind limits).
 const CHUNK: usize = 400;
 
@@ -149,7 +178,9 @@ impl SqlStore {
     /// As [`SqlStore::open`].
     pub async fn open_with(url: &str, connections: u32) -> Result<SqlStore, StoreError> {
         sqlx::any::install_default_drivers();
-        let (backend, conn_url) = parse_url(url)?;
+        let (stripped, full) = if url.starts_with("postgres") { (url.to_owned(), true) } else { durability(url)? };
+        let (backend, conn_url) = parse_url(&stripped)?;
+        let pragmas = if full { PRAGMAS } else { PRAGMAS_NORMAL };
         let shown = redact(url);
         let open_err = |source: sqlx::Error| StoreError::Open { url: shown.clone(), source: Box::new(source) };
         let options = AnyConnectOptions::from_str(&conn_url).map_err(open_err)?;
@@ -169,7 +200,9 @@ impl SqlStore {
                 // connection's worker thread per query.
                 .test_before_acquire(false)
                 // One round trip to the connection's worker thread, not five.
-                .after_connect(|conn, _| Box::pin(async move { sqlx::raw_sql(PRAGMAS).execute(conn).await.map(drop) })),
+                .after_connect(move |conn, _| {
+                    Box::pin(async move { sqlx::raw_sql(pragmas).execute(conn).await.map(drop) })
+                }),
             Backend::Postgres => AnyPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(30)),
         }
         .connect_with(options)
@@ -540,6 +573,28 @@ impl Store for SqlStore {
         crate::agent::save(self, &self.bases, state, lease).await
     }
 
+    async fn append_run_events(&self, run_id: &str, events: &[crate::RunEvent]) -> Result<(), StoreError> {
+        crate::agent::append_events(self, run_id, events).await
+    }
+
+    async fn run_events(&self, run_id: &str, after: i64, limit: u32) -> Result<Vec<crate::RunEvent>, StoreError> {
+        crate::agent::events(&self.pool, run_id, after, limit).await
+    }
+
+    async fn last_run_event(&self, run_id: &str) -> Result<i64, StoreError> {
+        crate::agent::last_event(&self.pool, run_id).await
+    }
+
+    async fn save_agent_delta(
+        &self,
+        state: &crate::AgentState,
+        base: i64,
+        delta: &serde_json::Value,
+        lease: Option<&crate::Lease>,
+    ) -> Result<(), StoreError> {
+        crate::agent::save_delta(self, &self.bases, state, base, delta, lease).await
+    }
+
     async fn acquire_run_lease(
         &self,
         run_id: &str,
@@ -550,7 +605,12 @@ impl Store for SqlStore {
         crate::agent::acquire(self, run_id, holder, ttl_ms, now_ms).await
     }
 
-    async fn renew_run_lease(&self, lease: &crate::Lease, ttl_ms: i64, now_ms: i64) -> Result<crate::Lease, StoreError> {
+    async fn renew_run_lease(
+        &self,
+        lease: &crate::Lease,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<crate::Lease, StoreError> {
         crate::agent::renew(self, lease, ttl_ms, now_ms).await
     }
 
@@ -779,6 +839,26 @@ mod tests {
         }
         assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[tokio::test]
+    async fn a_store_may_trade_power_loss_durability_for_speed() {
+        assert_eq!(durability("sqlite:///a/b.db").unwrap(), ("sqlite:///a/b.db".to_owned(), true));
+        assert_eq!(durability("sqlite:///a/b.db?synchronous=normal").unwrap(), ("sqlite:///a/b.db".to_owned(), false));
+        assert_eq!(
+            durability("sqlite:///a.db?mode=rwc&synchronous=FULL").unwrap(),
+            ("sqlite:///a.db?mode=rwc".to_owned(), true)
+        );
+        let e = durability("sqlite:///a.db?synchronous=off").unwrap_err().to_string();
+        assert!(e.contains("synchronous=off: expected full (the default) or normal"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?synchronous=normal", dir.path().join("s.db").display());
+        let store = SqlStore::open(&url).await.unwrap();
+        let mut conn = store.pool.acquire().await.unwrap();
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous").fetch_one(&mut *conn).await.unwrap();
+        assert_eq!(level, 1, "NORMAL");
+        drop(conn);
+        store.close().await;
     }
 
     #[tokio::test]

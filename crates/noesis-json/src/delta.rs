@@ -40,7 +40,8 @@ pub fn diff(old: &Value, new: &Value) -> Option<Value> {
                     }
                 }
             }
-            let removed: Vec<Value> = o.keys().filter(|k| !n.contains_key(*k)).map(|k| Value::String(k.clone())).collect();
+            let removed: Vec<Value> =
+                o.keys().filter(|k| !n.contains_key(*k)).map(|k| Value::String(k.clone())).collect();
             let mut d = Map::from_iter([("{".to_owned(), Value::Object(changed))]);
             if !removed.is_empty() {
                 d.insert("-".to_owned(), Value::Array(removed));
@@ -146,7 +147,8 @@ mod tests {
 
     #[test]
     fn a_growing_state_is_carried_by_what_grew() {
-        let old = json!({"step": 3, "calls": [{"id": "x"}, {"id": "a", "status": "running"}], "config": {"tools": ["t"]}});
+        let old =
+            json!({"step": 3, "calls": [{"id": "x"}, {"id": "a", "status": "running"}], "config": {"tools": ["t"]}});
         let new = json!({"step": 4, "calls": [{"id": "x"}, {"id": "a", "status": "completed", "result": "5"}, {"id": "b"}],
                          "config": {"tools": ["t"]}, "outcome": null});
         let d = round_trip(old, new).unwrap();
