@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
-use noesis_llm::{ChatResponse, Provider};
+use noesis_llm::{Budget, BudgetMeter, ChatResponse, PriceTable, Provider, Usage};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -440,6 +440,41 @@ pub struct Driver<'a> {
     /// Chooses the provider of each call by its role; `None`: `provider`
     /// answers every call.
     pub router: Option<Arc<dyn ModelRouter>>,
+    /// The run tree's meter: every model call reserves its estimate here
+    /// before it goes out and settles after. `None`: a meter of the run's
+    /// own limits, charged with what the run has spent (so a resumed run
+    /// goes on where it was), when it has a token or cost limit.
+    pub meter: Option<Arc<BudgetMeter>>,
+    /// Prices for reservations (and for the tools that run models: a
+    /// sub-agent, `run_module`); the built-in table when `None`.
+    pub prices: Option<Arc<PriceTable>>,
+}
+
+/// The budget a drive runs under, visible to the tools it runs (see
+/// [`tree_budget`]): a sub-agent or a module run started by a tool spends
+/// from the same meter, at the same prices, as the run that called it.
+#[derive(Clone, Debug)]
+pub struct TreeBudget {
+    /// The meter of the whole run tree, when it has limits.
+    pub meter: Option<Arc<BudgetMeter>>,
+    /// The prices the tree's calls are charged at.
+    pub prices: Arc<PriceTable>,
+}
+
+tokio::task_local! {
+    static TREE: TreeBudget;
+}
+
+/// The budget of the drive whose tool is running now (`None` outside a
+/// tool call of a [`Driver`]). Tools that call models pass its meter on,
+/// so a run tree has one meter however deep it goes.
+pub fn tree_budget() -> Option<TreeBudget> {
+    TREE.try_with(Clone::clone).ok()
+}
+
+/// A reply's usage in the meter's terms.
+fn spent_usage(u: &crate::run::RunUsage) -> Usage {
+    Usage { input_tokens: u.input_tokens, output_tokens: u.output_tokens }
 }
 
 /// [`Driver::tool_timeout`] unless the driver says otherwise.
@@ -460,7 +495,24 @@ impl<'a> Driver<'a> {
             tool_timeout: TOOL_TIMEOUT,
             max_concurrent_tools: 8,
             router: None,
+            meter: None,
+            prices: None,
         }
+    }
+
+    /// The meter this drive charges: the driver's, or one of the run's own
+    /// limits charged with what it spent already.
+    fn meter_for(&self, run: &AgentRun) -> Option<Arc<BudgetMeter>> {
+        if let Some(m) = &self.meter {
+            return Some(Arc::clone(m));
+        }
+        let l = &run.config.limits;
+        let budget = Budget { max_tokens: l.max_tokens, max_cost_usd: l.max_cost_usd };
+        (budget != Budget::default()).then(|| {
+            let m = BudgetMeter::new(budget);
+            m.charge(spent_usage(&run.usage), Some(run.usage.cost_usd));
+            Arc::new(m)
+        })
     }
 
     async fn note(&self, run_id: &str, p: Progress) {
@@ -525,6 +577,10 @@ impl<'a> Driver<'a> {
         // one fold per model call.
         let mut revision = self.tools.revision();
         let mut sourced = self.tools.source_decls();
+        let tree = TreeBudget {
+            meter: self.meter_for(run),
+            prices: self.prices.clone().unwrap_or_else(|| Arc::new(PriceTable::builtin())),
+        };
         loop {
             if self.cancelled() {
                 run.cancel();
@@ -561,6 +617,19 @@ impl<'a> Driver<'a> {
                         None => None,
                     };
                     let provider: &dyn Provider = routed.as_ref().map_or(self.provider, |(p, _)| p.as_ref());
+                    let price_now = tree.prices.price(provider.model());
+                    let reserved = match &tree.meter {
+                        Some(m) => Some(m.reserve_request_waiting(&mut request, price_now).await),
+                        None => None,
+                    };
+                    let reservation = match reserved {
+                        None => None,
+                        Some(Ok(r)) => Some(r),
+                        Some(Err(refused)) => {
+                            run.stop_over_budget(refused.cost, refused.message);
+                            continue;
+                        }
+                    };
                     self.note(&run_id, Progress::ModelCall { turn }).await;
                     let began = Instant::now();
                     // Planning and critique are steps of their own: a `plan`
@@ -608,7 +677,20 @@ impl<'a> Driver<'a> {
                                 },
                             )
                             .await;
-                            let reported = run.on_model_reply(&reply, (self.price)(&reply));
+                            let cost = (self.price)(&reply);
+                            if let Some(r) = reservation {
+                                match reply.usage {
+                                    // Unpriced models are charged as unknown,
+                                    // never as free; the driver's own pricing
+                                    // may know models the table does not.
+                                    Some(u) => {
+                                        let known = cost > 0.0 || tree.prices.price(&reply.model).is_some();
+                                        r.settle(u, known.then_some(cost));
+                                    }
+                                    None => r.settle_at_estimate(),
+                                }
+                            }
+                            let reported = run.on_model_reply(&reply, cost);
                             if let Some(ids) = chat_ids {
                                 run.note_reply_span(ids);
                             }
@@ -685,24 +767,30 @@ impl<'a> Driver<'a> {
                                 );
                             }
                             let task = tokio::spawn(
-                                async move {
-                                    let _permit = permits.acquire_owned().await;
-                                    let name = call.tool.clone();
-                                    let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
-                                        .await
-                                        .unwrap_or_else(|_| {
-                                            ToolOutput::error(format!("`{name}` timed out after {} s", limit.as_secs()))
-                                        });
-                                    let span = tracing::Span::current();
-                                    if out.is_error {
-                                        span.record("error.type", error_type(&out));
+                                TREE.scope(
+                                    tree.clone(),
+                                    async move {
+                                        let _permit = permits.acquire_owned().await;
+                                        let name = call.tool.clone();
+                                        let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
+                                            .await
+                                            .unwrap_or_else(|_| {
+                                                ToolOutput::error(format!(
+                                                    "`{name}` timed out after {} s",
+                                                    limit.as_secs()
+                                                ))
+                                            });
+                                        let span = tracing::Span::current();
+                                        if out.is_error {
+                                            span.record("error.type", error_type(&out));
+                                        }
+                                        if capture {
+                                            span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
+                                        }
+                                        out
                                     }
-                                    if capture {
-                                        span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
-                                    }
-                                    out
-                                }
-                                .instrument(span),
+                                    .instrument(span),
+                                ),
                             );
                             (meta, began, ids, task)
                         })

@@ -69,7 +69,7 @@ pub use cognitive::{
 pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy, ToolFilter};
 pub use driver::{
     AsRole, CallContext, Checkpoint, DriveError, Driver, ModelRouter, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture,
-    ToolSource, Toolbox, drive,
+    ToolSource, Toolbox, TreeBudget, drive, tree_budget,
 };
 
 /// The tool registry by the seed's name: see [`Toolbox`].
@@ -82,6 +82,6 @@ pub use replay::{Replayed, outcome_name, replay};
 pub use run::{
     Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, McpOutcome, NO_RESULT, Outcome, Pending,
     RecordedCall, ReplyRecord, RunChange, RunCursor, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence,
-    ToolOutput, Verdict,
+    ToolOutput, ToolSpend, Verdict,
 };
 pub use tool::{Effects, ToolDecl};

@@ -99,6 +99,9 @@ pub struct CallRecord {
     /// The `execute_tool` span it ran in, when traces are exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span: Option<noesis_trace::SpanIds>,
+    /// What its own model calls spent (a sub-agent, a module run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<crate::run::ToolSpend>,
 }
 
 #[cfg(test)]

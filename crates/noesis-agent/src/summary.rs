@@ -6,9 +6,11 @@
 
 use serde_json::{Value, json};
 
+use std::collections::BTreeMap;
+
 use crate::events::Event;
 use crate::record::CallStatus;
-use crate::run::{AgentRun, Entry, Outcome};
+use crate::run::{AgentRun, Entry, Outcome, ToolEvidence};
 
 /// Exit status of a process whose run waits for a person's decision.
 pub const EXIT_AWAITING_APPROVAL: u8 = 3;
@@ -188,10 +190,96 @@ pub fn run_text(run: &AgentRun, task: &str, step: i64) -> String {
     t
 }
 
+/// [`spend`]'s rows as a table under `run_text`, when the run spent on more
+/// than one agent, role or model (else the usage line says it all).
+pub fn spend_text(rows: &[SpendRow]) -> String {
+    if rows.len() < 2 {
+        return String::new();
+    }
+    let mut t = String::from("\nspend    agent / role / model: calls, tokens in, out, cost\n");
+    for r in rows {
+        let under = r.parent.as_deref().map_or(String::new(), |p| format!(" (under {p})"));
+        t.push_str(&format!(
+            "  {}{under} / {} / {}: {}, {}, {}, ${:.4}\n",
+            r.agent, r.role, r.model, r.calls, r.input_tokens, r.output_tokens, r.cost_usd
+        ));
+    }
+    t
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::RunConfig;
+
+    #[test]
+    fn spend_is_per_agent_role_and_model_and_adds_up_to_the_run() {
+        use crate::run::{Action, ToolOutput, ToolSpend};
+        use crate::tool::ToolDecl;
+        use noesis_llm::{ChatResponse, StructuredMode, ToolCall, Usage};
+        let reply = |calls: Vec<(&str, &str)>, input: u64, output: u64| ChatResponse {
+            tool_calls: calls
+                .into_iter()
+                .map(|(id, name)| ToolCall { id: id.into(), name: name.into(), arguments: json!({}) })
+                .collect(),
+            usage: Some(Usage { input_tokens: input, output_tokens: output }),
+            ..ChatResponse::text("done", "m", StructuredMode::Text)
+        };
+        let tools = vec![
+            ToolDecl::read_only("run_module", "m", json!({"type": "object"})),
+            ToolDecl::read_only("sub_agent", "s", json!({"type": "object"})),
+        ];
+        let config = RunConfig { tools, approval: crate::ApprovalPolicy::Auto, ..RunConfig::default() };
+        let mut parent = AgentRun::new("p", "t", config.clone(), 0);
+        parent.host = json!({"provider": "openai"});
+        assert!(matches!(parent.next(0), Action::CallModel(_)));
+        parent.on_model_reply(&reply(vec![("m1", "run_module"), ("s1", "sub_agent")], 10, 5), 0.01).unwrap();
+        let Action::ExecuteTools(batch) = parent.next(0) else { panic!("the calls run") };
+        assert_eq!(batch.len(), 2);
+        let spent = |calls, input, output, cost, model: Option<&str>| ToolSpend {
+            calls,
+            input_tokens: input,
+            output_tokens: output,
+            cost_usd: cost,
+            model: model.map(str::to_owned),
+        };
+        for c in &batch {
+            parent.started(&c.call_id, 0).unwrap();
+        }
+        parent.finished("m1", ToolOutput::ok("{}").with_spent(spent(1, 100, 50, 0.1, Some("openai/x"))), 0).unwrap();
+        let child_out = ToolOutput::ok("found")
+            .with_evidence(ToolEvidence::SubAgent { run_id: "p.s1".into() })
+            .with_spent(spent(2, 200, 20, 0.2, None));
+        parent.finished("s1", child_out, 0).unwrap();
+        // The tools' spend is the run's.
+        assert_eq!((parent.usage.input_tokens, parent.usage.output_tokens), (310, 75));
+        let mut child = AgentRun::new("p.s1", "sub", RunConfig::default(), 0);
+        for _ in 0..2 {
+            assert!(matches!(child.next(0), Action::CallModel(_)));
+            child.on_model_reply(&reply(vec![("r", "read_file")], 100, 10), 0.1).unwrap();
+            if let Action::ExecuteTools(b) = child.next(0) {
+                child.started(&b[0].call_id, 0).unwrap();
+                child.finished(&b[0].call_id, ToolOutput::ok("x"), 0).unwrap();
+            }
+        }
+        let children = BTreeMap::from([("p.s1".to_owned(), child)]);
+        let rows = spend(&parent, &children);
+        let key = |r: &SpendRow| (r.agent.clone(), r.parent.clone(), r.role.clone(), r.model.clone(), r.calls);
+        assert_eq!(
+            rows.iter().map(key).collect::<Vec<_>>(),
+            [
+                ("p".into(), None, "run_module".into(), "openai/x".into(), 1),
+                ("p".into(), None, "think".into(), "openai/m".into(), 1),
+                ("p.s1".into(), Some("p".into()), "think".into(), "m".into(), 2),
+            ]
+        );
+        let tokens: u64 = rows.iter().map(|r| r.input_tokens + r.output_tokens).sum();
+        assert_eq!(tokens, parent.usage.input_tokens + parent.usage.output_tokens);
+        // Without the child's run, its call's report stands for it.
+        let rows = spend(&parent, &BTreeMap::new());
+        let sub = rows.iter().find(|r| r.agent == "p.s1").unwrap();
+        assert_eq!((sub.role.as_str(), sub.calls, sub.input_tokens), ("sub_agent", 2, 200));
+    }
 
     #[test]
     fn arguments_are_one_line_with_long_values_cut() {
@@ -273,5 +361,108 @@ mod tests {
         );
         assert!(t.contains("\nnote: look\n"), "{t}");
         assert!(t.ends_with("\noutcome  {\"outcome\":\"answer\",\"text\":\"42\"}\n"), "{t}");
+    }
+}
+
+/// What one agent of a run tree spent on one role and model.
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize)]
+pub struct SpendRow {
+    /// The run that made the calls (the root run or a sub-agent's).
+    pub agent: String,
+    /// The run that started it, for a sub-agent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
+    /// `plan`, `think`, `reflect`, or `run_module` for a module's calls.
+    pub role: String,
+    /// `provider/model` that answered, or the reply's model.
+    pub model: String,
+    /// Model calls.
+    pub calls: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// US dollars, as priced when the calls were made.
+    pub cost_usd: f64,
+}
+
+/// What `run` and its sub-agents (`children`, by run id, however deep)
+/// spent, per agent, role and model: the run's own replies, the module
+/// runs its `run_module` calls made, then each sub-agent's rows. A
+/// sub-agent not in `children` is one row of what its call reported.
+/// The rows add up to `run.usage`'s tokens and cost.
+pub fn spend(run: &AgentRun, children: &BTreeMap<String, AgentRun>) -> Vec<SpendRow> {
+    let mut rows = Vec::new();
+    spend_into(run, None, children, &mut rows, 0);
+    rows
+}
+
+fn spend_into(
+    run: &AgentRun,
+    parent: Option<&str>,
+    children: &BTreeMap<String, AgentRun>,
+    rows: &mut Vec<SpendRow>,
+    depth: usize,
+) {
+    let provider = run.host["provider"].as_str();
+    let mut own: BTreeMap<(String, String), SpendRow> = BTreeMap::new();
+    let mut add = |role: &str, model: String, calls: u64, input: u64, output: u64, cost: f64| {
+        let row = own.entry((role.to_owned(), model.clone())).or_insert_with(|| SpendRow {
+            agent: run.id.clone(),
+            parent: parent.map(str::to_owned),
+            role: role.to_owned(),
+            model,
+            ..SpendRow::default()
+        });
+        row.calls += calls;
+        row.input_tokens += input;
+        row.output_tokens += output;
+        row.cost_usd += cost;
+    };
+    for r in &run.replies {
+        let model = r
+            .route
+            .as_deref()
+            .and_then(|route| route.rsplit_once("answered by ").map(|(_, m)| m.to_owned()))
+            .unwrap_or_else(|| provider.map_or_else(|| r.model.clone(), |p| format!("{p}/{}", r.model)));
+        let (input, output) = r.usage.map_or((0, 0), |u| (u.input_tokens, u.output_tokens));
+        add(r.role.as_deref().unwrap_or("think"), model, 1, input, output, r.cost_usd);
+    }
+    let mut subs = Vec::new();
+    for c in &run.calls {
+        let Some(s) = &c.spent else { continue };
+        let child = c.evidence.iter().find_map(|e| match e {
+            ToolEvidence::SubAgent { run_id } => Some(run_id.as_str()),
+            _ => None,
+        });
+        match child {
+            // The host's depth limit keeps trees shallow; the bound here
+            // only keeps a hand-edited cycle from recursing forever.
+            Some(id) if depth < 16 && children.contains_key(id) => subs.push(id.to_owned()),
+            Some(id) => rows.push(SpendRow {
+                agent: id.to_owned(),
+                parent: Some(run.id.clone()),
+                role: "sub_agent".into(),
+                model: s.model.clone().unwrap_or_else(|| "?".into()),
+                calls: u64::from(s.calls),
+                input_tokens: s.input_tokens,
+                output_tokens: s.output_tokens,
+                cost_usd: s.cost_usd,
+            }),
+            None => add(
+                "run_module",
+                s.model.clone().unwrap_or_else(|| "?".into()),
+                u64::from(s.calls),
+                s.input_tokens,
+                s.output_tokens,
+                s.cost_usd,
+            ),
+        }
+    }
+    rows.extend(own.into_values());
+    for id in subs {
+        if let Some(child) = children.get(&id) {
+            spend_into(child, Some(&run.id), children, rows, depth + 1);
+        }
     }
 }

@@ -289,14 +289,100 @@ fn the_same_call_over_and_over_is_corrected_once_then_stopped() {
     }
 }
 
+fn detail(run: &AgentRun) -> String {
+    match &run.outcome {
+        Some(Outcome::Stopped { detail, .. }) => detail.clone(),
+        other => panic!("not stopped: {other:?}"),
+    }
+}
+
+fn forever(k: usize) -> Vec<Turn> {
+    let paths = ["a.txt", "check.sh", ".", "a.txt", "check.sh", ".", "a.txt", "check.sh"];
+    paths.iter().cycle().take(k).map(|p| calls(vec![("c", "read_file", json!({"path": p}))])).collect()
+}
+
+/// The first request's prompt, estimated as the driver's meter does.
+fn first_estimate(case: &Case) -> u64 {
+    let Action::CallModel(first) = case.run(ApprovalPolicy::Auto, Limits::default()).next(0) else {
+        panic!("a new run calls the model first")
+    };
+    noesis_llm::estimate_request_tokens(&first)
+}
+
+#[test]
+fn the_meter_stops_a_run_before_the_call_that_would_cross_its_token_limit() {
+    for wire in WIRES {
+        let case = Case::new(wire, &forever(12));
+        // Room for a few calls: each reply reports 15 tokens, but each
+        // prompt is estimated (and held) before it goes out.
+        let limit = first_estimate(&case) + 100;
+        let mut run = case.run(ApprovalPolicy::Auto, Limits { max_tokens: Some(limit), ..Limits::default() });
+        assert_eq!(stopped(&case.drive(&mut run)), StopReason::TokenBudget, "{wire:?}");
+        let used = run.usage.input_tokens + run.usage.output_tokens;
+        assert!(run.usage.turns >= 1 && used <= limit, "{wire:?}: {used} of {limit} in {} turns", run.usage.turns);
+        assert_eq!(case.server.received().len() as u32, run.usage.turns, "{wire:?}: the refused call was not sent");
+        let d = detail(&run);
+        assert!(d.contains("token budget exceeded") && d.contains(&format!("limit {limit}")), "{wire:?}: {d}");
+        // Near the limit the request carries the room left as its output
+        // cap, so the reply cannot cross it.
+        let last = case.sent(case.server.received().len() - 1);
+        assert!(
+            ["max_tokens", "max_completion_tokens", "maxOutputTokens", "num_predict"].iter().any(|k| last.contains(k)),
+            "{wire:?}: no output cap in {last}"
+        );
+    }
+}
+
+#[test]
+fn runs_sharing_a_meter_stop_together_on_the_cost_limit() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    for wire in WIRES {
+        // A tenth of a cent a token, in and out.
+        let price = noesis_llm::Price { input: 1000.0, output: 1000.0 };
+        let parent = Case::new(wire, &forever(12));
+        let mut prices = noesis_llm::PriceTable::default();
+        prices.set(parent.provider.model(), price);
+        let prices = Arc::new(prices);
+        let limit = (first_estimate(&parent) + 100) as f64 / 1000.0;
+        let meter =
+            Arc::new(noesis_llm::BudgetMeter::new(noesis_llm::Budget { max_tokens: None, max_cost_usd: Some(limit) }));
+        let priced = {
+            let prices = Arc::clone(&prices);
+            move |r: &noesis_llm::ChatResponse| r.usage.and_then(|u| prices.cost(&r.model, u)).unwrap_or(0.0)
+        };
+        let drive = |case: &Case, run: &mut AgentRun| {
+            let driver = noesis_agent::Driver {
+                price: &priced,
+                meter: Some(Arc::clone(&meter)),
+                prices: Some(Arc::clone(&prices)),
+                ..noesis_agent::Driver::new(case.provider.as_ref(), Arc::clone(&case.tools))
+            };
+            let mut keep = |_: &AgentRun| {};
+            rt.block_on(driver.drive(run, &mut keep)).unwrap()
+        };
+        // No limits of its own: only the shared meter stops it.
+        let mut first = parent.run(ApprovalPolicy::Auto, Limits::default());
+        assert_eq!(stopped(&drive(&parent, &mut first)), StopReason::CostBudget, "{wire:?}");
+        assert!(first.usage.turns >= 1, "{wire:?}");
+        assert!(meter.spent().cost_usd <= limit, "{wire:?}: {} of {limit}", meter.spent().cost_usd);
+        assert!((meter.spent().cost_usd - first.usage.cost_usd).abs() < 1e-9, "{wire:?}: every reply priced");
+        // A second run on the same meter (a sub-agent's place) finds what
+        // the first spent gone: it stops sooner than the first did, and the
+        // two together stay within the one limit.
+        let child = Case::new(wire, &forever(12));
+        let mut second = child.run(ApprovalPolicy::Auto, Limits::default());
+        assert_eq!(stopped(&drive(&child, &mut second)), StopReason::CostBudget, "{wire:?}");
+        assert!(second.usage.turns < first.usage.turns, "{wire:?}: {} then {}", first.usage.turns, second.usage.turns);
+        assert_eq!(child.server.received().len() as u32, second.usage.turns, "{wire:?}");
+        let both = first.usage.cost_usd + second.usage.cost_usd;
+        assert!((meter.spent().cost_usd - both).abs() < 1e-9 && both <= limit, "{wire:?}: {both} of {limit}");
+        assert!(detail(&second).contains("cost budget exceeded"), "{wire:?}: {}", detail(&second));
+    }
+}
+
 #[test]
 fn each_budget_stops_the_run() {
     for wire in WIRES {
-        let forever = |k: usize| -> Vec<Turn> {
-            // Different calls each turn: no repeat, only the budget stops it.
-            let paths = ["a.txt", "check.sh", ".", "a.txt", "check.sh", ".", "a.txt", "check.sh"];
-            paths.iter().take(k).map(|p| calls(vec![("c", "read_file", json!({"path": p}))])).collect()
-        };
         let case = Case::new(wire, &forever(8));
         let mut run = case.run(ApprovalPolicy::Auto, Limits { max_turns: 2, ..Limits::default() });
         assert_eq!(stopped(&case.drive(&mut run)), StopReason::MaxTurns, "{wire:?}");
@@ -306,10 +392,13 @@ fn each_budget_stops_the_run() {
         let mut run = case.run(ApprovalPolicy::Auto, Limits { max_tool_calls: 2, ..Limits::default() });
         assert_eq!(stopped(&case.drive(&mut run)), StopReason::MaxToolCalls, "{wire:?}");
 
+        // The first request's prompt alone (the task and seven tool
+        // schemas) is estimated above 40 tokens: refused before it is sent.
         let case = Case::new(wire, &forever(8));
         let mut run = case.run(ApprovalPolicy::Auto, Limits { max_tokens: Some(40), ..Limits::default() });
         assert_eq!(stopped(&case.drive(&mut run)), StopReason::TokenBudget, "{wire:?}");
-        assert!(run.usage.input_tokens + run.usage.output_tokens >= 40, "{wire:?}: usage read from the body");
+        assert_eq!((case.server.received().len(), run.usage.turns), (0, 0), "{wire:?}: nothing sent");
+        assert!(detail(&run).contains("limit 40"), "{wire:?}: {}", detail(&run));
 
         let case = Case::new(wire, &forever(8));
         let mut run = case.run(ApprovalPolicy::Auto, Limits { max_cost_usd: Some(0.025), ..Limits::default() });

@@ -4,6 +4,7 @@ mod agent;
 mod attacks;
 mod bad_input;
 mod browser;
+mod budgets;
 mod cli;
 mod compose;
 mod conformance;

@@ -353,7 +353,8 @@ async fn usage(State(d): St) -> Response {
         Err(e) => return failed(&e),
     };
     let rows = html::merge_usage([html::usage_of(&runs), html::usage_of_frames(&frames)]);
-    html_response(StatusCode::OK, html::usage_page(&rows))
+    let (roles, trees) = html::attribution_of(&runs);
+    html_response(StatusCode::OK, html::usage_page(&rows, &roles, &trees))
 }
 
 async fn runs(State(d): St) -> Response {

@@ -104,6 +104,7 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         events: Some(bus.clone()),
         tool_timeout: d.tool_timeout,
         router: Some(Arc::clone(&d.equipped.router)),
+        prices: Some(Arc::clone(&d.equipped.prices)),
         ..Driver::new(d.equipped.provider.as_ref(), Arc::clone(&d.equipped.tools))
     };
     let mut keep = Keep { holds: Some(holds), ..Keep::new(d.host.store.as_ref(), d.project_id.clone()) };

@@ -229,6 +229,22 @@ pub fn budget(args: &ProviderArgs, config: &Config) -> Result<Option<Arc<BudgetM
     Ok((budget != Budget::default()).then(|| Arc::new(BudgetMeter::new(budget))))
 }
 
+/// What to tell a person whose cost limit cannot hold `provider`'s model:
+/// with no price known, its calls are neither held before they go out nor
+/// counted after. `None` when there is no cost limit or the price is known.
+pub fn unpriced_warning(args: &ProviderArgs, config: &Config, provider: &dyn Provider) -> Option<String> {
+    let limit = args.max_cost.or(config.budget.max_cost_usd)?;
+    let model = provider.model();
+    if prices(config).price(model).is_some() {
+        return None;
+    }
+    Some(format!(
+        "warning: no price is known for `{model}`, so --max-cost {limit} cannot hold its calls; \
+         give it one in noesis.toml ([prices] \"{model}\" = {{ input = USD, output = USD }} per million tokens) \
+         or limit tokens with --max-total-tokens"
+    ))
+}
+
 /// `provider`, speaking the JSON tool protocol in text when it has no tool
 /// calling of its own or the config says so (`[providers.NAME] tools = false`).
 pub fn with_text_tools(provider: Arc<dyn Provider>, config: &Config) -> Arc<dyn Provider> {

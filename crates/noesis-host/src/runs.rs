@@ -196,6 +196,25 @@ fn sub_agent_ids(run: &AgentRun) -> Vec<String> {
         .collect()
 }
 
+/// The sub-agent runs under `run`, however deep, by id (those that are
+/// stored and readable).
+pub async fn sub_agent_runs(store: &dyn Store, run: &AgentRun) -> Result<BTreeMap<String, AgentRun>> {
+    let mut children = BTreeMap::new();
+    let mut queue: Vec<String> = sub_agent_ids(run);
+    while let Some(id) = queue.pop() {
+        if children.contains_key(&id) {
+            continue;
+        }
+        if let Some(state) = store.agent_state(&id, None).await?
+            && let Ok(child) = AgentRun::from_json(&state.state)
+        {
+            queue.extend(sub_agent_ids(&child));
+            children.insert(id, child);
+        }
+    }
+    Ok(children)
+}
+
 /// Writes a finished run's frames (once), under the session's root when a
 /// session is open, and notes the root frame in the run.
 pub async fn record_frames(
@@ -212,19 +231,7 @@ pub async fn record_frames(
         None => None,
     };
     // Sub-agent runs, to hang under the calls that started them.
-    let mut children = BTreeMap::new();
-    let mut queue: Vec<String> = sub_agent_ids(run);
-    while let Some(id) = queue.pop() {
-        if children.contains_key(&id) {
-            continue;
-        }
-        if let Some(state) = store.agent_state(&id, None).await?
-            && let Ok(child) = AgentRun::from_json(&state.state)
-        {
-            queue.extend(sub_agent_ids(&child));
-            children.insert(id, child);
-        }
-    }
+    let children = sub_agent_runs(store, run).await?;
     let frames = crate::frames::frames_of(run, project, parent.as_ref(), noesis_frames::Timestamp::now(), &children)
         .map_err(|e| HostError::Message(e.to_string()))?;
     store.insert_frames(&frames).await?;
@@ -378,6 +385,7 @@ mod tests {
             finished_ms: None,
             evidence: Vec::new(),
             span: None,
+            spent: None,
         }
     }
 

@@ -287,6 +287,10 @@ impl AgentHost for ServedAgents {
         reply.usage.and_then(|u| self.prices.cost(&reply.model, u)).unwrap_or(0.0)
     }
 
+    fn prices(&self) -> Option<Arc<noesis_llm::PriceTable>> {
+        Some(Arc::clone(&self.prices))
+    }
+
     async fn finished(&self, run: &mut AgentRun) {
         if let Err(e) = record_frames(self.host.store.as_ref(), &self.host.project, run).await {
             (self.warn)(&format!("warning: run {} was not recorded as frames: {e}", run.id));

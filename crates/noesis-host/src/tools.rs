@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use noesis_agent::{
     Action, AgentRun, ApprovalPolicy, CallStatus, Driver, Effects, Outcome, ToolDecl, ToolEvidence, ToolFn, ToolOutput,
-    Toolbox,
+    ToolSpend, Toolbox,
 };
 use noesis_frames::scan::json_digest;
 use noesis_llm::Provider;
@@ -147,13 +147,29 @@ async fn run_module(h: HostTools, args: Value) -> ToolOutput {
         Err(e) => return ToolOutput::error(format!("module `{name}` does not load: {e}")),
     };
     let resolver = SearchResolver::new(h.search.clone());
-    let record =
-        execute(module, &resolver, h.provider.as_ref(), args["input"].clone(), &ComposeOptions::default()).await;
+    // The module's calls reserve against the calling run's tree and are
+    // priced as its replies are.
+    let tree = noesis_agent::tree_budget();
+    let mut options = ComposeOptions::default();
+    if let Some(t) = &tree {
+        options.run.budget.clone_from(&t.meter);
+        options.run.prices = Some(Arc::clone(&t.prices));
+    }
+    let record = execute(module, &resolver, h.provider.as_ref(), args["input"].clone(), &options).await;
+    let mut spent = record.steps.iter().fold(ToolSpend::default(), |s, step| ToolSpend {
+        calls: s.calls + step.calls,
+        input_tokens: s.input_tokens + step.usage.map_or(0, |u| u.input_tokens),
+        output_tokens: s.output_tokens + step.usage.map_or(0, |u| u.output_tokens),
+        cost_usd: s.cost_usd + step.cost_usd.unwrap_or(0.0),
+        model: None,
+    });
     let envelope = record.envelope;
+    spent.model = envelope["meta"]["model"].as_str().map(str::to_owned);
     let ok = envelope["ok"] == json!(true);
     let evidence = ToolEvidence::Envelope { module: name, ok, blake3: json_digest(&envelope) };
     let text = envelope.to_string();
-    if ok { ToolOutput::ok(text) } else { ToolOutput::error(text) }.with_evidence(evidence)
+    let out = if ok { ToolOutput::ok(text) } else { ToolOutput::error(text) }.with_evidence(evidence);
+    if spent.calls == 0 { out } else { out.with_spent(spent) }
 }
 
 fn frame_line(f: &noesis_frames::CausalFrame) -> String {
@@ -293,13 +309,36 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         .router
         .clone()
         .map(|r| Arc::new(noesis_agent::AsRole::new("sub_agent", r)) as Arc<dyn noesis_agent::ModelRouter>);
-    let driver = Driver { now: &now_ms, router, ..Driver::new(h.provider.as_ref(), tools) };
+    // One meter for the tree: the child reserves against the parent's, and
+    // its replies are priced as the parent's are (never at $0).
+    let tree = noesis_agent::tree_budget();
+    let prices = tree.as_ref().map(|t| Arc::clone(&t.prices));
+    let table = prices.clone();
+    let price = move |r: &noesis_llm::ChatResponse| {
+        r.usage.and_then(|u| table.as_ref().and_then(|t| t.cost(&r.model, u))).unwrap_or(0.0)
+    };
+    let driver = Driver {
+        now: &now_ms,
+        router,
+        price: &price,
+        meter: tree.and_then(|t| t.meter),
+        prices,
+        ..Driver::new(h.provider.as_ref(), tools)
+    };
     let mut keep = Keep::new(h.store.as_ref(), h.project_id.clone());
     let evidence = ToolEvidence::SubAgent { run_id: id.clone() };
     // The child's future holds its own driver; boxing keeps the recursion
     // finite in type.
     let end: Result<Action, _> = Box::pin(driver.drive(&mut run, &mut keep)).await;
-    match (end, &run.outcome) {
+    let u = run.usage;
+    let spent = ToolSpend {
+        calls: u.turns,
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cost_usd: u.cost_usd,
+        model: None,
+    };
+    let out = match (end, &run.outcome) {
         (Err(e), _) => ToolOutput::error(format!("sub-agent {id}: {e}")),
         (Ok(_), Some(Outcome::Answer { text })) => ToolOutput::ok(text.clone()).with_evidence(evidence),
         (Ok(_), Some(other)) => {
@@ -307,5 +346,6 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
                 .with_evidence(evidence)
         }
         (Ok(_), None) => ToolOutput::error(format!("sub-agent {id} stopped before its end")).with_evidence(evidence),
-    }
+    };
+    out.with_spent(spent)
 }

@@ -51,7 +51,10 @@ pub use http::{EndpointConfig, HttpSettings, redact_url};
 pub use ollama::{Ollama, normalize_host};
 pub use openai::OpenAiCompatible;
 pub use presets::{PRESETS, Preset, Wire, preset, resolve};
-pub use pricing::{Budget, BudgetMeter, Price, PriceTable, Reservation, Spent, estimate_tokens};
+pub use pricing::{
+    Budget, BudgetMeter, OUTPUT_ALLOWANCE, Price, PriceTable, Refusal, Reservation, Spent, estimate_request_tokens,
+    estimate_tokens,
+};
 pub use probe::{Probe, probe};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
 pub use router::{Deadline, Fallback, Route, route};

@@ -4,7 +4,7 @@
 use std::sync::Mutex;
 
 use crate::error::{ErrorKind, ProviderError};
-use crate::types::Usage;
+use crate::types::{ChatRequest, Usage};
 
 /// US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -114,6 +114,9 @@ pub struct Spent {
 pub struct BudgetMeter {
     budget: Budget,
     ledger: Mutex<Ledger>,
+    /// Told whenever held room is given back (settled or released), for
+    /// calls waiting on calls in flight.
+    freed: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +125,19 @@ struct Ledger {
     /// Held by calls in flight.
     reserved_tokens: u64,
     reserved_cost: f64,
+}
+
+/// Output tokens held for a call that sets no cap of its own (see
+/// [`BudgetMeter::reserve_request`]).
+pub const OUTPUT_ALLOWANCE: u64 = 8192;
+
+/// Why a [`BudgetMeter`] refused a call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    /// The cost limit refused it (else the token limit).
+    pub cost: bool,
+    /// The limit and the figures, in words.
+    pub message: String,
 }
 
 /// Room held in a [`BudgetMeter`] for one call in flight. Settle it with
@@ -140,7 +156,7 @@ pub struct Reservation<'m> {
 impl BudgetMeter {
     /// A meter with nothing spent.
     pub fn new(budget: Budget) -> BudgetMeter {
-        BudgetMeter { budget, ledger: Mutex::new(Ledger::default()) }
+        BudgetMeter { budget, ledger: Mutex::new(Ledger::default()), freed: tokio::sync::Notify::new() }
     }
 
     /// The limits.
@@ -170,6 +186,38 @@ impl BudgetMeter {
         self.ledger().charge(usage, cost);
     }
 
+    /// The most output tokens a call with `input_tokens` of prompt can be
+    /// given and still fit every limit, counting what is spent and what
+    /// calls in flight hold: what a caller sets as the request's output cap
+    /// when it has none, so the reservation covers the whole call. `None`
+    /// when nothing bounds it (no token limit, and no cost limit or no
+    /// price).
+    pub fn room_for_output(&self, input_tokens: u64, price: Option<Price>) -> Option<u64> {
+        self.room(input_tokens, price, true)
+    }
+
+    fn room(&self, input_tokens: u64, price: Option<Price>, counting_held: bool) -> Option<u64> {
+        let l = self.ledger();
+        let held = if counting_held { (l.reserved_tokens, l.reserved_cost) } else { (0, 0.0) };
+        let by_tokens = self.budget.max_tokens.map(|limit| {
+            let used = l.spent.usage.input_tokens.saturating_add(l.spent.usage.output_tokens);
+            limit.saturating_sub(used).saturating_sub(held.0).saturating_sub(input_tokens)
+        });
+        let by_cost = match (self.budget.max_cost_usd, price) {
+            (Some(limit), Some(p)) if p.output > 0.0 => {
+                let left = limit - l.spent.cost_usd - held.1 - input_tokens as f64 * p.input / 1_000_000.0;
+                // Float division of a non-negative, finite figure: the cast
+                // saturates, and rounding down keeps the call inside.
+                Some(if left <= 0.0 { 0 } else { (left * 1_000_000.0 / p.output).floor() as u64 })
+            }
+            _ => None,
+        };
+        match (by_tokens, by_cost) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Reserves room for a call expected to use `input_tokens` and up to
     /// `max_output` more, at `price` when known, or refuses it when that
     /// would break a limit counting what is spent and what calls in flight
@@ -182,6 +230,69 @@ impl BudgetMeter {
         max_output: Option<u32>,
         price: Option<Price>,
     ) -> Result<Reservation<'_>, ProviderError> {
+        self.reserve_for(input_tokens, max_output, price)
+            .map_err(|r| ProviderError::new(provider, ErrorKind::Budget, r.message))
+    }
+
+    /// Reserves room for `request` as it will be sent: its prompt
+    /// estimated ([`estimate_request_tokens`]) and its output cap. A
+    /// request without a cap is held at [`OUTPUT_ALLOWANCE`]; when less
+    /// than that is left it is given what is left as its cap (at least one
+    /// token, so a spent budget refuses rather than sends), so the reply
+    /// cannot cross the limit. Far from the limit the cap stays unset:
+    /// providers refuse caps above their model's maximum.
+    pub fn reserve_request(&self, request: &mut ChatRequest, price: Option<Price>) -> Result<Reservation<'_>, Refusal> {
+        let input = estimate_request_tokens(request);
+        if request.max_tokens.is_none()
+            && let Some(room) = self.room_for_output(input, price)
+            && room < OUTPUT_ALLOWANCE
+        {
+            request.max_tokens = Some(u32::try_from(room.max(1)).unwrap_or(u32::MAX));
+        }
+        let held = request.max_tokens.or(u32::try_from(OUTPUT_ALLOWANCE).ok());
+        self.reserve_for(input, held, price)
+    }
+
+    /// [`BudgetMeter::reserve_request`] for calls that may run at once:
+    /// when what calls in flight hold is all that keeps this one from
+    /// getting its full allowance (or from fitting at all), it waits for
+    /// them to settle instead of being refused or sent with a cap cut to
+    /// the little that is left. Refused only by what is spent.
+    pub async fn reserve_request_waiting(
+        &self,
+        request: &mut ChatRequest,
+        price: Option<Price>,
+    ) -> Result<Reservation<'_>, Refusal> {
+        loop {
+            // Registered before the check, so a settle in between is not
+            // missed.
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            freed.as_mut().enable();
+            let input = estimate_request_tokens(request);
+            let held = self.reserved().0 > 0;
+            let with_held = self.room(input, price, true);
+            let without = self.room(input, price, false);
+            let need = request.max_tokens.map_or(OUTPUT_ALLOWANCE, u64::from);
+            let starved = match (with_held, without) {
+                (Some(a), Some(b)) => a < need && b > a,
+                _ => false,
+            };
+            if held && starved {
+                freed.await;
+                continue;
+            }
+            return self.reserve_request(request, price);
+        }
+    }
+
+    /// [`BudgetMeter::reserve`], saying which limit refused the call.
+    pub fn reserve_for(
+        &self,
+        input_tokens: u64,
+        max_output: Option<u32>,
+        price: Option<Price>,
+    ) -> Result<Reservation<'_>, Refusal> {
         let output_tokens = u64::from(max_output.unwrap_or(0));
         let next = input_tokens.saturating_add(output_tokens);
         let cost = price.map(|p| (input_tokens as f64 * p.input + output_tokens as f64 * p.output) / 1_000_000.0);
@@ -191,13 +302,12 @@ impl BudgetMeter {
             let held = l.reserved_tokens;
             if used >= limit || used.saturating_add(held).saturating_add(next) > limit {
                 let in_flight = if held > 0 { format!(", {held} held by calls in flight") } else { String::new() };
-                return Err(ProviderError::new(
-                    provider,
-                    ErrorKind::Budget,
-                    format!(
+                return Err(Refusal {
+                    cost: false,
+                    message: format!(
                         "token budget exceeded: {used} tokens used{in_flight}, about {next} more needed, limit {limit} (raise it with --max-total-tokens or [budget] max_tokens)"
                     ),
-                ));
+                });
             }
         }
         if let Some(limit) = self.budget.max_cost_usd {
@@ -207,13 +317,12 @@ impl BudgetMeter {
                 let in_flight =
                     if held > 0.0 { format!(", ${held:.4} held by calls in flight") } else { String::new() };
                 let next = cost.map_or(String::new(), |c| format!(", this call may cost up to ${c:.4}"));
-                return Err(ProviderError::new(
-                    provider,
-                    ErrorKind::Budget,
-                    format!(
+                return Err(Refusal {
+                    cost: true,
+                    message: format!(
                         "cost budget exceeded: ${spent:.4} spent{in_flight}{next}, limit ${limit:.4} (raise it with --max-cost or [budget] max_cost_usd)"
                     ),
-                ));
+                });
             }
         }
         l.reserved_tokens = l.reserved_tokens.saturating_add(next);
@@ -244,10 +353,13 @@ impl Ledger {
 impl Reservation<'_> {
     /// The call answered: charge what it really used and release the rest.
     pub fn settle(mut self, usage: Usage, cost: Option<f64>) {
-        let mut l = self.meter.ledger();
-        l.release(self.input_tokens + self.output_tokens, self.cost);
-        l.charge(usage, cost);
+        {
+            let mut l = self.meter.ledger();
+            l.release(self.input_tokens + self.output_tokens, self.cost);
+            l.charge(usage, cost);
+        }
         self.open = false;
+        self.meter.freed.notify_waiters();
     }
 
     /// The call answered without saying what it used: charge the estimate,
@@ -263,8 +375,27 @@ impl Drop for Reservation<'_> {
     fn drop(&mut self) {
         if self.open {
             self.meter.ledger().release(self.input_tokens + self.output_tokens, self.cost);
+            self.meter.freed.notify_waiters();
         }
     }
+}
+
+/// The prompt tokens a request will take, estimated: every message's text
+/// and tool calls, and the tools offered (their schemas are sent too).
+pub fn estimate_request_tokens(request: &ChatRequest) -> u64 {
+    let mut tokens = 0u64;
+    for m in &request.messages {
+        // A few tokens of framing per message (role, separators).
+        tokens += 4 + estimate_tokens(&m.content);
+        for c in &m.tool_calls {
+            tokens += estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string());
+        }
+    }
+    for t in &request.tools {
+        tokens +=
+            estimate_tokens(&t.name) + estimate_tokens(&t.description) + estimate_tokens(&t.parameters.to_string());
+    }
+    tokens
 }
 
 /// A token count for text without the model's tokenizer, shaped like the
@@ -390,6 +521,106 @@ mod tests {
         assert!(e.message.contains("this call may cost up to $2.0000"), "{}", e.message);
         // An unknown price cannot be checked against a cost limit.
         assert!(m.reserve("p", 1, Some(1), None).is_ok());
+    }
+
+    #[test]
+    fn room_for_output_is_what_fits_every_limit() {
+        let m = BudgetMeter::new(Budget::default());
+        assert_eq!(m.room_for_output(10, Some(DOLLAR_PER_TOKEN)), None, "no limit, no bound");
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: None });
+        assert_eq!(m.room_for_output(30, None), Some(70));
+        let held = m.reserve("p", 10, Some(10), None).unwrap();
+        assert_eq!(m.room_for_output(30, None), Some(50), "calls in flight hold room");
+        held.settle(Usage { input_tokens: 10, output_tokens: 5 }, None);
+        assert_eq!(m.room_for_output(30, None), Some(55));
+        assert_eq!(m.room_for_output(300, None), Some(0));
+        // $10 left, the prompt costs $3 at $1 a token: 7 output tokens fit.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(1000), max_cost_usd: Some(10.0) });
+        assert_eq!(m.room_for_output(3, Some(DOLLAR_PER_TOKEN)), Some(7));
+        assert_eq!(m.room_for_output(3, None), Some(997), "without a price only tokens bound it");
+        m.charge(Usage::default(), Some(12.0));
+        assert_eq!(m.room_for_output(0, Some(DOLLAR_PER_TOKEN)), Some(0));
+        // Exactly what it says fits is reserved; one more is refused.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100), max_cost_usd: Some(10.0) });
+        let room = u32::try_from(m.room_for_output(4, Some(DOLLAR_PER_TOKEN)).unwrap()).unwrap();
+        assert_eq!(room, 6);
+        assert!(m.reserve("p", 4, Some(room + 1), Some(DOLLAR_PER_TOKEN)).is_err());
+        assert!(m.reserve("p", 4, Some(room), Some(DOLLAR_PER_TOKEN)).is_ok());
+    }
+
+    #[test]
+    fn a_request_without_a_cap_gets_what_is_left_near_the_limit() {
+        use crate::types::Message;
+        let request = || ChatRequest::new(vec![Message::user("hello world")]);
+        // 6 prompt tokens; far from the limit the cap stays unset and the
+        // allowance is held.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(100_000), max_cost_usd: None });
+        let mut r = request();
+        let held = m.reserve_request(&mut r, None).unwrap();
+        assert_eq!((r.max_tokens, m.reserved().0), (None, 6 + OUTPUT_ALLOWANCE));
+        drop(held);
+        let m = BudgetMeter::new(Budget { max_tokens: Some(50), max_cost_usd: None });
+        let mut r = request();
+        let held = m.reserve_request(&mut r, None).unwrap();
+        assert_eq!((r.max_tokens, m.reserved().0), (Some(44), 50));
+        held.settle(Usage { input_tokens: 6, output_tokens: 40 }, None);
+        // 4 left: the prompt alone does not fit.
+        let e = m.reserve_request(&mut request(), None).unwrap_err();
+        assert!(!e.cost && e.message.contains("46 tokens used") && e.message.contains("limit 50"), "{}", e.message);
+        // A cap of its own is kept, and held whole.
+        let m = BudgetMeter::new(Budget { max_tokens: Some(50), max_cost_usd: None });
+        let mut r = ChatRequest { max_tokens: Some(45), ..request() };
+        assert!(m.reserve_request(&mut r, None).is_err());
+        let e = BudgetMeter::new(Budget { max_tokens: None, max_cost_usd: Some(1.0) })
+            .reserve_request(&mut request(), Some(DOLLAR_PER_TOKEN))
+            .unwrap_err();
+        assert!(e.cost && e.message.contains("cost budget exceeded"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_call_waits_for_calls_in_flight_rather_than_take_what_they_left() {
+        use crate::types::Message;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let m = std::sync::Arc::new(BudgetMeter::new(Budget { max_tokens: Some(10_000), max_cost_usd: None }));
+        let request = || ChatRequest::new(vec![Message::user("hello world")]);
+        rt.block_on(async {
+            // Nothing in flight: no wait, the allowance is held.
+            let mut r = request();
+            let first = m.reserve_request_waiting(&mut r, None).await.unwrap();
+            assert_eq!((r.max_tokens, m.reserved().0), (None, 6 + OUTPUT_ALLOWANCE));
+            // The second would get 10,000 - 8,198 - 6 tokens as its cap:
+            // it waits until the first settles, then gets what is left.
+            let meter = std::sync::Arc::clone(&m);
+            let second = tokio::spawn(async move {
+                let mut r = request();
+                let held = meter.reserve_request_waiting(&mut r, None).await.map(|h| h.settle_at_estimate());
+                (held.is_ok(), r.max_tokens)
+            });
+            tokio::task::yield_now().await;
+            assert!(!second.is_finished(), "it waits while the first is in flight");
+            first.settle(Usage { input_tokens: 6, output_tokens: 94 }, None);
+            // 9,894 left: room for the whole allowance again.
+            assert_eq!(second.await.unwrap(), (true, None));
+            assert_eq!(m.spent().usage.input_tokens + m.spent().usage.output_tokens, 100 + 6 + OUTPUT_ALLOWANCE);
+            // Refused at once when what is spent leaves no room: nothing in
+            // flight to wait for.
+            m.charge(Usage { input_tokens: 1_700, output_tokens: 0 }, None);
+            let e = m.reserve_request_waiting(&mut request(), None).await.unwrap_err();
+            assert!(e.message.contains("limit 10000"), "{}", e.message);
+        });
+    }
+
+    #[test]
+    fn a_request_is_estimated_from_its_messages_calls_and_tools() {
+        use crate::types::{Message, ToolCall, ToolSpec};
+        let mut r = ChatRequest::new(vec![Message::user("hello world")]);
+        assert_eq!(estimate_request_tokens(&r), 4 + 2);
+        r.tools.push(ToolSpec { name: "read".into(), description: "reads".into(), parameters: serde_json::json!({}) });
+        assert_eq!(estimate_request_tokens(&r), 6 + 1 + 1 + 2);
+        let mut call = Message::assistant("");
+        call.tool_calls.push(ToolCall { id: "1".into(), name: "read".into(), arguments: serde_json::json!({"a": 1}) });
+        r.messages.push(call);
+        assert_eq!(estimate_request_tokens(&r), 10 + 4 + 1 + 7);
     }
 
     #[test]

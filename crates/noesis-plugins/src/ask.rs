@@ -37,6 +37,17 @@ pub trait AskHost: Send + Sync {
 
     /// Hears the run's progress (nothing by default).
     fn observe(&self, _run_id: &str, _progress: &noesis_agent::Progress) {}
+
+    /// The meter every model call of the ask reserves against (the
+    /// command's `--max-cost` / `--max-total-tokens`); none by default.
+    fn meter(&self) -> Option<Arc<noesis_llm::BudgetMeter>> {
+        None
+    }
+
+    /// What the run's replies cost; the built-in table by default.
+    fn prices(&self) -> Option<Arc<noesis_llm::PriceTable>> {
+        None
+    }
 }
 
 /// Hears each step of an ask's run, with the run's id.
@@ -58,6 +69,10 @@ pub struct StoreHost {
     pub redactor: Arc<noesis_sandbox::Redactor>,
     /// Hears each step of the run, with its id.
     pub observe: Option<Observe>,
+    /// The command's budget: every model call reserves against it.
+    pub budget: Option<Arc<noesis_llm::BudgetMeter>>,
+    /// What the model's calls cost.
+    pub prices: Option<Arc<noesis_llm::PriceTable>>,
 }
 
 impl std::fmt::Debug for StoreHost {
@@ -90,6 +105,14 @@ impl AskHost for StoreHost {
         if let Some(observe) = &self.observe {
             observe(run_id, progress);
         }
+    }
+
+    fn meter(&self) -> Option<Arc<noesis_llm::BudgetMeter>> {
+        self.budget.clone()
+    }
+
+    fn prices(&self) -> Option<Arc<noesis_llm::PriceTable>> {
+        self.prices.clone()
     }
 }
 
@@ -255,8 +278,17 @@ impl Think for AgentThink<'_> {
         run.host = json!({"task": slice.input["query"], "workspace": self.root.to_string_lossy(), "provider": self.provider.name(),
                           "model": self.provider.model(), "project_id": self.project_id, "ask": true});
         let observe = |p: &noesis_agent::Progress| self.host.observe(&run_id, p);
-        let driver =
-            Driver { now: &now_ms, observe: Some(&observe), ..Driver::new(self.provider.as_ref(), Arc::clone(&tools)) };
+        let prices = self.host.prices().unwrap_or_else(|| Arc::new(noesis_llm::PriceTable::builtin()));
+        let table = Arc::clone(&prices);
+        let price = move |r: &noesis_llm::ChatResponse| r.usage.and_then(|u| table.cost(&r.model, u)).unwrap_or(0.0);
+        let driver = Driver {
+            now: &now_ms,
+            observe: Some(&observe),
+            price: &price,
+            meter: self.host.meter(),
+            prices: Some(prices),
+            ..Driver::new(self.provider.as_ref(), Arc::clone(&tools))
+        };
         let mut keep = self.host.checkpoint();
         let action = driver.drive(&mut run, keep.as_mut()).await.map_err(|e| e.to_string())?;
         if let Action::AwaitApproval(_) = action {

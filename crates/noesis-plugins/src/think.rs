@@ -20,6 +20,8 @@ pub struct ModuleThink {
     pub provider: Arc<dyn Provider>,
     /// What the model's calls cost.
     pub prices: Arc<noesis_llm::PriceTable>,
+    /// The command's budget: every call of every step reserves against it.
+    pub budget: Option<Arc<noesis_llm::BudgetMeter>>,
 }
 
 impl std::fmt::Debug for ModuleThink {
@@ -37,7 +39,11 @@ impl Think for ModuleThink {
             .map_err(|e| e.to_string())?
             .load()
             .map_err(|e| format!("module {}: {e}", self.module))?;
-        let options = noesis_runtime::RunOptions { prices: Some(Arc::clone(&self.prices)), ..Default::default() };
+        let options = noesis_runtime::RunOptions {
+            prices: Some(Arc::clone(&self.prices)),
+            budget: self.budget.clone(),
+            ..Default::default()
+        };
         let record = noesis_runtime::run(&module, self.provider.as_ref(), slice.input.clone(), &options).await;
         let envelope = record.envelope;
         if envelope["ok"] != json!(true) {

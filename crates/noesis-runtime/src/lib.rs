@@ -122,12 +122,17 @@ async fn call<'o>(
     options: &'o RunOptions,
     price: Option<Price>,
 ) -> Result<(ChatResponse, Option<Reservation<'o>>), ProviderError> {
-    let reservation = match &options.budget {
+    let mut capped;
+    let (request, reservation) = match &options.budget {
         Some(meter) => {
-            let prompt: String = request.messages.iter().map(|m| m.content.as_str()).collect();
-            Some(meter.reserve(provider.name(), estimate_tokens(&prompt), request.max_tokens, price)?)
+            capped = request.clone();
+            let held = meter
+                .reserve_request_waiting(&mut capped, price)
+                .await
+                .map_err(|r| ProviderError::new(provider.name(), ErrorKind::Budget, r.message))?;
+            (&capped, Some(held))
         }
-        None => None,
+        None => (request, None),
     };
     let chat = noesis_llm::ChatSpan::start(provider, request, None);
     let fut = chat.call(async {

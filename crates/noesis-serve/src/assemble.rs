@@ -355,6 +355,8 @@ impl EpisodeHost for ServedEpisodes {
             project_root: self.root.clone(),
             provider: noesis_host::provider::with_text_tools(provider, &self.config),
             prices: noesis_host::provider::prices(&self.config),
+            // A meter per episode driven.
+            budget: noesis_host::provider::budget(&self.provider, &self.config).map_err(|e| noesis_host::chain(&e))?,
             workspace,
             blobs: self.blobs.clone(),
             test_timeout: Duration::from_secs(600),

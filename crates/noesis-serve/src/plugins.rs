@@ -167,6 +167,8 @@ struct ServiceThink {
     provider: Option<String>,
     model: Option<String>,
     cancel: CancellationToken,
+    /// The job's one meter: every step's run reserves against it.
+    meter: Option<Arc<noesis_llm::BudgetMeter>>,
 }
 
 #[async_trait]
@@ -179,7 +181,7 @@ impl Think for ServiceThink {
             provider: self.provider.clone(),
             model: self.model.clone(),
         };
-        let envelope = self.service.run(request, None, Some(self.cancel.child_token())).await;
+        let envelope = self.service.run_on(request, self.meter.clone(), Some(self.cancel.child_token())).await;
         if envelope["ok"] != json!(true) {
             return Err(format!(
                 "{}: {} {}",
@@ -457,12 +459,15 @@ async fn perform(
     ask_progress: Arc<dyn Fn(&str) + Send + Sync>,
 ) -> Result<Value, noesis_plugins::Error> {
     let setting = Setting { project: &runs.project, store: runs.store.as_ref(), exclude: &runs.exclude };
+    // One meter for the whole job, as the command line has one per command.
+    let meter = runs.service.job_meter();
     let think = |module: &'static str| ServiceThink {
         service: Arc::clone(&runs.service),
         module,
         provider: provider.clone(),
         model: model_name.clone(),
         cancel: runs.stop.child_token(),
+        meter: meter.clone(),
     };
     Ok(match job {
         Job::DocsSync { scope, out } => {
@@ -503,6 +508,8 @@ async fn perform(
                     let tool = e.data["tool"].as_str().map(|t| format!(" {t}")).unwrap_or_default();
                     ask_progress(&format!("{}{tool}", e.kind));
                 })),
+                budget: meter.clone(),
+                prices: runs.service.prices(),
             };
             noesis_plugins::ask::ask(&setting, &question, provider, &host).await?.to_json()
         }

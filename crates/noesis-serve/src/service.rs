@@ -352,6 +352,37 @@ impl Service {
         }
     }
 
+    /// A meter of the operator's limits for a job of several runs (a
+    /// plugin run over HTTP): its runs share it instead of each getting
+    /// the whole budget. `None` when the operator set no limits.
+    pub fn job_meter(&self) -> Option<Arc<BudgetMeter>> {
+        self.settings.budget.map(|b| Arc::new(BudgetMeter::new(b)))
+    }
+
+    /// The operator's prices, for a job that prices its own calls.
+    pub fn prices(&self) -> Option<Arc<PriceTable>> {
+        self.settings.prices.clone()
+    }
+
+    /// [`Service::run`] on `meter` (see [`Service::job_meter`]) instead of
+    /// a meter of its own.
+    pub async fn run_on(
+        &self,
+        request: RunRequest,
+        meter: Option<Arc<BudgetMeter>>,
+        cancel: Option<CancellationToken>,
+    ) -> Value {
+        match self.prepare(request).await {
+            Ok(mut prepared) => {
+                if meter.is_some() {
+                    prepared.options.budget = meter;
+                }
+                prepared.run(self, None, cancel).await.envelope
+            }
+            Err(refusal) => refusal,
+        }
+    }
+
     /// Like [`Service::run`], with every step of the composition in
     /// `meta.steps` (as `noesis compose --trace json` prints them: no step
     /// inputs or envelopes).

@@ -67,6 +67,7 @@ impl EpisodeHost for Host {
             project_root: self.root.clone(),
             provider,
             prices: Arc::new(noesis_llm::PriceTable::default()),
+            budget: None,
             workspace,
             blobs: self.blobs.clone(),
             test_timeout: Duration::from_secs(60),

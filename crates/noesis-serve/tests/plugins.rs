@@ -66,6 +66,11 @@ fn write(root: &Path, rel: &str, text: &str) {
 
 /// A server with `/plugins` on over a project of three units of source.
 async fn start(llm: &FakeServer) -> Running {
+    start_with(llm, None).await
+}
+
+/// [`start`] with the operator's run settings.
+async fn start_with(llm: &FakeServer, settings: Option<noesis_serve::service::RunSettings>) -> Running {
     let project = tempfile::tempdir().unwrap();
     let root = project.path();
     write(root, ".git/HEAD", "ref: refs/heads/main\n");
@@ -78,7 +83,11 @@ async fn start(llm: &FakeServer) -> Running {
     let store = noesis_store::open(&db.to_string_lossy()).await.unwrap();
     let found = noesis_frames::project::identify(root).unwrap();
     store.ensure_project(&found.project_id, &found.root.to_string_lossy()).await.unwrap();
-    let service = Arc::new(Service::new(SearchPath::default(), Arc::new(Fake { base_url: llm.base_url() })));
+    let mut service = Service::new(SearchPath::default(), Arc::new(Fake { base_url: llm.base_url() }));
+    if let Some(s) = settings {
+        service = service.with_settings(s);
+    }
+    let service = Arc::new(service);
     let runs = Arc::new(PluginRuns::new(Arc::clone(&service), found, Arc::from(store), vec![db], "docs/noesis".into()));
     let config = ServeConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
@@ -261,4 +270,30 @@ async fn a_review_that_fails_as_a_whole_ends_in_an_error_event() {
     assert_eq!(got.len(), 1, "{got:?}");
     assert_eq!(got[0].0, "error");
     assert!(got[0].1["error"]["message"].as_str().unwrap().contains("diff"), "{got:?}");
+}
+
+#[tokio::test]
+async fn a_plugin_job_shares_one_meter_of_the_operators_limits() {
+    // Each reply reports 3,000 tokens; the operator allows 3,050 per job:
+    // the first unit's call fits, the other two are refused before they go.
+    let reply = Reply::respond(|_| {
+        let text = json!({"ok": true, "meta": {"confidence": 0.8, "risk": "low", "explain": "scripted"},
+                          "data": {"purpose": "A unit.", "api_notes": [], "rationale": "scripted"}});
+        let mut body = noesis_testkit::chat_completion(&text.to_string(), "stop");
+        body["usage"] = json!({"prompt_tokens": 3000, "completion_tokens": 0, "total_tokens": 3000});
+        Reply::Status(200, body.to_string(), vec![])
+    });
+    let llm = FakeServer::start(vec![reply]).unwrap();
+    let settings = noesis_serve::service::RunSettings {
+        budget: Some(noesis_llm::Budget { max_tokens: Some(3050), max_cost_usd: None }),
+        ..noesis_serve::service::RunSettings::default()
+    };
+    let s = start_with(&llm, Some(settings)).await;
+    let got = events(client().post(s.url("/plugins/docs")).json(&json!({})).send().await.unwrap()).await;
+    let (last, report) = got.last().unwrap();
+    assert_eq!(last, "report", "{got:?}");
+    assert_eq!(llm.received().len(), 1, "{report}");
+    let failed = report["failed"].as_array().unwrap();
+    assert_eq!((report["regenerated"].as_array().unwrap().len(), failed.len()), (1, 2), "{report}");
+    assert!(failed.iter().all(|f| f.to_string().contains("token budget exceeded")), "{report}");
 }

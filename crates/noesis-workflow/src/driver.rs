@@ -228,6 +228,11 @@ pub struct Driver {
     pub provider: Arc<dyn Provider>,
     /// What replies cost.
     pub prices: Arc<PriceTable>,
+    /// The episode's budget (`--max-cost`, `--max-total-tokens`): every
+    /// model call — each module's, each of CODER's turns, its sub-agents'
+    /// and `run_module`'s — reserves against this one meter before it goes
+    /// out. `None`: no limit besides CODER's own.
+    pub budget: Option<Arc<noesis_llm::BudgetMeter>>,
     /// The folder CODER may change.
     pub workspace: PathBuf,
     /// The snapshots' blob folder (manifests are kept beside it).
@@ -360,7 +365,11 @@ impl Driver {
             .map_err(|e| DriveError::Refused(e.to_string()))?
             .load()
             .map_err(|e| DriveError::failed(format!("module {name}"), e))?;
-        let options = noesis_runtime::RunOptions { prices: Some(Arc::clone(&self.prices)), ..Default::default() };
+        let options = noesis_runtime::RunOptions {
+            prices: Some(Arc::clone(&self.prices)),
+            budget: self.budget.clone(),
+            ..Default::default()
+        };
         let record = noesis_runtime::run(&module, self.provider.as_ref(), input, &options).await;
         let envelope = record.envelope;
         if envelope["ok"] != json!(true) {

@@ -29,6 +29,7 @@ impl AgentRun {
             c.finished_ms = Some(now_ms);
             c.is_error = output.is_error;
             c.evidence = output.evidence;
+            c.spent.clone_from(&output.spent);
             c.result = Some(if output.is_error {
                 failed_tool = Some(c.tool.clone());
                 format!("error: {}\nFix the problem and try again, or take another approach.", output.content)
@@ -39,7 +40,16 @@ impl AgentRun {
         if let Some(tool) = failed_tool {
             *self.failures.entry(tool).or_default() += 1;
         }
+        self.add_spend(output.spent.as_ref());
         Ok(())
+    }
+
+    fn add_spend(&mut self, spent: Option<&super::ToolSpend>) {
+        if let Some(s) = spent {
+            self.usage.input_tokens += s.input_tokens;
+            self.usage.output_tokens += s.output_tokens;
+            self.usage.cost_usd += s.cost_usd;
+        }
     }
 
     /// Reports call `id` finished exactly as `recorded` finished (status,
@@ -55,10 +65,12 @@ impl AgentRun {
             c.is_error = recorded.is_error;
             c.result.clone_from(&recorded.result);
             c.evidence.clone_from(&recorded.evidence);
+            c.spent.clone_from(&recorded.spent);
         }
         if failed {
             *self.failures.entry(recorded.tool.clone()).or_default() += 1;
         }
+        self.add_spend(recorded.spent.as_ref());
         Ok(())
     }
 

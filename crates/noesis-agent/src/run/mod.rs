@@ -145,11 +145,12 @@ pub struct RunUsage {
     pub turns: u32,
     /// Tool calls proposed by the model.
     pub tool_calls: u32,
-    /// Input tokens reported.
+    /// Input tokens reported, the run's own calls and its tools' (see
+    /// [`ToolSpend`]).
     pub input_tokens: u64,
-    /// Output tokens reported.
+    /// Output tokens reported, likewise.
     pub output_tokens: u64,
-    /// Money, as the driver priced the replies.
+    /// Money, as the driver priced the replies, and the tools' spend.
     pub cost_usd: f64,
 }
 
@@ -257,22 +258,50 @@ pub struct ToolOutput {
     /// exit code, a module's envelope), for the call's frame.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<ToolEvidence>,
+    /// What the tool's own model calls spent (a sub-agent, a module run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<ToolSpend>,
 }
 
 impl ToolOutput {
     /// A result.
     pub fn ok(content: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: content.into(), is_error: false, evidence: Vec::new() }
+        ToolOutput { content: content.into(), is_error: false, evidence: Vec::new(), spent: None }
     }
     /// A failure.
     pub fn error(content: impl Into<String>) -> ToolOutput {
-        ToolOutput { content: content.into(), is_error: true, evidence: Vec::new() }
+        ToolOutput { content: content.into(), is_error: true, evidence: Vec::new(), spent: None }
     }
     /// The same output resting on `evidence` too.
     pub fn with_evidence(mut self, evidence: ToolEvidence) -> ToolOutput {
         self.evidence.push(evidence);
         self
     }
+    /// The same output, having spent `spent` on model calls.
+    pub fn with_spent(mut self, spent: ToolSpend) -> ToolOutput {
+        self.spent = Some(spent);
+        self
+    }
+}
+
+/// What a tool's own model calls spent — a sub-agent's whole run, a module
+/// run's calls. It is the calling run's spend: [`AgentRun::finished`] adds
+/// it to [`RunUsage`], so the run's limits (and a resumed run's meter)
+/// count everything spent on its behalf.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolSpend {
+    /// Model calls made.
+    pub calls: u32,
+    /// Input tokens reported.
+    pub input_tokens: u64,
+    /// Output tokens reported.
+    pub output_tokens: u64,
+    /// Money, as priced where the calls were made.
+    pub cost_usd: f64,
+    /// The model that answered (`provider/model`), when one did and the
+    /// tool knows (a module run's envelope says).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// Something a tool's result rests on.
@@ -489,6 +518,9 @@ pub struct ReplyRecord {
     /// Which provider the router chose for it, and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route: Option<String>,
+    /// What the call was for: `plan`, `think` or `reflect`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
     /// The `chat` span of the call, when traces are exported.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub span: Option<noesis_trace::SpanIds>,
@@ -705,6 +737,16 @@ impl AgentRun {
             return Some((StopReason::CostBudget, format!("${:.4} spent; the budget is ${max:.4}", u.cost_usd)));
         }
         None
+    }
+
+    /// The driver's meter refused the next model call: it would cross the
+    /// token (`TokenBudget`) or cost (`CostBudget`) limit of the run or of
+    /// the run tree it belongs to. `detail` names the limit and the figures.
+    pub fn stop_over_budget(&mut self, cost: bool, detail: String) {
+        if self.outcome.is_none() {
+            let reason = if cost { StopReason::CostBudget } else { StopReason::TokenBudget };
+            self.stop(reason, detail);
+        }
     }
 
     fn stop(&mut self, reason: StopReason, detail: String) {

@@ -37,6 +37,7 @@ impl AgentRun {
             usage: reply.usage,
             cost_usd,
             route: None,
+            role: Some(self.role().to_owned()),
             span: None,
         });
         self.step += 1;
@@ -154,6 +155,7 @@ impl AgentRun {
             finished_ms: None,
             evidence: Vec::new(),
             span: None,
+            spent: None,
         };
         let refuse = |record: &mut CallRecord, status: CallStatus, text: String| {
             record.status = status;

@@ -196,6 +196,12 @@ pub trait AgentHost: Send + Sync + 'static {
     fn price(&self, _reply: &ChatResponse) -> f64 {
         0.0
     }
+    /// The price table the run's meter estimates calls with (and its
+    /// sub-agents and module runs are priced by); the built-in table when
+    /// `None`.
+    fn prices(&self) -> Option<Arc<noesis_llm::PriceTable>> {
+        None
+    }
     /// Called once a run is done (to record frames, say).
     async fn finished(&self, _run: &mut AgentRun) {}
     /// Takes run `id` for this server before it is stepped (its lease in
@@ -502,6 +508,7 @@ impl AgentRuns {
             events: Some(self.bus.clone()),
             tool_timeout: self.tool_timeout,
             router: self.host.router(&provider),
+            prices: self.host.prices(),
             ..Driver::new(provider.as_ref(), tools)
         };
         let mut keep = Keep(Arc::clone(&self.host));

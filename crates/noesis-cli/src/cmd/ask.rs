@@ -42,6 +42,9 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     rt.block_on(async move {
         let s = super::plugins::setup().await?;
         let provider = super::agent::with_text_tools(crate::provider::select(&a.provider, &s.config, None)?, &s.config);
+        if let Some(w) = noesis_host::provider::unpriced_warning(&a.provider, &s.config, provider.as_ref()) {
+            out::note(&w);
+        }
         let exclude = s.exclude;
         let store: Arc<dyn Store> = Arc::from(s.store);
         let setting = noesis_plugins::Setting { project: &s.project, store: store.as_ref(), exclude: &exclude };
@@ -53,6 +56,8 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
             project_id: s.project.project_id.clone(),
             redactor: Arc::new(noesis_sandbox::Redactor::from_env(&[], &[])),
             observe: Some(Box::new(move |run_id, p| super::agent::progress_notes(quiet, run_id, "  ")(p))),
+            budget: crate::provider::budget(&a.provider, &s.config)?,
+            prices: Some(crate::provider::prices(&s.config)),
         };
         let question = Question {
             query: a.query.clone(),

@@ -49,11 +49,16 @@ pub(crate) fn model(
     flags: &ProviderArgs,
     config: &Config,
 ) -> anyhow::Result<ModuleThink> {
+    let provider = crate::provider::select(flags, config, None)?;
+    if let Some(w) = noesis_host::provider::unpriced_warning(flags, config, provider.as_ref()) {
+        out::note(&w);
+    }
     Ok(ModuleThink {
         search: search.clone(),
         module: module.to_owned(),
-        provider: crate::provider::select(flags, config, None)?,
+        provider,
         prices: crate::provider::prices(config),
+        budget: crate::provider::budget(flags, config)?,
     })
 }
 

@@ -110,6 +110,9 @@ pub(crate) fn execute_module(search: &SearchPath, a: Args, composing: &Composing
     };
     let provider = select(&a.provider, &config, Some((&module.name, Some(module.policy.tier.as_str()))))?;
     crate::local::note_schema(provider.as_ref(), &module.reply_schema());
+    if let Some(w) = noesis_host::provider::unpriced_warning(&a.provider, &config, provider.as_ref()) {
+        out::note(&w);
+    }
     let model_id = format!("{}/{}", provider.name(), provider.model());
     let refuse = |env: Value| refuse(env, &model_id);
     let mut input = match read_input(a.input.as_deref()) {

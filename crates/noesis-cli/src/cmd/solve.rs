@@ -118,12 +118,16 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         let permissions = super::agent::rules::operator(&config, &a.rules, &commands, &ws)?;
         let blobs = crate::memory::home()?.join("snapshots").join(versions::project_hash(&project.root)).join("blobs");
         let provider = super::agent::with_text_tools(crate::provider::select(&a.provider, &config, None)?, &config);
+        if let Some(w) = noesis_host::provider::unpriced_warning(&a.provider, &config, provider.as_ref()) {
+            crate::out::note(&w);
+        }
         let driver = Driver {
             search: search.clone(),
             states,
             project_root: project.root.clone(),
             provider,
             prices: crate::provider::prices(&config),
+            budget: crate::provider::budget(&a.provider, &config)?,
             workspace,
             blobs,
             test_timeout: Duration::from_secs(a.test_timeout),

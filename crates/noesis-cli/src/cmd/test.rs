@@ -95,6 +95,9 @@ pub(crate) fn run(search: &SearchPath, mut a: Args) -> anyhow::Result<ExitCode> 
         } else {
             let p = select(&a.provider, &config, Some((&module.name, Some(module.policy.tier.as_str()))))?;
             crate::local::note_schema(p.as_ref(), &module.reply_schema());
+            if let Some(w) = noesis_host::provider::unpriced_warning(&a.provider, &config, p.as_ref()) {
+                out::note(&w);
+            }
             Some(p)
         };
         for case in &suite.cases {

@@ -21,7 +21,7 @@ pub use episodes::{episode_page, episodes_page};
 pub use frames::{frame_page, search_page, session_page, sessions_page, tree_html};
 pub use modules::{module_page, modules_page};
 pub use runs::{run_page, runs_page};
-pub use usage::{Usage, merge_usage, usage_of, usage_of_frames, usage_page};
+pub use usage::{RoleUsage, TreeUsage, Usage, attribution_of, merge_usage, usage_of, usage_of_frames, usage_page};
 
 /// Text as HTML: `& < > " '` escaped, so it can go in an element or a
 /// quoted attribute.

@@ -55,8 +55,127 @@ pub fn usage_of(runs: &[noesis_agent::AgentRun]) -> Vec<Usage> {
             }
             row.cost_usd += r.cost_usd;
         }
+        // The calls its `run_module` calls made (a sub-agent's are its own
+        // run's replies, counted there).
+        for (model, s) in module_spends(run) {
+            let row = rows.entry((day.clone(), model.clone())).or_insert_with(|| Usage {
+                day: day.clone(),
+                model,
+                ..Usage::default()
+            });
+            row.calls += u64::from(s.calls);
+            row.input_tokens += s.input_tokens;
+            row.output_tokens += s.output_tokens;
+            row.cost_usd += s.cost_usd;
+        }
     }
     rows.into_values().collect()
+}
+
+/// What `run`'s own tool calls spent on models other than through a
+/// sub-agent (module runs), with the model that answered.
+fn module_spends(run: &noesis_agent::AgentRun) -> impl Iterator<Item = (String, &noesis_agent::ToolSpend)> {
+    run.calls.iter().filter_map(|c| {
+        let s = c.spent.as_ref()?;
+        let sub_agent = c.evidence.iter().any(|e| matches!(e, noesis_agent::ToolEvidence::SubAgent { .. }));
+        (!sub_agent).then(|| (s.model.clone().unwrap_or_else(|| "?".into()), s))
+    })
+}
+
+/// Who spent: an agent run started by a person, a sub-agent, by role
+/// (`plan`, `think`, `reflect`, `run_module`) and model.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RoleUsage {
+    /// `agent` or `sub_agent`.
+    pub agent: String,
+    /// What the calls were for.
+    pub role: String,
+    /// `provider/model` that answered.
+    pub model: String,
+    /// Model calls.
+    pub calls: u64,
+    /// Input plus output tokens.
+    pub tokens: u64,
+    /// US dollars.
+    pub cost_usd: f64,
+}
+
+/// One run tree's spend: a run a person started and its sub-agents.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct TreeUsage {
+    /// The run a person started.
+    pub run_id: String,
+    /// Sub-agent runs under it.
+    pub sub_agents: u64,
+    /// Model calls, the sub-agents' and module runs' included.
+    pub calls: u64,
+    /// Input plus output tokens.
+    pub tokens: u64,
+    /// US dollars.
+    pub cost_usd: f64,
+}
+
+/// How many run trees the page lists, costliest first.
+const TOP_TREES: usize = 20;
+
+/// Agent runs' spend by agent kind, role and model, and the costliest run
+/// trees (each sub-agent's spend counted under the run it hangs from).
+pub fn attribution_of(runs: &[noesis_agent::AgentRun]) -> (Vec<RoleUsage>, Vec<TreeUsage>) {
+    let mut roles: BTreeMap<(String, String, String), RoleUsage> = BTreeMap::new();
+    let parent: BTreeMap<&str, &str> =
+        runs.iter().filter_map(|r| Some((r.id.as_str(), r.host["parent_run"].as_str()?))).collect();
+    let root_of = |id: &str| {
+        let mut at = id;
+        // Bounded: sub-agents nest at most a few deep, and a hand-edited
+        // cycle must not hang the page.
+        for _ in 0..16 {
+            match parent.get(at) {
+                Some(p) => at = p,
+                None => break,
+            }
+        }
+        at.to_owned()
+    };
+    let mut trees: BTreeMap<String, TreeUsage> = BTreeMap::new();
+    for run in runs {
+        let kind = if run.host["parent_run"].is_string() { "sub_agent" } else { "agent" };
+        let provider = run.host["provider"].as_str().unwrap_or("?");
+        let root = root_of(&run.id);
+        let tree = trees.entry(root.clone()).or_insert_with(|| TreeUsage { run_id: root, ..TreeUsage::default() });
+        if kind == "sub_agent" {
+            tree.sub_agents += 1;
+        }
+        let mut add = |role: &str, model: String, calls: u64, tokens: u64, cost: f64| {
+            let row = roles.entry((kind.to_owned(), role.to_owned(), model.clone())).or_insert_with(|| RoleUsage {
+                agent: kind.to_owned(),
+                role: role.to_owned(),
+                model,
+                ..RoleUsage::default()
+            });
+            row.calls += calls;
+            row.tokens += tokens;
+            row.cost_usd += cost;
+            tree.calls += calls;
+            tree.tokens += tokens;
+            tree.cost_usd += cost;
+        };
+        for r in &run.replies {
+            let model = r
+                .route
+                .as_deref()
+                .and_then(|route| route.rsplit_once("answered by ").map(|(_, m)| m.to_owned()))
+                .unwrap_or_else(|| format!("{provider}/{}", r.model));
+            let tokens = r.usage.map_or(0, |u| u.input_tokens + u.output_tokens);
+            add(r.role.as_deref().unwrap_or("think"), model, 1, tokens, r.cost_usd);
+        }
+        for (model, s) in module_spends(run) {
+            add("run_module", model, u64::from(s.calls), s.input_tokens + s.output_tokens, s.cost_usd);
+        }
+    }
+    let mut trees: Vec<TreeUsage> = trees.into_values().filter(|t| t.calls > 0).collect();
+    trees.sort_by(|a, b| b.cost_usd.total_cmp(&a.cost_usd).then(b.tokens.cmp(&a.tokens)));
+    trees.truncate(TOP_TREES);
+    (roles.into_values().collect(), trees)
 }
 
 /// The usage of module runs, from their frames' `usage_total` (the run's
@@ -138,8 +257,9 @@ fn tokens_chart(rows: &[Usage]) -> String {
     svg
 }
 
-/// Tokens and cost per day and per provider/model, as a chart and tables.
-pub fn usage_page(rows: &[Usage]) -> String {
+/// Tokens and cost per day and per provider/model, as a chart and tables;
+/// then who spent (`roles`, `trees`: see [`attribution_of`]).
+pub fn usage_page(rows: &[Usage], roles: &[RoleUsage], trees: &[TreeUsage]) -> String {
     let mut body = String::from("<h1>Usage</h1>");
     if rows.is_empty() {
         body.push_str(
@@ -197,6 +317,44 @@ pub fn usage_page(rows: &[Usage]) -> String {
         );
     }
     body.push_str("</tbody></table>");
+    if !roles.is_empty() {
+        body.push_str(
+            "<h2>By agent, role and model</h2><table><thead><tr><th>Agent</th><th>Role</th><th>Model</th>\
+             <th>Calls</th><th>Tokens</th><th>Cost</th></tr></thead><tbody>",
+        );
+        for r in roles {
+            let _ = write!(
+                body,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>${:.4}</td></tr>",
+                esc(&r.agent),
+                esc(&r.role),
+                esc(&r.model),
+                r.calls,
+                r.tokens,
+                r.cost_usd
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
+    if !trees.is_empty() {
+        body.push_str(
+            "<h2>Costliest runs, sub-agents included</h2><table><thead><tr><th>Run</th><th>Sub-agents</th>\
+             <th>Calls</th><th>Tokens</th><th>Cost</th></tr></thead><tbody>",
+        );
+        for t in trees {
+            let _ = write!(
+                body,
+                "<tr><td><a href=\"/runs/{}\">{}</a></td><td>{}</td><td>{}</td><td>{}</td><td>${:.4}</td></tr>",
+                super::enc(&t.run_id),
+                esc(&t.run_id),
+                t.sub_agents,
+                t.calls,
+                t.tokens,
+                t.cost_usd
+            );
+        }
+        body.push_str("</tbody></table>");
+    }
     page("Usage", &body)
 }
 
@@ -215,6 +373,7 @@ mod tests {
             usage: Some(noesis_llm::Usage { input_tokens: input, output_tokens: output }),
             cost_usd: cost,
             route: route.map(str::to_owned),
+            role: None,
             span: None,
         };
         let day = 86_400_000;
@@ -239,12 +398,88 @@ mod tests {
                 ("2024-10-05", "openai/gpt-4o", 1, 1, 1)
             ]
         );
-        let html = usage_page(&rows);
+        let html = usage_page(&rows, &[], &[]);
         assert!(html.contains("4 model call(s), 158 input and 17 output tokens, $0.0160."), "{html}");
         assert_eq!(html.matches("<rect ").count(), 4, "two stacked bars, one per day");
         assert!(html.contains("<title>2024-10-04 — 157 in, 16 out</title>"), "{html}");
         assert!(!html.contains("style="), "no inline style: the CSP forbids it");
         assert!(html.contains("<td>openai/gpt-4o</td><td>3</td><td>151</td><td>16</td><td>$0.0160</td>"));
+    }
+
+    #[test]
+    fn spend_is_attributed_per_agent_role_and_model_and_per_run_tree() {
+        use noesis_agent::{AgentRun, CallRecord, CallStatus, RunConfig, ToolEvidence, ToolSpend};
+        let reply = |role: &str, tokens: u64, cost: f64| noesis_agent::ReplyRecord {
+            text: String::new(),
+            model: "gpt-4o".into(),
+            tool_calls: Vec::new(),
+            usage: Some(noesis_llm::Usage { input_tokens: tokens, output_tokens: 0 }),
+            cost_usd: cost,
+            route: None,
+            role: Some(role.into()),
+            span: None,
+        };
+        let call = |id: &str, spent: ToolSpend, evidence: Vec<ToolEvidence>| CallRecord {
+            id: id.into(),
+            turn: 0,
+            tool: "t".into(),
+            arguments: serde_json::json!({}),
+            arguments_hash: String::new(),
+            status: CallStatus::Completed,
+            result: None,
+            is_error: false,
+            started_ms: None,
+            finished_ms: None,
+            evidence,
+            span: None,
+            spent: Some(spent),
+        };
+        let spend = |calls, tokens, cost, model: Option<&str>| ToolSpend {
+            calls,
+            input_tokens: tokens,
+            output_tokens: 0,
+            cost_usd: cost,
+            model: model.map(str::to_owned),
+        };
+        let mut root = AgentRun::new("r", "t", RunConfig::default(), 0);
+        root.host = serde_json::json!({"provider": "openai"});
+        root.replies = vec![reply("plan", 10, 0.1), reply("think", 20, 0.2)];
+        root.calls = vec![
+            call("m", spend(1, 5, 0.05, Some("openai/gpt-4o-mini")), vec![]),
+            // Its spend is the sub-agent run's replies, counted there.
+            call("s", spend(1, 40, 0.4, None), vec![ToolEvidence::SubAgent { run_id: "r.s".into() }]),
+        ];
+        let mut sub = AgentRun::new("r.s", "t", RunConfig::default(), 0);
+        sub.host = serde_json::json!({"provider": "openai", "parent_run": "r"});
+        sub.replies = vec![reply("think", 40, 0.4)];
+        let mut other = AgentRun::new("o", "t", RunConfig::default(), 0);
+        other.host = serde_json::json!({"provider": "openai"});
+        other.replies = vec![reply("think", 1, 0.01)];
+        let runs = [root, sub, other];
+        let (roles, trees) = attribution_of(&runs);
+        let got: Vec<(&str, &str, &str, u64, u64)> =
+            roles.iter().map(|r| (r.agent.as_str(), r.role.as_str(), r.model.as_str(), r.calls, r.tokens)).collect();
+        assert_eq!(
+            got,
+            [
+                ("agent", "plan", "openai/gpt-4o", 1, 10),
+                ("agent", "run_module", "openai/gpt-4o-mini", 1, 5),
+                ("agent", "think", "openai/gpt-4o", 2, 21),
+                ("sub_agent", "think", "openai/gpt-4o", 1, 40),
+            ]
+        );
+        let got: Vec<(&str, u64, u64, u64)> =
+            trees.iter().map(|t| (t.run_id.as_str(), t.sub_agents, t.calls, t.tokens)).collect();
+        assert_eq!(got, [("r", 1, 4, 75), ("o", 0, 1, 1)], "costliest first, the sub-agent under its root");
+        // The by-day rows count the module run's calls too, once.
+        let total: u64 = usage_of(&runs).iter().map(|u| u.input_tokens).sum();
+        assert_eq!(total, 76);
+        let html = usage_page(&usage_of(&runs), &roles, &trees);
+        assert!(html.contains("<td>sub_agent</td><td>think</td><td>openai/gpt-4o</td><td>1</td><td>40</td>"), "{html}");
+        assert!(
+            html.contains("<a href=\"/runs/r\">r</a></td><td>1</td><td>4</td><td>75</td><td>$0.7500</td>"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -84,6 +84,8 @@ impl Driver {
                 now: &now_ms,
                 price: &price,
                 observe: Some(&observe),
+                meter: self.budget.clone(),
+                prices: Some(Arc::clone(&self.prices)),
                 ..noesis_agent::Driver::new(self.provider.as_ref(), Arc::clone(&tools))
             };
             let mut keep = Keep { store: self.store(), project_id: self.states.project_id.clone() };

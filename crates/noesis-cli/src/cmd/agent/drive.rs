@@ -99,6 +99,9 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     crate::cmd::sandbox::warn_if_off(&sandbox, a.drive.quiet);
     let rt = crate::memory::runtime()?;
     let provider = with_text_tools(select(&a.drive.provider, &config, None)?, &config);
+    if let Some(w) = noesis_host::provider::unpriced_warning(&a.drive.provider, &config, provider.as_ref()) {
+        out::note(&w);
+    }
     let providers = Arc::new(Providers::new(a.drive.provider.clone(), config));
     let host = host(&rt, search, providers, a.drive.quiet)?;
     let (run, equipped) = rt.block_on(prepared.start(&host, provider, sandbox))?;

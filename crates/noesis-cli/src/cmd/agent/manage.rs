@@ -47,11 +47,23 @@ pub(super) fn list(limit: u32, json: bool) -> anyhow::Result<ExitCode> {
 pub(super) fn show(id: &str, at: Option<i64>, json: bool) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     let (run, stored) = load_run(&rt, id, at)?;
+    // What the run tree spent per agent, role and model (its sub-agents as
+    // they are now).
+    let children = rt.block_on(async {
+        let (_, store) = crate::memory::context().await?;
+        anyhow::Ok(noesis_host::runs::sub_agent_runs(store.as_ref(), &run).await?)
+    })?;
+    let spend = noesis_agent::summary::spend(&run, &children);
     if json {
-        out::json(&stored.state, false)?;
+        let mut shown = stored.state.clone();
+        if let Value::Object(m) = &mut shown {
+            m.insert("spend".into(), serde_json::to_value(&spend)?);
+        }
+        out::json(&shown, false)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let t = noesis_agent::summary::run_text(&run, &stored.task, stored.step);
+    let mut t = noesis_agent::summary::run_text(&run, &stored.task, stored.step);
+    t.push_str(&noesis_agent::summary::spend_text(&spend));
     out::data(&t)?;
     Ok(ExitCode::SUCCESS)
 }
