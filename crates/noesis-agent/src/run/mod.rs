@@ -891,12 +891,24 @@ When you have the answer, reply with it as plain text and call no tool.",
         // Group into units that must stay together: an assistant turn with
         // its results; a note alone.
         let mut units: Vec<Vec<Message>> = Vec::new();
+        // Looked up once per request, not once per call: a long run asks
+        // with every call it made.
+        let by_id: std::collections::HashMap<&str, &CallRecord> =
+            self.calls.iter().rev().map(|c| (c.id.as_str(), c)).collect();
+        let entered: std::collections::HashSet<&str> = self
+            .entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::ToolResult { call_id } => Some(call_id.as_str()),
+                _ => None,
+            })
+            .collect();
         for entry in &self.entries {
             match entry {
                 Entry::Assistant { content, calls } => {
                     let tool_calls: Vec<ToolCall> = calls
                         .iter()
-                        .filter_map(|id| self.call(id))
+                        .filter_map(|id| by_id.get(id.as_str()))
                         .map(|c| ToolCall { id: c.id.clone(), name: c.tool.clone(), arguments: c.arguments.clone() })
                         .collect();
                     let mut unit =
@@ -904,9 +916,9 @@ When you have the answer, reply with it as plain text and call no tool.",
                     // Results are added here, in call order, whatever order
                     // their entries have; a call without one gets NO_RESULT.
                     for call in &tool_calls {
-                        let text = self
-                            .call(&call.id)
-                            .filter(|c| c.status.is_final() && self.result_entered(&c.id))
+                        let text = by_id
+                            .get(call.id.as_str())
+                            .filter(|c| c.status.is_final() && entered.contains(c.id.as_str()))
                             .and_then(|c| c.result.clone())
                             .unwrap_or_else(|| NO_RESULT.to_owned());
                         unit.push(Message::tool_result(call, text));
@@ -936,10 +948,6 @@ When you have the answer, reply with it as plain text and call no tool.",
             }
         }
         units.into_iter().flatten().collect()
-    }
-
-    fn result_entered(&self, id: &str) -> bool {
-        self.entries.iter().any(|e| matches!(e, Entry::ToolResult { call_id } if call_id == id))
     }
 }
 
