@@ -420,11 +420,7 @@ fn spend_into(
         row.cost_usd += cost;
     };
     for r in &run.replies {
-        let model = r
-            .route
-            .as_deref()
-            .and_then(|route| route.rsplit_once("answered by ").map(|(_, m)| m.to_owned()))
-            .unwrap_or_else(|| provider.map_or_else(|| r.model.clone(), |p| format!("{p}/{}", r.model)));
+        let model = r.answered_by(provider);
         let (input, output) = r.usage.map_or((0, 0), |u| (u.input_tokens, u.output_tokens));
         add(r.role.as_deref().unwrap_or("think"), model, 1, input, output, r.cost_usd);
     }

@@ -538,6 +538,16 @@ pub struct RecordedCall {
 }
 
 impl ReplyRecord {
+    /// The model that answered, as `provider/model`: the one the router
+    /// named when it chose (`… answered by P/M`), else `provider` (the
+    /// run's) with the reply's model, else the reply's model alone.
+    pub fn answered_by(&self, provider: Option<&str>) -> String {
+        self.route
+            .as_deref()
+            .and_then(|route| route.rsplit_once("answered by ").map(|(_, m)| m.to_owned()))
+            .unwrap_or_else(|| provider.map_or_else(|| self.model.clone(), |p| format!("{p}/{}", self.model)))
+    }
+
     /// The reply as a provider would return it.
     pub fn to_response(&self) -> ChatResponse {
         ChatResponse {

@@ -38,11 +38,7 @@ pub fn usage_of(runs: &[noesis_agent::AgentRun]) -> Vec<Usage> {
             .collect::<String>();
         let provider = run.host["provider"].as_str().unwrap_or("?");
         for r in &run.replies {
-            let model = r
-                .route
-                .as_deref()
-                .and_then(|route| route.rsplit_once("answered by ").map(|(_, m)| m.to_owned()))
-                .unwrap_or_else(|| format!("{provider}/{}", r.model));
+            let model = r.answered_by(Some(provider));
             let row = rows.entry((day.clone(), model.clone())).or_insert_with(|| Usage {
                 day: day.clone(),
                 model,
