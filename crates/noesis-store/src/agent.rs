@@ -196,7 +196,7 @@ pub(crate) async fn save(
     loop {
         let body = match &entry {
             Entry::Snapshot => s.state.to_string(),
-            Entry::Delta { base, delta } => json!({"base": base, "d": delta}).to_string(),
+            Entry::Delta { base, delta } => delta_body(*base, delta),
         };
         let mut tx = store.write().await?;
         fence(&mut tx, &s.run_id, lease, s.at).await?;
@@ -241,7 +241,7 @@ pub(crate) async fn save_delta(
 ) -> Result<(), StoreError> {
     // This store's own base of the run is behind from now on.
     drop(bases.take(&s.run_id));
-    let body = json!({"base": base, "d": delta}).to_string();
+    let body = delta_body(base, delta);
     let mut tx = store.write().await?;
     fence(&mut tx, &s.run_id, lease, s.at).await?;
     if base >= s.step || !write(&mut tx, s, &Entry::Delta { base, delta: Value::Null }, &body).await? {
@@ -251,6 +251,12 @@ pub(crate) async fn save_delta(
         )));
     }
     tx.commit().await.ctx(|| format!("commit agent run {}", s.run_id))
+}
+
+/// A delta's stored form, `{"base": STEP, "d": DELTA}`, written straight
+/// out: building it as a value would copy the delta on every checkpoint.
+fn delta_body(base: i64, delta: &Value) -> String {
+    format!("{{\"base\":{base},\"d\":{delta}}}")
 }
 
 /// Writes the summary and the log entry; `false` when the summary is not
@@ -624,4 +630,14 @@ pub(crate) async fn last_event(pool: &AnyPool, run_id: &str) -> Result<i64, Stor
         .fetch_one(pool)
         .await
         .ctx(|| format!("read events of agent run {run_id}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_delta_body_reads_back_as_its_base_and_change() {
+        let delta = serde_json::json!({"{": {"step": {"=": 4}, "note": {"=": "a \"quoted\" line"}}});
+        let body: serde_json::Value = serde_json::from_str(&super::delta_body(3, &delta)).unwrap();
+        assert_eq!((body["base"].as_i64(), &body["d"]), (Some(3), &delta));
+    }
 }
