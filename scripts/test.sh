@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 . scripts/browser.sh
 . scripts/mcp-servers.sh
 . scripts/book.sh
+. scripts/temporal.sh
 need_cargo
 # Tests that need something outside the workspace are required: a missing
 # dependency fails them. Each has one opt-out, which skips them instead:
@@ -18,6 +19,7 @@ need_cargo
 #   NOESIS_SKIP_MCP_SERVERS=1  the MCP client against third-party MCP servers
 #   NOESIS_SKIP_PYTEST=1       `noesis solve` on a Python project tested by pytest
 #   NOESIS_SKIP_BOOK=1         the book under docs/ (mdbook build) and its link check
+#   NOESIS_SKIP_TEMPORAL=1     runs on workers under a Temporal dev server (tests/scale_out.rs)
 # Every skip is logged, and the run ends with a summary of them.
 opted_out() { case "${!1:-}" in "" | 0 | false | FALSE | False) return 1 ;; *) return 0 ;; esac; }
 
@@ -37,6 +39,13 @@ opted_out NOESIS_SKIP_MCP_SERVERS || install_mcp_servers
 opted_out NOESIS_SKIP_PYTEST || install_pytest
 # The book under docs/ is built with a pinned mdbook.
 opted_out NOESIS_SKIP_BOOK || install_mdbook
+# tests/scale_out.rs starts Temporal dev servers and workers.
+opted_out NOESIS_SKIP_TEMPORAL || install_temporal
+
+# Everything is built and tested once, with the Temporal workers in: one
+# feature set for every step below, so nothing is compiled twice. The
+# default binary (no Temporal SDK) is checked by the first clippy run.
+FEATURES=(--features noesis-cli/temporal)
 
 NOESIS_SKIP_LOG="$(mktemp "${TMPDIR:-/tmp}/noesis-skips.XXXXXX")"
 export NOESIS_SKIP_LOG
@@ -77,6 +86,7 @@ echo "==> cargo fmt --check" >&2
 cargo fmt --all -- --check >&2
 echo "==> cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings >&2
+cargo clippy --workspace --all-targets --locked "${FEATURES[@]}" -- -D warnings >&2
 # The oldest Rust the workspace claims (rust-version in Cargo.toml; a test
 # checks it against the dependencies' own) builds it, when that toolchain is
 # installed: `rustup toolchain install <version>` to have it checked here.
@@ -91,18 +101,18 @@ else
   echo "==> cargo +$msrv check: Rust $msrv is not installed here; not built with it" >&2
 fi
 echo "==> doc tests" >&2
-cargo test --workspace --doc --locked
+cargo test --workspace --doc --locked "${FEATURES[@]}"
 echo "==> unit and integration tests" >&2
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast
+  cargo nextest run --workspace --locked --no-fail-fast "${FEATURES[@]}"
 else
-  cargo test --workspace --locked --no-fail-fast
+  cargo test --workspace --locked --no-fail-fast "${FEATURES[@]}"
 fi
 # The façade's examples are programs a newcomer copies: each asserts what it
 # shows and must run to the end. Built with the whole workspace (the same
 # feature set as the tests, so nothing is compiled twice), then run.
 echo "==> examples of the noesis crate" >&2
-cargo build --workspace --examples --locked >&2
+cargo build --workspace --examples --locked "${FEATURES[@]}" >&2
 for example in crates/noesis/examples/*.rs; do
   name="$(basename "$example" .rs)"
   echo "    $name" >&2

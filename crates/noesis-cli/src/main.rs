@@ -2,6 +2,7 @@
 //! argument parsing, provider selection, reading files and printing; the
 //! work happens in the library crates.
 
+mod cluster;
 mod cmd;
 mod config;
 mod local;
@@ -97,6 +98,8 @@ enum Command {
     Sandbox(cmd::sandbox::Args),
     /// Serve the modules over HTTP (run, stream, list, info) and the dashboard at /; runs are not recorded as frames.
     Serve(cmd::serve::Args),
+    /// Drive the runs submitted to a Temporal cluster (`agent --on ADDR`) from this machine, until Ctrl-C.
+    Worker(cmd::worker::Args),
     /// Open the dashboard: sessions, frame trees and evidence in a browser, on a loopback port (URL on stdout).
     Ui(cmd::serve::UiArgs),
     /// Print a shell completion script: bash, zsh, fish, powershell or elvish (e.g. `noesis completions bash > ~/.local/share/bash-completion/completions/noesis`).
@@ -158,7 +161,7 @@ const GROUPS: &[(&str, &[&str])] = &[
     ("Agents", &["agent", "sandbox"]),
     ("Workflow", &["solve", "state", "memory"]),
     ("Memory and frames", &["session", "frames", "ask", "docs", "review", "testgen", "plugin"]),
-    ("Serving", &["serve", "ui", "mcp"]),
+    ("Serving", &["serve", "ui", "mcp", "worker"]),
     ("Distribution", &["install", "update", "remove", "add", "versions", "search", "registry"]),
     ("Setup", &["doctor", "model", "completions"]),
 ];
@@ -194,9 +197,13 @@ fn grouped(cmd: clap::Command) -> clap::Command {
 
 fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
     let search = noesis_modules::search::SearchPath::from_env(&cli.modules);
-    memory::configure(cli.store.clone(), matches!(cli.command, Command::Serve(_) | Command::Ui(_) | Command::Mcp(_)));
+    memory::configure(
+        cli.store.clone(),
+        matches!(cli.command, Command::Serve(_) | Command::Ui(_) | Command::Mcp(_) | Command::Worker(_)),
+    );
     match cli.command {
         Command::Agent(a) => cmd::agent::run(&search, *a),
+        Command::Worker(a) => cmd::worker::run(&search, a),
         Command::Run(a) => cmd::run::run(&search, a),
         Command::Compose(a) => cmd::compose::run(&search, a),
         Command::Validate(a) => cmd::validate::run(&search, a),

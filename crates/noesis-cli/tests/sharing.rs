@@ -94,7 +94,7 @@ fn finish(child: Child) -> (i32, String) {
 /// Every call of stored run `id` against the lines its tool appended to
 /// `log`: a completed call ran exactly once, an interrupted one at most
 /// once; how many calls were interrupted.
-fn calls_ran_once(stored: &serde_json::Value, log: &str, id: &str, rounds: usize) -> usize {
+pub(crate) fn calls_ran_once(stored: &serde_json::Value, log: &str, id: &str, rounds: usize) -> usize {
     let lines: Vec<&str> = log.lines().collect();
     let mut interrupted = 0;
     let calls = stored["calls"].as_array().unwrap();

@@ -20,6 +20,8 @@ mod module_test;
 mod plugins;
 mod providers;
 mod run;
+#[cfg(feature = "temporal")]
+mod scale_out;
 mod serve;
 mod sharing;
 mod snapshots;

@@ -48,6 +48,13 @@ pub struct Drive<'a> {
     /// refused when the store moved on before this driver took the run's
     /// lease (another driver stepped it meanwhile).
     pub from_step: Option<i64>,
+    /// What kind of driver this is, in its lease's holder name (`cli`,
+    /// `worker`; see [`holder_name`]): a refusal names it.
+    pub holder: &'a str,
+    /// How long its lease holds without a heartbeat: how long a driver on
+    /// another machine that died keeps the run from the next one
+    /// ([`crate::hold::LEASE_TTL`] unless a worker pool wants less).
+    pub lease_ttl: Duration,
 }
 
 /// Drives `run` until it ends, is cancelled, or waits for decisions the
@@ -56,7 +63,7 @@ pub struct Drive<'a> {
 /// under its lease (see [`crate::hold`]): refused when another driver
 /// holds it, stopped when another driver took it over.
 pub async fn to_end(d: Drive<'_>, run: &mut AgentRun, front: &dyn Front) -> Result<()> {
-    let holds = Holds::new(Arc::clone(&d.host.store), holder_name("cli"));
+    let holds = Holds::with_ttl(Arc::clone(&d.host.store), holder_name(d.holder), d.lease_ttl);
     let lost = holds.hold(&run.id).await?;
     if let Some(from) = d.from_step {
         let now_at = d.host.store.agent_state(&run.id, None).await?.map(|s| s.step);

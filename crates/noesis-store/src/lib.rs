@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 mod agent;
+mod batch;
 mod context;
 mod error;
 mod filter;
@@ -45,6 +46,7 @@ use async_trait::async_trait;
 use noesis_frames::{CausalFrame, Changeset, FileRef, FrameId, Invalidation, SessionArtifacts, SessionLink, Timestamp};
 
 pub use agent::{AgentState, AgentSummary, Lease, LeaseGrant, LeaseHolder, MIN_SNAPSHOT_GAP, RunEvent};
+pub use batch::{Batch, BatchItem};
 pub use context::{ContextQuery, ContextRow};
 pub use error::StoreError;
 pub use filter::FrameFilter;
@@ -216,6 +218,30 @@ pub trait Store: Send + Sync {
 
     /// The id of run `run_id`'s last stored event (0: none).
     async fn last_run_event(&self, run_id: &str) -> Result<i64, StoreError>;
+
+    /// Stores a module batch and its inputs, all or nothing; a batch with
+    /// this id already is a [`StoreError::Conflict`].
+    async fn create_batch(&self, batch: &Batch, inputs: &[serde_json::Value]) -> Result<(), StoreError>;
+
+    /// Batch `batch_id`, if stored.
+    async fn batch(&self, batch_id: &str) -> Result<Option<Batch>, StoreError>;
+
+    /// The items of a batch with `from <= idx < to`, in order.
+    async fn batch_items(&self, batch_id: &str, from: i64, to: i64) -> Result<Vec<BatchItem>, StoreError>;
+
+    /// Answers item `idx` with `output` unless it has an answer: whether
+    /// this answer was the one kept.
+    async fn answer_batch_item(
+        &self,
+        batch_id: &str,
+        idx: i64,
+        output: &serde_json::Value,
+        by: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError>;
+
+    /// How many items of a batch have an answer.
+    async fn batch_answered(&self, batch_id: &str) -> Result<i64, StoreError>;
 
     /// Takes the lease of `run_id` for `holder` for `ttl_ms` from `now_ms`,
     /// unless another holder's lease is live; taking it raises its epoch,

@@ -38,10 +38,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration { version: 6, name: "session kind", sql: include_str!("../migrations/0006_session_kind.sql") },
     Migration { version: 7, name: "session links", sql: include_str!("../migrations/0007_session_links.sql") },
     Migration { version: 8, name: "run log and leases", sql: include_str!("../migrations/0008_run_log.sql") },
+    Migration { version: 9, name: "module batches", sql: include_str!("../migrations/0009_batches.sql") },
 ];
 
 /// The latest schema version this build knows.
-pub(crate) const LATEST: i64 = 8;
+pub(crate) const LATEST: i64 = 9;
 
 /// The statements of a migration for a back end: comments dropped, split on
 /// `;`, `{serial}`, `{frame_key}` and `{state_key}` replaced, and a statement

@@ -55,6 +55,7 @@ both!(
     a_stale_base_or_writer_never_breaks_the_log,
     run_leases_fence_stale_holders,
     streamed_events_are_kept_by_id_and_never_reused,
+    batch_items_are_answered_once,
     workflow_versions_never_overwrite_each_other,
     memory_is_searched_by_any_word_best_first,
     check_finds_partial_frames,
@@ -777,6 +778,44 @@ async fn run_leases_fence_stale_holders(t_: &TestStore) {
     s.release_run_lease(&b).await.unwrap();
     assert_eq!(s.run_lease("leased").await.unwrap(), None);
     assert_eq!(s.agent_state("leased", None).await.unwrap().unwrap().step, 2);
+}
+
+async fn batch_items_are_answered_once(t_: &TestStore) {
+    use noesis_store::Batch;
+    use serde_json::json;
+    let s = &t_.store;
+    let batch = Batch {
+        batch_id: "b1".into(),
+        project_id: P.into(),
+        module: "summarise".into(),
+        spec: json!({"provider": "openai"}),
+        total: 3,
+        created_at: 5,
+    };
+    let inputs = [json!({"n": 0}), json!({"n": 1}), json!({"n": 2})];
+    assert_eq!(s.batch("b1").await.unwrap(), None);
+    // A count that does not match the inputs stores nothing.
+    let short = Batch { total: 4, ..batch.clone() };
+    assert!(matches!(s.create_batch(&short, &inputs).await, Err(StoreError::Conflict(_))));
+    assert_eq!(s.batch("b1").await.unwrap(), None);
+    s.create_batch(&batch, &inputs).await.unwrap();
+    assert_eq!(s.batch("b1").await.unwrap(), Some(batch.clone()));
+    let again = s.create_batch(&batch, &inputs).await.unwrap_err();
+    assert!(matches!(again, StoreError::Conflict(_)), "{again}");
+    let middle = s.batch_items("b1", 1, 3).await.unwrap();
+    assert_eq!(
+        middle.iter().map(|i| (i.idx, i.input.clone())).collect::<Vec<_>>(),
+        [(1, inputs[1].clone()), (2, inputs[2].clone())]
+    );
+    assert!(middle.iter().all(|i| i.output.is_none()));
+    assert_eq!(s.batch_answered("b1").await.unwrap(), 0);
+    assert!(s.answer_batch_item("b1", 1, &json!({"ok": true}), "w1", 10).await.unwrap());
+    // A second answer (a slice retried elsewhere) is not kept.
+    assert!(!s.answer_batch_item("b1", 1, &json!({"ok": false}), "w2", 11).await.unwrap());
+    let one = s.batch_items("b1", 1, 2).await.unwrap().remove(0);
+    assert_eq!((one.output, one.answered_by.as_deref()), (Some(json!({"ok": true})), Some("w1")));
+    assert_eq!(s.batch_answered("b1").await.unwrap(), 1);
+    assert!(!s.answer_batch_item("b1", 9, &json!({}), "w1", 12).await.unwrap(), "no such item");
 }
 
 async fn streamed_events_are_kept_by_id_and_never_reused(t_: &TestStore) {

@@ -22,17 +22,20 @@ pub enum Dependency {
     McpServers,
     /// pytest, for `noesis solve` on a Python project (`scripts/python-deps.sh`).
     Pytest,
+    /// The Temporal dev server (`scripts/temporal.sh`), for runs on workers.
+    Temporal,
 }
 
 impl Dependency {
     /// Every dependency, in the order the summary names them.
-    pub const ALL: [Dependency; 6] = [
+    pub const ALL: [Dependency; 7] = [
         Dependency::Postgres,
         Dependency::LocalModel,
         Dependency::McpSdk,
         Dependency::Browser,
         Dependency::McpServers,
         Dependency::Pytest,
+        Dependency::Temporal,
     ];
 
     /// The variable that, set to anything but empty, `0` or `false`, skips
@@ -45,6 +48,7 @@ impl Dependency {
             Dependency::Browser => "NOESIS_SKIP_BROWSER",
             Dependency::McpServers => "NOESIS_SKIP_MCP_SERVERS",
             Dependency::Pytest => "NOESIS_SKIP_PYTEST",
+            Dependency::Temporal => "NOESIS_SKIP_TEMPORAL",
         }
     }
 
@@ -57,6 +61,7 @@ impl Dependency {
             Dependency::Browser => "browser",
             Dependency::McpServers => "mcp-servers",
             Dependency::Pytest => "pytest",
+            Dependency::Temporal => "temporal",
         }
     }
 

@@ -35,6 +35,11 @@ pub(crate) struct Args {
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     let composing = Composing { trace: a.trace, timeout: a.total_timeout.map(Duration::from_millis) };
+    if a.run.is_batch() {
+        anyhow::bail!(
+            "--batch runs one module over many inputs: use `noesis run MODULE --batch FILE` (a composed module runs its children as usual)"
+        );
+    }
     execute_module(search, a.run, &composing)
 }
 

@@ -1,5 +1,6 @@
 pub(crate) mod agent;
 pub(crate) mod ask;
+pub(crate) mod batch;
 pub(crate) mod compose;
 pub(crate) mod conformance;
 pub(crate) mod doctor;
@@ -22,6 +23,7 @@ pub(crate) mod solve;
 pub(crate) mod state;
 pub(crate) mod test;
 pub(crate) mod validate;
+pub(crate) mod worker;
 
 use anyhow::Context;
 use noesis_modules::search::{Found, SearchPath};

@@ -54,6 +54,29 @@ pub(crate) struct Args {
     /// Print the prompt, the raw reply and repairs on stderr.
     #[arg(long, short)]
     verbose: bool,
+    /// Run the module over every line of a JSONL file (one input object
+    /// per line): the envelopes come out as JSONL, in the file's order.
+    #[arg(long, value_name = "FILE.jsonl", conflicts_with_all = ["input", "args", "files", "stream", "verbose"])]
+    batch: Option<PathBuf>,
+    /// Inputs per unit of work of a batch.
+    #[arg(long, value_name = "N", default_value_t = noesis_temporal::job::DEFAULT_SLICE, requires = "batch")]
+    slice: i64,
+    /// Units of a batch answered at once in this process (without --on).
+    #[arg(long, value_name = "N", default_value_t = 4, requires = "batch")]
+    parallel: usize,
+    /// Answer the batch on a Temporal cluster's workers (`noesis worker`):
+    /// HOST:PORT of its frontend; they must use the same store.
+    #[arg(long, value_name = "ADDR", requires = "batch")]
+    on: Option<String>,
+    /// The cluster's namespace (with --on).
+    #[arg(long, value_name = "NAME", requires = "on", default_value = noesis_temporal::job::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// The task queue its workers take work from (with --on).
+    #[arg(long, value_name = "QUEUE", requires = "on", default_value = noesis_temporal::job::DEFAULT_TASK_QUEUE)]
+    task_queue: String,
+    /// Print the batch's id and return once it is submitted (with --on).
+    #[arg(long, requires = "on")]
+    detach: bool,
 }
 
 fn read_input(spec: Option<&str>) -> Result<Value, String> {
@@ -84,7 +107,24 @@ pub(crate) struct Composing {
     pub(crate) timeout: Option<Duration>,
 }
 
+impl Args {
+    /// Whether this is a batch (`--batch FILE`).
+    pub(crate) fn is_batch(&self) -> bool {
+        self.batch.is_some()
+    }
+}
+
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
+    if let Some(file) = a.batch.clone() {
+        let on = a.on.clone().map(|address| crate::cluster::Target {
+            address,
+            namespace: a.namespace.clone(),
+            task_queue: a.task_queue.clone(),
+            detach: a.detach,
+        });
+        let batching = super::batch::Batching { file, slice: a.slice, parallel: a.parallel, on, pretty: a.pretty };
+        return super::batch::run(search, &a.module, &a.provider, batching);
+    }
     execute_module(search, a, &Composing::default())
 }
 

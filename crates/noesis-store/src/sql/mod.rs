@@ -585,6 +585,33 @@ impl Store for SqlStore {
         crate::agent::last_event(&self.pool, run_id).await
     }
 
+    async fn create_batch(&self, batch: &crate::Batch, inputs: &[serde_json::Value]) -> Result<(), StoreError> {
+        crate::batch::create(self, batch, inputs).await
+    }
+
+    async fn batch(&self, batch_id: &str) -> Result<Option<crate::Batch>, StoreError> {
+        crate::batch::get(&self.pool, batch_id).await
+    }
+
+    async fn batch_items(&self, batch_id: &str, from: i64, to: i64) -> Result<Vec<crate::BatchItem>, StoreError> {
+        crate::batch::items(&self.pool, batch_id, from, to).await
+    }
+
+    async fn answer_batch_item(
+        &self,
+        batch_id: &str,
+        idx: i64,
+        output: &serde_json::Value,
+        by: &str,
+        at_ms: i64,
+    ) -> Result<bool, StoreError> {
+        crate::batch::answer(self, batch_id, idx, output, by, at_ms).await
+    }
+
+    async fn batch_answered(&self, batch_id: &str) -> Result<i64, StoreError> {
+        crate::batch::answered(&self.pool, batch_id).await
+    }
+
     async fn save_agent_delta(
         &self,
         state: &crate::AgentState,

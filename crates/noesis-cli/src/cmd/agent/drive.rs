@@ -104,7 +104,23 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     }
     let providers = Arc::new(Providers::new(a.drive.provider.clone(), config));
     let host = host(&rt, search, providers, a.drive.quiet)?;
-    let (run, equipped) = rt.block_on(prepared.start(&host, provider, sandbox))?;
+    let (mut run, equipped) = rt.block_on(prepared.start(&host, provider, sandbox))?;
+    if let Some(address) = &a.on {
+        // Stored here, driven by the cluster's workers from the same store.
+        let target = crate::cluster::Target {
+            address: address.clone(),
+            namespace: a.namespace.clone(),
+            task_queue: a.task_queue.clone(),
+            detach: a.detach,
+        };
+        crate::cluster::record(&run.id, &target).record(&mut run.host);
+        if let Some(mcp) = &equipped.started {
+            rt.block_on(mcp.shutdown());
+        }
+        let project_id = host.project.project_id.clone();
+        rt.block_on(host.store.save_agent_state(&state_of(&run, &project_id)))?;
+        return crate::cluster::submit(&rt, host.store.as_ref(), &run, &target, a.drive.json, a.drive.quiet);
+    }
     let ctx = Ctx {
         project_id: host.project.project_id.clone(),
         host,
@@ -212,6 +228,8 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             tool_timeout: ctx.tool_timeout,
             cancel,
             from_step: ctx.from_step,
+            holder: "cli",
+            lease_ttl: noesis_host::hold::LEASE_TTL,
         };
         let driven = noesis_host::drive::to_end(drive, &mut run, &terminal).await;
         terminal.spinner.stop();
@@ -345,7 +363,7 @@ fn ask_in_terminal(pending: &[Pending]) -> anyhow::Result<Vec<Decision>> {
 
 /// Prints where the run ended: the answer (or the JSON) on stdout, what to
 /// do next on stderr.
-pub(super) fn report(run: &AgentRun, json: bool) -> anyhow::Result<()> {
+pub(crate) fn report(run: &AgentRun, json: bool) -> anyhow::Result<()> {
     if json {
         out::json(&outcome_json(run), false)?;
     } else if let Some(Outcome::Answer { text }) = &run.outcome {

@@ -107,6 +107,8 @@ fn decide(
         let store = crate::memory::open().await?;
         anyhow::Ok(noesis_host::runs::decide(store.as_ref(), &stored.project_id, &mut run, &decisions).await?)
     })?;
+    crate::cluster::decided(&rt, &run)?;
+    let on_cluster = noesis_temporal::job::ClusterRecord::of(&run.host).ok().flatten().is_some();
     if json {
         out::json(&outcome_json(&run), false)?;
     } else {
@@ -119,7 +121,9 @@ fn decide(
             };
             out::note(&format!("{what} {} ({})", d.call_id, d.tool));
         }
-        if run.outcome.is_none() {
+        if on_cluster {
+            out::note(&format!("the cluster's workers go on with run {}", run.id));
+        } else if run.outcome.is_none() {
             out::note(&format!("continue with `noesis agent resume {}`", run.id));
         }
     }

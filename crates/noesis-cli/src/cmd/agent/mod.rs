@@ -5,7 +5,7 @@
 mod drive;
 mod manage;
 
-pub(crate) use drive::progress_notes;
+pub(crate) use drive::{progress_notes, report};
 // The host's pieces by the paths `solve` and `ask` use.
 pub(crate) use noesis_host::provider::with_text_tools;
 
@@ -201,6 +201,21 @@ pub(crate) struct StartArgs {
     run_id: Option<String>,
     #[command(flatten)]
     sandbox: crate::cmd::sandbox::SandboxArgs,
+    /// Run on a Temporal cluster's workers (`noesis worker`) instead of
+    /// here: HOST:PORT of its frontend. The run is stored here, so the
+    /// workers must use the same store (NOESIS_STORE) and reach the
+    /// workspace; followed until it ends or pauses unless --detach.
+    #[arg(long, value_name = "ADDR")]
+    on: Option<String>,
+    /// The cluster's namespace (with --on).
+    #[arg(long, value_name = "NAME", requires = "on", default_value = noesis_temporal::job::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// The task queue its workers take runs from (with --on).
+    #[arg(long, value_name = "QUEUE", requires = "on", default_value = noesis_temporal::job::DEFAULT_TASK_QUEUE)]
+    task_queue: String,
+    /// Print the run's id and return once it is submitted (with --on).
+    #[arg(long, requires = "on")]
+    detach: bool,
     #[command(flatten)]
     drive: DriveArgs,
 }
