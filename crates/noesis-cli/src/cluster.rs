@@ -15,6 +15,7 @@ pub(crate) const NOT_BUILT: &str = "this noesis was built without Temporal suppo
      `cargo install --path crates/noesis-cli --features temporal` (see the README's \"Running on many machines\")";
 
 /// Where a run goes: the cluster's address and names.
+#[cfg_attr(not(feature = "temporal"), allow(dead_code))]
 pub(crate) struct Target {
     pub(crate) address: String,
     pub(crate) namespace: String,

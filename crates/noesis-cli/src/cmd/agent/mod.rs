@@ -5,7 +5,9 @@
 mod drive;
 mod manage;
 
-pub(crate) use drive::{progress_notes, report};
+pub(crate) use drive::progress_notes;
+#[cfg(feature = "temporal")]
+pub(crate) use drive::report;
 // The host's pieces by the paths `solve` and `ask` use.
 pub(crate) use noesis_host::provider::with_text_tools;
 
