@@ -25,6 +25,9 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "engine",
         &[
+            // Runs on many workers: drives stored runs and batches through
+            // the host, above everything a run is made of.
+            &["noesis-temporal"],
             // The episode drives agents, plugins and module runs.
             &["noesis-workflow"],
             // The plugins that implement the boundary, over agents and runs.
