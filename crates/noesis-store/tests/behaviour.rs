@@ -568,7 +568,7 @@ async fn stores_of_the_earlier_runner_are_adopted(t_: &TestStore) {
     let legacy = |versions: &str| {
         format!(
             // Tables of later versions did not exist in the earlier runner's day.
-            "DROP TABLE run_leases; DROP TABLE agent_run_events; DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
+            "DROP TABLE batch_items; DROP TABLE batches; DROP TABLE run_leases; DROP TABLE agent_run_events; DROP TABLE session_links; DROP INDEX sessions_by_source; ALTER TABLE sessions DROP COLUMN source_hash; ALTER TABLE sessions DROP COLUMN kind; DROP TABLE IF EXISTS memory_fts; DROP TABLE memory_entries; DROP TABLE workflow_states; DROP TABLE agent_run_states; DROP TABLE agent_runs; DROP TABLE _sqlx_migrations; \
              CREATE TABLE noesis_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL); \
              INSERT INTO noesis_migrations (version, name, applied_at) VALUES {versions}"
         )
