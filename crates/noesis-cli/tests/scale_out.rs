@@ -109,15 +109,22 @@ impl Drop for Workers {
     }
 }
 
-fn noesis(work: &Work, server: &FakeServer) -> std::process::Command {
+/// Where the runs are stored: none is the SQLite file under the work
+/// folder's NOESIS_HOME; else a URL every process is given.
+type StoreUrl<'a> = Option<&'a str>;
+
+fn noesis(work: &Work, server: &FakeServer, store: StoreUrl<'_>) -> std::process::Command {
     let mut c = work.noesis_std();
     c.env("OPENAI_BASE_URL", server.base_url()).env("OPENAI_API_KEY", "sk-test").stdin(Stdio::null());
+    if let Some(url) = store {
+        c.env("NOESIS_STORE", url);
+    }
     c
 }
 
-fn worker(work: &Work, server: &FakeServer, temporal: &Temporal, name: &str) -> Child {
+fn worker(work: &Work, server: &FakeServer, temporal: &Temporal, name: &str, store: StoreUrl<'_>) -> Child {
     let log = std::fs::File::create(work.path().join(format!("{name}.log"))).unwrap();
-    noesis(work, server)
+    noesis(work, server, store)
         .args(["worker", "--temporal", &temporal.address(), "--concurrency", "8", "--grace", "1"])
         .stdout(Stdio::null())
         .stderr(log)
@@ -126,8 +133,16 @@ fn worker(work: &Work, server: &FakeServer, temporal: &Temporal, name: &str) -> 
 }
 
 /// Submits a run to the cluster and returns once it is submitted.
-fn submit(work: &Work, server: &FakeServer, temporal: &Temporal, id: &str, ws: &str, approve: &str) {
-    let out = noesis(work, server)
+fn submit(
+    work: &Work,
+    server: &FakeServer,
+    temporal: &Temporal,
+    id: &str,
+    ws: &str,
+    approve: &str,
+    store: StoreUrl<'_>,
+) {
+    let out = noesis(work, server, store)
         .args(["agent", "Append lines", "--workspace", ws, "--approve", approve, "--quiet"])
         .args(["--allow-command", "sh step.sh", "--run-id", id, "--on", &temporal.address(), "--detach"])
         .output()
@@ -137,8 +152,12 @@ fn submit(work: &Work, server: &FakeServer, temporal: &Temporal, id: &str, ws: &
 }
 
 fn store(rt: &tokio::runtime::Runtime, work: &Work) -> Box<dyn noesis_store::Store> {
-    let url = work.path().join(".noesis/noesis.db");
-    rt.block_on(noesis_store::open(&url.to_string_lossy())).unwrap()
+    store_at(rt, work, None)
+}
+
+fn store_at(rt: &tokio::runtime::Runtime, work: &Work, url: StoreUrl<'_>) -> Box<dyn noesis_store::Store> {
+    let file = work.path().join(".noesis/noesis.db").to_string_lossy().into_owned();
+    rt.block_on(noesis_store::open(url.unwrap_or(&file))).unwrap()
 }
 
 fn state(rt: &tokio::runtime::Runtime, store: &dyn noesis_store::Store, id: &str) -> Option<Value> {
@@ -150,6 +169,7 @@ fn state(rt: &tokio::runtime::Runtime, store: &dyn noesis_store::Store, id: &str
 fn wait_for(
     rt: &tokio::runtime::Runtime,
     work: &Work,
+    url: StoreUrl<'_>,
     ids: &[String],
     limit: Duration,
     what: &str,
@@ -157,7 +177,7 @@ fn wait_for(
 ) {
     let deadline = Instant::now() + limit;
     loop {
-        let s = store(rt, work);
+        let s = store_at(rt, work, url);
         let left: Vec<&String> = ids.iter().filter(|id| !state(rt, s.as_ref(), id).is_some_and(|v| done(&v))).collect();
         if left.is_empty() {
             return;
@@ -190,24 +210,25 @@ fn append_loop() -> FakeServer {
 /// call may come before or after it.
 const STEP: &str = "sleep 0.3; echo \"$1\" >> log.txt; sleep 0.3\n";
 
-#[test]
 #[allow(clippy::print_stderr)] // the figures are for whoever reads the run
-fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice() {
+fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice(backend: &str) {
+    let Some(place) = crate::sharing::place(backend, "a_killed_workers_runs_finish") else { return };
+    let url = place.store.as_deref();
     let work = Work::new();
     let Some(temporal) = Temporal::start(&work, "a_killed_workers_runs_finish_on_the_others") else { return };
     let server = append_loop();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let mut workers = Workers((0..3).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"))).collect());
+    let mut workers = Workers((0..3).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"), url)).collect());
     let ids: Vec<String> = (0..20).map(|i| format!("run-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
         let ws = work.write(&format!("ws{i}/step.sh"), STEP).parent().unwrap().to_string_lossy().into_owned();
-        submit(&work, &server, &temporal, id, &ws, "auto");
+        submit(&work, &server, &temporal, id, &ws, "auto", url);
     }
     // Worker 0 dies while it holds runs with a call running.
     let victim = workers.0[0].id();
     let deadline = Instant::now() + Duration::from_secs(60);
     let held = loop {
-        let s = store(&rt, &work);
+        let s = store_at(&rt, &work, url);
         let held: Vec<String> = ids
             .iter()
             .filter(|id| {
@@ -231,7 +252,7 @@ fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice()
     // them over before the engine misses its heartbeats, seconds later):
     // a call running there must come back interrupted.
     let last: Vec<Value> = {
-        let s = store(&rt, &work);
+        let s = store_at(&rt, &work, url);
         held.iter().map(|id| state(&rt, s.as_ref(), id).unwrap()).collect()
     };
     let steps: Vec<Value> = last.iter().map(|v| v["step"].clone()).collect();
@@ -241,11 +262,11 @@ fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice()
         .count();
     // The runs it held move on elsewhere.
     for (id, at) in held.iter().zip(&steps) {
-        wait_for(&rt, &work, std::slice::from_ref(id), Duration::from_secs(60), "moved on", |v| v["step"] != *at);
+        wait_for(&rt, &work, url, std::slice::from_ref(id), Duration::from_secs(60), "moved on", |v| v["step"] != *at);
     }
     let takeover = killed.elapsed();
-    wait_for(&rt, &work, &ids, Duration::from_secs(180), "finished", ended);
-    let s = store(&rt, &work);
+    wait_for(&rt, &work, url, &ids, Duration::from_secs(180), "finished", ended);
+    let s = store_at(&rt, &work, url);
     let mut interrupted = 0;
     for (i, id) in ids.iter().enumerate() {
         let stored = state(&rt, s.as_ref(), id).unwrap();
@@ -266,19 +287,29 @@ fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice()
 }
 
 #[test]
+fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice_sqlite() {
+    a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice("sqlite");
+}
+
+#[test]
+fn a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice_postgres() {
+    a_killed_workers_runs_finish_on_the_others_and_no_completed_call_runs_twice("postgres");
+}
+
+#[test]
 fn a_run_waiting_for_approval_survives_worker_and_server_restarts_and_finishes_once_approved() {
     let work = Work::new();
     let Some(mut temporal) = Temporal::start(&work, "a_run_waiting_for_approval_survives_restarts") else { return };
     let server = append_loop();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let workers = Workers(vec![worker(&work, &server, &temporal, "worker0")]);
+    let workers = Workers(vec![worker(&work, &server, &temporal, "worker0", None)]);
     let ws = work.write("ws/step.sh", STEP).parent().unwrap().to_string_lossy().into_owned();
     let id = "wait-1".to_owned();
-    submit(&work, &server, &temporal, &id, &ws, "ask");
+    submit(&work, &server, &temporal, &id, &ws, "ask", None);
     let ids = [id.clone()];
     let awaiting =
         |v: &Value| v["calls"].as_array().is_some_and(|c| c.iter().any(|c| c["status"] == "awaiting_approval"));
-    wait_for(&rt, &work, &ids, Duration::from_secs(60), "paused", awaiting);
+    wait_for(&rt, &work, None, &ids, Duration::from_secs(60), "paused", awaiting);
     // Nothing holds the paused run: no worker, no lease.
     let s = store(&rt, &work);
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -290,8 +321,10 @@ fn a_run_waiting_for_approval_survives_worker_and_server_restarts_and_finishes_o
     drop(workers);
     temporal.kill();
     temporal.up();
-    let _workers =
-        Workers(vec![worker(&work, &server, &temporal, "worker1"), worker(&work, &server, &temporal, "worker2")]);
+    let _workers = Workers(vec![
+        worker(&work, &server, &temporal, "worker1", None),
+        worker(&work, &server, &temporal, "worker2", None),
+    ]);
     // Every call asks (`--approve ask`): approve each as it comes.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
@@ -302,7 +335,7 @@ fn a_run_waiting_for_approval_survives_worker_and_server_restarts_and_finishes_o
             break;
         }
         if awaiting(&v) {
-            let out = noesis(&work, &server).args(["agent", "approve", &id]).output().unwrap();
+            let out = noesis(&work, &server, None).args(["agent", "approve", &id]).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{err}");
             assert!(err.contains("the cluster's workers go on with run wait-1"), "{err}");
@@ -322,20 +355,20 @@ fn the_server_killed_and_restarted_on_its_file_loses_nothing() {
     let Some(mut temporal) = Temporal::start(&work, "the_server_killed_and_restarted_loses_nothing") else { return };
     let server = append_loop();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let _workers = Workers((0..2).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"))).collect());
+    let _workers = Workers((0..2).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"), None)).collect());
     let ids: Vec<String> = (0..6).map(|i| format!("srv-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
         let ws = work.write(&format!("ws{i}/step.sh"), STEP).parent().unwrap().to_string_lossy().into_owned();
-        submit(&work, &server, &temporal, id, &ws, "auto");
+        submit(&work, &server, &temporal, id, &ws, "auto", None);
     }
     // Mid-run: some call has completed somewhere.
     let some_call_done =
         |v: &Value| v["calls"].as_array().is_some_and(|c| c.iter().any(|c| c["status"] == "completed"));
-    wait_for(&rt, &work, &ids[..1], Duration::from_secs(60), "made a call", some_call_done);
+    wait_for(&rt, &work, None, &ids[..1], Duration::from_secs(60), "made a call", some_call_done);
     temporal.kill();
     std::thread::sleep(Duration::from_secs(1));
     temporal.up();
-    wait_for(&rt, &work, &ids, Duration::from_secs(180), "finished", ended);
+    wait_for(&rt, &work, None, &ids, Duration::from_secs(180), "finished", ended);
     let s = store(&rt, &work);
     for (i, id) in ids.iter().enumerate() {
         let stored = state(&rt, s.as_ref(), id).unwrap();
@@ -353,12 +386,12 @@ fn a_batch_of_a_thousand_inputs_across_three_workers_answers_every_input_once() 
     let case1: Value =
         serde_json::from_str(&std::fs::read_to_string(module.join("tests/case1.expected.json")).unwrap()).unwrap();
     let server = FakeServer::start(vec![noesis_testkit::Reply::Chat(case1["$example"].to_string())]).unwrap();
-    let _workers = Workers((0..3).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"))).collect());
+    let _workers = Workers((0..3).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"), None)).collect());
     const N: usize = 1000;
     let lines: Vec<String> =
         (0..N).map(|i| json!({"code": format!("marker_{i:04} = {i}"), "language": "python"}).to_string()).collect();
     work.write("inputs.jsonl", &(lines.join("\n") + "\n"));
-    let out = noesis(&work, &server)
+    let out = noesis(&work, &server, None)
         .args(["run", &module.to_string_lossy(), "--batch", "inputs.jsonl", "--on", &temporal.address()])
         .output()
         .unwrap();

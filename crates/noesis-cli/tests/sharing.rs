@@ -15,8 +15,8 @@ use crate::support::Work;
 
 /// Where the runs are stored: the SQLite file in the work folder, or a
 /// schema of its own in the test PostgreSQL.
-struct Place {
-    store: Option<String>,
+pub(crate) struct Place {
+    pub(crate) store: Option<String>,
     cleanup: Option<(String, String)>,
 }
 
@@ -43,7 +43,7 @@ async fn admin(base: &str) -> Result<sqlx::AnyPool, sqlx::Error> {
 
 /// The store of `backend` for `test`; `None` when PostgreSQL is out of
 /// reach and its opt-out is set (else the test fails, naming it).
-fn place(backend: &str, test: &str) -> Option<Place> {
+pub(crate) fn place(backend: &str, test: &str) -> Option<Place> {
     if backend == "sqlite" {
         return Some(Place { store: None, cleanup: None });
     }
