@@ -426,3 +426,33 @@ fn a_batch_of_a_thousand_inputs_across_three_workers_answers_every_input_once() 
     let workers: std::collections::BTreeSet<&str> = items.iter().filter_map(|i| i.answered_by.as_deref()).collect();
     assert!(workers.len() > 1, "one worker answered everything: {workers:?}");
 }
+
+#[test]
+fn a_run_submitted_without_detach_is_followed_to_its_answer() {
+    let work = Work::new();
+    let Some(temporal) = Temporal::start(&work, "a_run_submitted_without_detach_is_followed") else { return };
+    let server = append_loop();
+    let _workers = Workers(vec![worker(&work, &server, &temporal, "worker0", None)]);
+    let ws = work.write("ws/step.sh", "echo \"$1\" >> log.txt\n").parent().unwrap().to_string_lossy().into_owned();
+    let out = noesis(&work, &server, None)
+        .args(["agent", "Append lines", "--workspace", &ws, "--approve", "auto", "--allow-command", "sh step.sh"])
+        .args(["--run-id", "followed", "--on", &temporal.address()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "done");
+    assert!(stderr.contains(&format!("run followed submitted to {}", temporal.address())), "{stderr}");
+    // Each call the worker made is shown as it is stored.
+    for k in 0..ROUNDS {
+        assert!(stderr.contains(&format!("run_command command=sh step.sh {k}")), "{stderr}");
+    }
+    // A second submission of the same run is refused by name.
+    let again = noesis(&work, &server, None)
+        .args(["agent", "Append lines", "--workspace", &ws, "--run-id", "followed", "--on", &temporal.address()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert_eq!(again.status.code(), Some(2), "{err}");
+    assert!(err.contains("--run-id followed: a run with this id exists"), "{err}");
+}
