@@ -3,8 +3,9 @@
 A Temporal dev server of its own; the noesis store a SQLite file every process
 shares; fake OpenAI servers with no latency and with 200 ms per reply.
 
-- Module batch: N inputs of one module, in this process (`run --batch`,
-  8 slices at once) and on 1, 2 and 3 workers (`run --batch --on`).
+- Module batch: N inputs of one module in slices of 5, in this process
+  (`run --batch`, 8 slices at once) and on 1, 2 and 3 workers of 8 slots
+  each (`run --batch --on`).
 - Short agent runs: R runs of 3 model turns (2 read_file calls), in this
   process (R `noesis agent` processes, 8 at a time) and on 1, 2, 3 workers
   (submitted with --detach, finished when the store says so).
@@ -115,7 +116,7 @@ class Bench:
                 f.write(json.dumps({"code": f"x_{i} = {i}", "language": "python"}) + "\n")
         ws = self.workers(workers, url) if workers else []
         began = time.monotonic()
-        args = ["run", self.a.module, "--batch", path]
+        args = ["run", self.a.module, "--batch", path, "--slice", "5"]
         args += ["--on", self.address] if workers else ["--parallel", "8"]
         r = self.noesis(url, *args, check=False)
         spent = time.monotonic() - began
@@ -168,14 +169,13 @@ class Bench:
         victim = ws[0].pid
         deadline = time.monotonic() + 60
         held = {}
-        while time.monotonic() < deadline and not held:
+        # Both workers have taken runs by the time the victim holds half.
+        while time.monotonic() < deadline and len(held) < runs // 2:
             with sqlite3.connect(self.db, timeout=30) as c:
                 rows = c.execute("SELECT run_id, holder FROM run_leases").fetchall()
             held_ids = [r for r, h in rows if f":{victim}:" in h and r in ids]
-            if held_ids:
-                held = {r: self.statuses([r])[r][1] for r in held_ids}
-            else:
-                time.sleep(0.01)
+            held = {r: self.statuses([r])[r][1] for r in held_ids}
+            time.sleep(0.01)
         if not held:
             sys.exit("the worker never held a run")
         ws[0].send_signal(signal.SIGKILL)
