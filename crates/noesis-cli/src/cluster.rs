@@ -14,6 +14,38 @@ use noesis_temporal::job::ClusterRecord;
 pub(crate) const NOT_BUILT: &str = "this noesis was built without Temporal support; build it with \
      `cargo install --path crates/noesis-cli --features temporal` (see the README's \"Running on many machines\")";
 
+/// Where a run or a batch goes, as the flags say it.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct OnArgs {
+    /// Run on a Temporal cluster's workers (`noesis worker`) instead of
+    /// here: HOST:PORT of its frontend. The run is stored here, so the
+    /// workers must use the same store (NOESIS_STORE) and reach the
+    /// workspace; followed until it ends (or pauses) unless --detach.
+    #[arg(long, value_name = "ADDR")]
+    on: Option<String>,
+    /// The cluster's namespace (with --on).
+    #[arg(long, value_name = "NAME", requires = "on", default_value = noesis_temporal::job::DEFAULT_NAMESPACE)]
+    namespace: String,
+    /// The task queue its workers take work from (with --on).
+    #[arg(long, value_name = "QUEUE", requires = "on", default_value = noesis_temporal::job::DEFAULT_TASK_QUEUE)]
+    task_queue: String,
+    /// Print the id and return once it is submitted (with --on).
+    #[arg(long, requires = "on")]
+    detach: bool,
+}
+
+impl OnArgs {
+    /// Where to submit, when --on is given.
+    pub(crate) fn target(&self) -> Option<Target> {
+        self.on.as_ref().map(|address| Target {
+            address: address.clone(),
+            namespace: self.namespace.clone(),
+            task_queue: self.task_queue.clone(),
+            detach: self.detach,
+        })
+    }
+}
+
 /// Where a run goes: the cluster's address and names.
 #[cfg_attr(not(feature = "temporal"), allow(dead_code))]
 pub(crate) struct Target {

@@ -64,19 +64,9 @@ pub(crate) struct Args {
     /// Units of a batch answered at once in this process (without --on).
     #[arg(long, value_name = "N", default_value_t = 4, requires = "batch")]
     parallel: usize,
-    /// Answer the batch on a Temporal cluster's workers (`noesis worker`):
-    /// HOST:PORT of its frontend; they must use the same store.
-    #[arg(long, value_name = "ADDR", requires = "batch")]
-    on: Option<String>,
-    /// The cluster's namespace (with --on).
-    #[arg(long, value_name = "NAME", requires = "on", default_value = noesis_temporal::job::DEFAULT_NAMESPACE)]
-    namespace: String,
-    /// The task queue its workers take work from (with --on).
-    #[arg(long, value_name = "QUEUE", requires = "on", default_value = noesis_temporal::job::DEFAULT_TASK_QUEUE)]
-    task_queue: String,
-    /// Print the batch's id and return once it is submitted (with --on).
-    #[arg(long, requires = "on")]
-    detach: bool,
+    /// With --on: the batch is answered by a Temporal cluster's workers.
+    #[command(flatten)]
+    cluster: crate::cluster::OnArgs,
 }
 
 fn read_input(spec: Option<&str>) -> Result<Value, String> {
@@ -108,22 +98,20 @@ pub(crate) struct Composing {
 }
 
 impl Args {
-    /// Whether this is a batch (`--batch FILE`).
+    /// Whether this is a batch (`--batch FILE`, `--on ADDR`).
     pub(crate) fn is_batch(&self) -> bool {
-        self.batch.is_some()
+        self.batch.is_some() || self.cluster.target().is_some()
     }
 }
 
 pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
     if let Some(file) = a.batch.clone() {
-        let on = a.on.clone().map(|address| crate::cluster::Target {
-            address,
-            namespace: a.namespace.clone(),
-            task_queue: a.task_queue.clone(),
-            detach: a.detach,
-        });
+        let on = a.cluster.target();
         let batching = super::batch::Batching { file, slice: a.slice, parallel: a.parallel, on, pretty: a.pretty };
         return super::batch::run(search, &a.module, &a.provider, batching);
+    }
+    if a.cluster.target().is_some() {
+        anyhow::bail!("--on runs a batch on a cluster: give the inputs with --batch FILE.jsonl");
     }
     execute_module(search, a, &Composing::default())
 }

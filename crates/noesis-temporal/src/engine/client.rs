@@ -73,7 +73,7 @@ impl Cluster {
         let handle = self.client.get_workflow_handle::<BatchWorkflow>(batch_workflow_id(batch_id));
         handle.get_result(WorkflowGetResultOptions::default()).await.map_err(|e| TemporalError::Finished {
             what: format!("batch {batch_id}"),
-            why: format!("its workflow failed: {}", chain(&e)),
+            why: format!("its workflow failed: {}", noesis_host::chain(&e)),
         })
     }
 
@@ -95,7 +95,7 @@ impl Cluster {
                 WorkflowGetResultError::Cancelled { .. } => "its workflow was cancelled".to_owned(),
                 WorkflowGetResultError::Terminated { .. } => "its workflow was terminated".to_owned(),
                 WorkflowGetResultError::NotFound(_) => "no workflow for it on this cluster".to_owned(),
-                other => format!("its workflow failed: {}", chain(other)),
+                other => format!("its workflow failed: {}", noesis_host::chain(other)),
             };
             TemporalError::Finished { what: format!("agent run {run_id}"), why }
         })
@@ -110,14 +110,4 @@ impl Cluster {
             .await
             .map_err(|e| TemporalError::Signal { run_id: run_id.to_owned(), why: e.to_string() })
     }
-}
-
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(&format!(": {s}"));
-        source = s.source();
-    }
-    text
 }

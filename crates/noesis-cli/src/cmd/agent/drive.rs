@@ -105,14 +105,8 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
     let providers = Arc::new(Providers::new(a.drive.provider.clone(), config));
     let host = host(&rt, search, providers, a.drive.quiet)?;
     let (mut run, equipped) = rt.block_on(prepared.start(&host, provider, sandbox))?;
-    if let Some(address) = &a.on {
+    if let Some(target) = a.cluster.target() {
         // Stored here, driven by the cluster's workers from the same store.
-        let target = crate::cluster::Target {
-            address: address.clone(),
-            namespace: a.namespace.clone(),
-            task_queue: a.task_queue.clone(),
-            detach: a.detach,
-        };
         crate::cluster::record(&run.id, &target).record(&mut run.host);
         if let Some(mcp) = &equipped.started {
             rt.block_on(mcp.shutdown());

@@ -203,21 +203,8 @@ pub(crate) struct StartArgs {
     run_id: Option<String>,
     #[command(flatten)]
     sandbox: crate::cmd::sandbox::SandboxArgs,
-    /// Run on a Temporal cluster's workers (`noesis worker`) instead of
-    /// here: HOST:PORT of its frontend. The run is stored here, so the
-    /// workers must use the same store (NOESIS_STORE) and reach the
-    /// workspace; followed until it ends or pauses unless --detach.
-    #[arg(long, value_name = "ADDR")]
-    on: Option<String>,
-    /// The cluster's namespace (with --on).
-    #[arg(long, value_name = "NAME", requires = "on", default_value = noesis_temporal::job::DEFAULT_NAMESPACE)]
-    namespace: String,
-    /// The task queue its workers take runs from (with --on).
-    #[arg(long, value_name = "QUEUE", requires = "on", default_value = noesis_temporal::job::DEFAULT_TASK_QUEUE)]
-    task_queue: String,
-    /// Print the run's id and return once it is submitted (with --on).
-    #[arg(long, requires = "on")]
-    detach: bool,
+    #[command(flatten)]
+    cluster: crate::cluster::OnArgs,
     #[command(flatten)]
     drive: DriveArgs,
 }
