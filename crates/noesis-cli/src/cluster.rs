@@ -85,6 +85,22 @@ fn signal(rt: &tokio::runtime::Runtime, run: &AgentRun, record: &ClusterRecord) 
     })
 }
 
+/// Cancels the workflow of cluster run `run`.
+#[cfg(not(feature = "temporal"))]
+pub(crate) fn cancel(_rt: &tokio::runtime::Runtime, run: &AgentRun, record: &ClusterRecord) -> anyhow::Result<()> {
+    anyhow::bail!("agent run {} runs on the Temporal cluster at {}; {NOT_BUILT}", run.id, record.address)
+}
+
+/// Cancels the workflow of cluster run `run`.
+#[cfg(feature = "temporal")]
+pub(crate) fn cancel(rt: &tokio::runtime::Runtime, run: &AgentRun, record: &ClusterRecord) -> anyhow::Result<()> {
+    rt.block_on(async {
+        let cluster = noesis_temporal::engine::Cluster::connect(&record.address, &record.namespace).await?;
+        cluster.cancel(&run.id).await
+    })?;
+    Ok(())
+}
+
 /// Submits stored run `run` (its record already names `target`) and,
 /// unless detached, follows it until it ends or pauses.
 #[cfg(not(feature = "temporal"))]

@@ -456,3 +456,60 @@ fn a_run_submitted_without_detach_is_followed_to_its_answer() {
     assert_eq!(again.status.code(), Some(2), "{err}");
     assert!(err.contains("--run-id followed: a run with this id exists"), "{err}");
 }
+
+#[test]
+fn a_cluster_run_is_cancelled_through_its_workflow_and_stays_resumable() {
+    let work = Work::new();
+    let Some(temporal) = Temporal::start(&work, "a_cluster_run_is_cancelled") else { return };
+    let server = append_loop();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _workers = Workers(vec![worker(&work, &server, &temporal, "worker0", None)]);
+    // Long enough calls that the cancellation comes while the run goes on.
+    let slow = "sleep 1; echo \"$1\" >> log.txt; sleep 1\n";
+    let ws = work.write("ws/step.sh", slow).parent().unwrap().to_string_lossy().into_owned();
+    submit(&work, &server, &temporal, "long", &ws, "auto", None);
+    let ids = ["long".to_owned()];
+    let some_call_done =
+        |v: &Value| v["calls"].as_array().is_some_and(|c| c.iter().any(|c| c["status"] == "completed"));
+    wait_for(&rt, &work, None, &ids, Duration::from_secs(60), "made a call", some_call_done);
+    let out = noesis(&work, &server, None).args(["agent", "cancel", "long"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("run long is cancelled at step"), "{err}");
+    let s = store(&rt, &work);
+    let stored = state(&rt, s.as_ref(), "long").unwrap();
+    assert_eq!(stored["outcome"]["outcome"], "cancelled", "{stored}");
+    let calls = stored["calls"].as_array().unwrap().len();
+    assert!(calls < ROUNDS, "the run went on to its end: {stored}");
+    // Nothing steps it any more: its workflow is gone.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(state(&rt, s.as_ref(), "long").unwrap()["step"], stored["step"]);
+    // Resumed here, it goes on from where the worker stopped it.
+    let resumed = noesis(&work, &server, None).args(["agent", "resume", "long", "--quiet"]).output().unwrap();
+    assert!(resumed.status.success(), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert_eq!(String::from_utf8_lossy(&resumed.stdout).trim(), "done");
+    // A completed call ran once; the one the cancellation cut (its command
+    // killed, the call failed as cancelled) at most once.
+    let log = std::fs::read_to_string(work.path().join("ws/log.txt")).unwrap_or_default();
+    let after = state(&rt, s.as_ref(), "long").unwrap();
+    assert_eq!(after["outcome"]["outcome"], "answer", "{after}");
+    for c in after["calls"].as_array().unwrap() {
+        let k = c["arguments"]["command"].as_str().unwrap().rsplit(' ').next().unwrap();
+        let times = log.lines().filter(|l| *l == k).count();
+        if c["status"] == "completed" {
+            assert_eq!(times, 1, "call {k}: {after}\n{log}");
+        } else {
+            assert!(times <= 1, "call {k} ran {times} times: {after}\n{log}");
+        }
+    }
+    // A local run is not the cluster's to cancel.
+    let local = noesis(&work, &server, None)
+        .args(["agent", "Append lines", "--workspace", &ws, "--approve", "never", "--quiet", "--run-id", "here"])
+        .output()
+        .unwrap();
+    assert!(local.status.success(), "{}", String::from_utf8_lossy(&local.stderr));
+    let o = noesis(&work, &server, None).args(["agent", "cancel", "here"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("run here is done; there is nothing to cancel"), "{err}");
+}

@@ -53,6 +53,11 @@ pub async fn run_worker(
         // A workflow task left sticky on a dead worker waits this long
         // before any worker may take it (the SDK's 10 s delayed takeover).
         .sticky_queue_schedule_to_start_timeout(Duration::from_secs(2))
+        // Heartbeats carry cancellations to a stretch: sent at least every
+        // second (the SDK's default throttle is most of the heartbeat
+        // timeout), a cancelled run stops within about a second.
+        .max_heartbeat_throttle_interval(Duration::from_secs(1))
+        .default_heartbeat_throttle_interval(Duration::from_secs(1))
         .workflow_task_poller_behavior(PollerBehavior::SimpleMaximum(2))
         .activity_task_poller_behavior(PollerBehavior::SimpleMaximum(concurrency.clamp(1, 4)))
         .graceful_shutdown_period(settings.grace)

@@ -159,3 +159,41 @@ pub(super) fn deny(
         if abort { Verdict::Abort { message: message.clone() } } else { Verdict::Deny { message: message.clone() } }
     })
 }
+
+pub(super) fn cancel(id: &str) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (run, _) = load_run(&rt, id, None)?;
+    if run.outcome.is_some() {
+        anyhow::bail!("run {} is {}; there is nothing to cancel", run.id, super::status(&run));
+    }
+    let Some(record) = noesis_temporal::job::ClusterRecord::of(&run.host).map_err(anyhow::Error::msg)? else {
+        anyhow::bail!(
+            "run {} is not on a cluster: stop it with Ctrl-C where it runs (a server's run: its dashboard or \
+             POST /agents/runs/{}/cancel)",
+            run.id,
+            run.id
+        );
+    };
+    crate::cluster::cancel(&rt, &run, &record)?;
+    let stopped = rt.block_on(async {
+        let store = crate::memory::open().await?;
+        // The worker stops the run after its current step; a paused run
+        // holds no worker and stays as it is.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let (now, _) = noesis_host::runs::find(store.as_ref(), "", &run.id, None).await?;
+            if now.outcome.is_some() || now.awaiting_approval() || std::time::Instant::now() > deadline {
+                return anyhow::Ok(now);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })?;
+    out::note(&format!(
+        "run {} is {} at step {} (its workflow is cancelled; `noesis agent resume {}` goes on here)",
+        stopped.id,
+        super::status(&stopped),
+        stopped.step,
+        stopped.id
+    ));
+    Ok(ExitCode::SUCCESS)
+}

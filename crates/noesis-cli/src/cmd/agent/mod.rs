@@ -105,6 +105,12 @@ enum Sub {
         #[arg(long)]
         json: bool,
     },
+    /// Cancel a run on a Temporal cluster (`agent --on`): it stops after its
+    /// current step, resumable; a local run stops with Ctrl-C where it runs.
+    Cancel {
+        /// The run's id (a unique prefix will do).
+        run: String,
+    },
     /// Deny a paused run's pending calls (all, or CALL); the model sees the message.
     Deny {
         /// The run's id (a unique prefix will do).
@@ -217,6 +223,7 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         Some(Sub::Resume { run, drive }) => drive::resume(search, &run, drive),
         Some(Sub::Replay { run, from, json }) => manage::replay(&run, from, json),
         Some(Sub::Fork { run, at, no_run, drive }) => drive::fork(search, &run, at, no_run, drive),
+        Some(Sub::Cancel { run }) => manage::cancel(&run),
         Some(Sub::Approve { run, call, args, hash, json }) => manage::approve(&run, call, args, hash, json),
         Some(Sub::Deny { run, call, message, abort, hash, json }) => {
             manage::deny(&run, call, message, abort, hash, json)
