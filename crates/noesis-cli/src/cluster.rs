@@ -32,6 +32,11 @@ pub(crate) struct OnArgs {
     /// Print the id and return once it is submitted (with --on).
     #[arg(long, requires = "on")]
     detach: bool,
+    /// Deny the calls a cluster run waits on when nobody decides within
+    /// this many seconds, and go on (with --on; default: wait as long as it
+    /// takes).
+    #[arg(long, value_name = "SECS", requires = "on")]
+    approval_timeout: Option<u64>,
 }
 
 impl OnArgs {
@@ -42,6 +47,7 @@ impl OnArgs {
             namespace: self.namespace.clone(),
             task_queue: self.task_queue.clone(),
             detach: self.detach,
+            approval_timeout: self.approval_timeout.map(std::time::Duration::from_secs),
         })
     }
 }
@@ -53,6 +59,7 @@ pub(crate) struct Target {
     pub(crate) namespace: String,
     pub(crate) task_queue: String,
     pub(crate) detach: bool,
+    pub(crate) approval_timeout: Option<std::time::Duration>,
 }
 
 /// Tells the workflow of cluster run `run` (if it is one) that the
@@ -143,7 +150,11 @@ pub(crate) fn submit(
 
     let cluster = rt.block_on(async {
         let cluster = Cluster::connect(&target.address, &target.namespace).await?;
-        cluster.submit_agent(&AgentJob::new(&run.id), &target.task_queue).await?;
+        let job = AgentJob {
+            approval_timeout_ms: target.approval_timeout.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ..AgentJob::new(&run.id)
+        };
+        cluster.submit_agent(&job, &target.task_queue).await?;
         Ok::<_, noesis_temporal::TemporalError>(cluster)
     })?;
     if !quiet {

@@ -513,3 +513,32 @@ fn a_cluster_run_is_cancelled_through_its_workflow_and_stays_resumable() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("run here is done; there is nothing to cancel"), "{err}");
 }
+
+#[test]
+fn calls_nobody_decides_on_in_time_are_denied_by_the_workflows_timer() {
+    let work = Work::new();
+    let Some(temporal) = Temporal::start(&work, "calls_nobody_decides_on_in_time_are_denied") else { return };
+    let server = append_loop();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let _workers = Workers(vec![worker(&work, &server, &temporal, "worker0", None)]);
+    let ws = work.write("ws/step.sh", STEP).parent().unwrap().to_string_lossy().into_owned();
+    let out = noesis(&work, &server, None)
+        .args(["agent", "Append lines", "--workspace", &ws, "--approve", "ask", "--quiet"])
+        .args(["--allow-command", "sh step.sh", "--run-id", "unattended", "--on", &temporal.address()])
+        .args(["--detach", "--approval-timeout", "1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids = ["unattended".to_owned()];
+    wait_for(&rt, &work, None, &ids, Duration::from_secs(60), "finished", ended);
+    let s = store(&rt, &work);
+    let stored = state(&rt, s.as_ref(), "unattended").unwrap();
+    assert_eq!(stored["outcome"]["outcome"], "answer", "{stored}");
+    let calls = stored["calls"].as_array().unwrap();
+    assert_eq!(calls.len(), ROUNDS, "{stored}");
+    for c in calls {
+        assert_eq!(c["status"], "denied", "{stored}");
+        assert!(c["result"].as_str().unwrap().contains("nobody decided on this call within 1 s"), "{stored}");
+    }
+    assert!(!work.path().join("ws/log.txt").exists(), "a denied call ran");
+}

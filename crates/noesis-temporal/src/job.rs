@@ -37,6 +37,11 @@ pub struct AgentJob {
     /// engine hands it to another worker (ms).
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_timeout_ms: u64,
+    /// How long a pause may wait for a decision (ms) before the calls that
+    /// wait are denied and the run goes on (none: as long as it takes). A
+    /// durable timer of the workflow's: it holds no worker either.
+    #[serde(default)]
+    pub approval_timeout_ms: Option<u64>,
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -46,8 +51,25 @@ fn default_heartbeat_ms() -> u64 {
 impl AgentJob {
     /// A job for `run_id` with the default heartbeat timeout.
     pub fn new(run_id: &str) -> AgentJob {
-        AgentJob { run_id: run_id.to_owned(), heartbeat_timeout_ms: default_heartbeat_ms() }
+        AgentJob { run_id: run_id.to_owned(), heartbeat_timeout_ms: default_heartbeat_ms(), approval_timeout_ms: None }
     }
+}
+
+/// What the model is told of a call denied because nobody decided in time.
+pub fn expired_message(timeout_ms: u64) -> String {
+    format!("nobody decided on this call within {} s, so it was not run", timeout_ms.div_ceil(1000))
+}
+
+/// Calls of a paused run denied for want of a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expiry {
+    /// The run.
+    pub run_id: String,
+    /// The step it paused at: a run that moved on since (someone decided)
+    /// is left alone.
+    pub step: u64,
+    /// What the model is told.
+    pub message: String,
 }
 
 /// Where one stretch of a run ended.
@@ -284,6 +306,8 @@ mod tests {
     fn a_job_without_a_heartbeat_gets_the_default() {
         let job: AgentJob = serde_json::from_value(json!({"run_id": "r1"})).unwrap();
         assert_eq!(job, AgentJob::new("r1"));
+        assert_eq!(job.approval_timeout_ms, None);
+        assert_eq!(expired_message(1_500), "nobody decided on this call within 2 s, so it was not run");
         assert_eq!(agent_workflow_id("r1"), "noesis-agent-r1");
     }
 

@@ -25,7 +25,7 @@ use noesis_store::Store;
 use noesis_runtime::RunOptions;
 use noesis_runtime::compose::{ComposeOptions, SearchResolver, execute};
 
-use crate::job::{Slice, SliceDone, Stretch};
+use crate::job::{Expiry, Slice, SliceDone, Stretch};
 
 /// How long a worker's lease on a run holds without a heartbeat (renewed
 /// every third of it): a worker on another machine that dies keeps its
@@ -152,6 +152,28 @@ impl Stepper {
 }
 
 impl Stepper {
+    /// Denies the calls run `e.run_id` waits on, with `e.message` for the
+    /// model, if it still pauses at step `e.step` (a decision that came
+    /// meanwhile wins): whether it denied them.
+    pub async fn expire(&self, e: &Expiry) -> Result<bool, StretchError> {
+        let retry = |e: noesis_store::StoreError| StretchError::Retry(noesis_host::chain(&e));
+        let Some(stored) = self.store.agent_state(&e.run_id, None).await.map_err(retry)? else {
+            return Err(StretchError::Refused(format!("agent run {} is not in this worker's store", e.run_id)));
+        };
+        let mut run = AgentRun::from_json(&stored.state)
+            .map_err(|err| StretchError::Refused(format!("agent run {}: {err}", e.run_id)))?;
+        if run.step != e.step || !run.awaiting_approval() {
+            return Ok(false);
+        }
+        let message = e.message.clone();
+        let deny = move |_: &noesis_agent::CallRecord| noesis_agent::Verdict::Deny { message: Some(message.clone()) };
+        let decisions = noesis_host::runs::decisions(&run, None, None, &deny).map_err(StretchError::of)?;
+        noesis_host::runs::decide(self.store.as_ref(), &stored.project_id, &mut run, &decisions)
+            .await
+            .map_err(StretchError::of)?;
+        Ok(true)
+    }
+
     /// Answers the inputs of `slice` that have no answer yet, one after
     /// another, each answer stored as it comes (kept only if the item
     /// still had none); `answered` hears each item's index. `by` names

@@ -28,10 +28,12 @@ use temporalio_macros::{activities, workflow, workflow_methods};
 use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use temporalio_sdk::{
     ActivityCancellationType, ActivityExecutionError, ActivityOptions, ApplicationFailure, SyncWorkflowContext,
-    WorkflowContext, WorkflowContextView, WorkflowResult, WorkflowTermination,
+    TimerResult, WorkflowContext, WorkflowContextView, WorkflowResult, WorkflowTermination,
 };
 
-use crate::job::{AgentJob, BatchDone, BatchJob, Next, REFUSED, Slice, SliceDone, Stretch, next};
+use crate::job::{
+    AgentJob, BatchDone, BatchJob, Expiry, Next, REFUSED, Slice, SliceDone, Stretch, expired_message, next,
+};
 use crate::stretch::{Stepper, StretchError};
 
 /// The activities a worker offers, over its [`Stepper`].
@@ -67,6 +69,12 @@ impl AgentActivities {
             return Err(ActivityError::cancelled());
         }
         Ok(stretch)
+    }
+
+    /// Denies the calls a paused run waited on too long.
+    #[activity(name = "noesis.agent.expire")]
+    pub async fn expire(self: Arc<Self>, _ctx: ActivityContext, expiry: Expiry) -> Result<bool, ActivityError> {
+        self.stepper.expire(&expiry).await.map_err(failure)
     }
 }
 
@@ -204,10 +212,37 @@ impl AgentWorkflow {
                     Err(ActivityExecutionError::Cancelled(_)) => return Err(WorkflowTermination::cancelled()),
                     Err(e) => return Err(e.into()),
                 };
+            let step = match &stretch {
+                Stretch::Paused { step, .. } => *step,
+                _ => 0,
+            };
             match next(stretch, ctx.state(|s| s.decided)) {
                 Next::Finish(s) => return Ok(s),
                 Next::WaitForDecision { seen } => {
-                    ctx.wait_condition(move |s: &Self| s.decided > seen).await?;
+                    let Some(limit) = job.approval_timeout_ms else {
+                        ctx.wait_condition(move |s: &Self| s.decided > seen).await?;
+                        continue;
+                    };
+                    // A durable timer: nobody decided in time, the calls
+                    // are denied and the run goes on.
+                    let expired = temporalio_sdk::workflows::select! {
+                        decided = ctx.wait_condition(move |s: &Self| s.decided > seen) => { decided?; false }
+                        fired = ctx.timer(Duration::from_millis(limit)) => {
+                            if fired == TimerResult::Cancelled {
+                                return Err(WorkflowTermination::cancelled());
+                            }
+                            true
+                        }
+                    };
+                    if expired {
+                        let expiry = Expiry { run_id: job.run_id.clone(), step, message: expired_message(limit) };
+                        let options = retried(job.heartbeat_timeout_ms, Duration::from_secs(300));
+                        match ctx.execute_activity(AgentActivities::expire, expiry, options).await {
+                            Ok(_) => {}
+                            Err(ActivityExecutionError::Cancelled(_)) => return Err(WorkflowTermination::cancelled()),
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
                 }
             }
         }
