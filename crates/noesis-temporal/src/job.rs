@@ -114,14 +114,15 @@ pub enum Next {
     /// Waits until more decisions were signalled than `seen`, then drives
     /// the next stretch.
     WaitForDecision {
-        /// Decisions signalled when the run paused.
+        /// Decisions signalled when the stretch that paused began.
         seen: u64,
     },
 }
 
-/// The workflow's step after `stretch`, with `decided` signals received so
-/// far: a pause whose decision was already signalled (the person was
-/// quicker than the engine) goes on at once.
+/// The workflow's step after `stretch`, with `decided` the signals counted
+/// when the stretch began: the pause waits for one more, so a decision
+/// signalled before the stretch's end reached the workflow (the person was
+/// quicker than the engine) lets it go on at once.
 pub fn next(stretch: Stretch, decided: u64) -> Next {
     if stretch.is_final() { Next::Finish(stretch) } else { Next::WaitForDecision { seen: decided } }
 }

@@ -206,6 +206,11 @@ impl AgentWorkflow {
     #[run(name = "noesis.agent")]
     pub async fn run(ctx: &mut WorkflowContext<Self>, job: AgentJob) -> WorkflowResult<Stretch> {
         loop {
+            // A decision signalled while the stretch ran is for the pause it
+            // ends in (a person can only decide on a stored pause, and the
+            // stretch stores it before it returns): counted from here, it
+            // is not waited for again.
+            let before = ctx.state(|s| s.decided);
             let stretch =
                 match ctx.execute_activity(AgentActivities::stretch, job.run_id.clone(), stretch_options(&job)).await {
                     Ok(s) => s,
@@ -216,7 +221,7 @@ impl AgentWorkflow {
                 Stretch::Paused { step, .. } => *step,
                 _ => 0,
             };
-            match next(stretch, ctx.state(|s| s.decided)) {
+            match next(stretch, before) {
                 Next::Finish(s) => return Ok(s),
                 Next::WaitForDecision { seen } => {
                     let Some(limit) = job.approval_timeout_ms else {

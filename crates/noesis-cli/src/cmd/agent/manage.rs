@@ -103,12 +103,23 @@ fn decide(
     let rt = crate::memory::runtime()?;
     let (mut run, stored) = load_run(&rt, id, None)?;
     let decisions = noesis_host::runs::decisions(&run, call.as_deref(), hash.as_deref(), verdict)?;
+    let on_cluster = noesis_temporal::job::ClusterRecord::of(&run.host).ok().flatten().is_some();
     rt.block_on(async {
         let store = crate::memory::open().await?;
-        anyhow::Ok(noesis_host::runs::decide(store.as_ref(), &stored.project_id, &mut run, &decisions).await?)
+        let mut tries = 0;
+        loop {
+            match noesis_host::runs::decide(store.as_ref(), &stored.project_id, &mut run, &decisions).await {
+                // A worker stores a pause a moment before it lets the run
+                // go: a cluster run is asked again for a little while.
+                Err(e) if on_cluster && tries < 50 && e.to_string().contains(" is held by worker:") => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                decided => return anyhow::Ok(decided?),
+            }
+        }
     })?;
     crate::cluster::decided(&rt, &run)?;
-    let on_cluster = noesis_temporal::job::ClusterRecord::of(&run.host).ok().flatten().is_some();
     if json {
         out::json(&outcome_json(&run), false)?;
     } else {
