@@ -542,3 +542,46 @@ fn calls_nobody_decides_on_in_time_are_denied_by_the_workflows_timer() {
     }
     assert!(!work.path().join("ws/log.txt").exists(), "a denied call ran");
 }
+
+#[test]
+fn a_provider_that_is_down_leaves_the_input_unanswered_and_its_slice_is_tried_again() {
+    let work = Work::new();
+    let Some(temporal) = Temporal::start(&work, "a_provider_that_is_down_leaves_the_input_unanswered") else { return };
+    let module = crate::support::example_module("code-simplifier");
+    let case1: Value =
+        serde_json::from_str(&std::fs::read_to_string(module.join("tests/case1.expected.json")).unwrap()).unwrap();
+    // The first call's every attempt (the provider's own retries too) is
+    // refused; then the provider answers.
+    let down = noesis_testkit::Reply::Status(503, r#"{"error": {"message": "overloaded"}}"#.into(), vec![]);
+    let ok = noesis_testkit::Reply::Chat(case1["$example"].to_string());
+    let server = FakeServer::start(vec![down.clone(), down.clone(), down, ok]).unwrap();
+    let _workers = Workers(vec![worker(&work, &server, &temporal, "worker0", None)]);
+    const N: usize = 10;
+    let lines: Vec<String> =
+        (0..N).map(|i| json!({"code": format!("x_{i} = {i}"), "language": "python"}).to_string()).collect();
+    work.write("inputs.jsonl", &(lines.join("\n") + "\n"));
+    let out = noesis(&work, &server, None)
+        .args([
+            "run",
+            &module.to_string_lossy(),
+            "--batch",
+            "inputs.jsonl",
+            "--slice",
+            "5",
+            "--on",
+            &temporal.address(),
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let envelopes: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(envelopes.len(), N, "{stderr}");
+    assert!(
+        envelopes.iter().all(|e| e["ok"] == json!(true)),
+        "an unavailable provider's envelope was kept as an answer"
+    );
+    let refused = server.received().len() - N;
+    assert!(refused >= 3, "the provider was asked {} times for {N} inputs", server.received().len());
+}

@@ -209,6 +209,13 @@ pub struct BatchDone {
     pub already: i64,
 }
 
+/// Whether `envelope` says the provider could not be had (unavailable,
+/// rate-limited) rather than answering: on a cluster such an input is not
+/// answered but its slice tried again later.
+pub fn provider_failed(envelope: &Value) -> bool {
+    envelope["ok"] == Value::Bool(false) && matches!(envelope["error"]["code"].as_str(), Some("E4001" | "E4002"))
+}
+
 /// Where a cluster run was submitted, kept in its record (`run.host.cluster`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterRecord {
@@ -301,6 +308,16 @@ mod tests {
         let job: BatchJob = serde_json::from_value(json!({"batch_id": "b", "total": 2})).unwrap();
         assert_eq!((job.slice, job.heartbeat_timeout_ms), (DEFAULT_SLICE, 5_000));
         assert_eq!(batch_workflow_id("b"), "noesis-batch-b");
+    }
+
+    #[test]
+    fn only_an_unavailable_or_rate_limited_provider_is_tried_again() {
+        let failed = |code: &str| json!({"ok": false, "error": {"code": code, "message": "m"}});
+        assert!(provider_failed(&failed("E4001")));
+        assert!(provider_failed(&failed("E4002")));
+        assert!(!provider_failed(&failed("E3001")), "a bad reply is an answer");
+        assert!(!provider_failed(&failed("E2002")));
+        assert!(!provider_failed(&json!({"ok": true, "data": {}})));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use noesis_store::Store;
 use noesis_runtime::RunOptions;
 use noesis_runtime::compose::{ComposeOptions, SearchResolver, execute};
 
-use crate::job::{Expiry, Slice, SliceDone, Stretch};
+use crate::job::{Expiry, Slice, SliceDone, Stretch, provider_failed};
 
 /// How long a worker's lease on a run holds without a heartbeat (renewed
 /// every third of it): a worker on another machine that dies keeps its
@@ -177,12 +177,17 @@ impl Stepper {
     /// Answers the inputs of `slice` that have no answer yet, one after
     /// another, each answer stored as it comes (kept only if the item
     /// still had none); `answered` hears each item's index. `by` names
-    /// this worker in the store. Cancelled: stops before the next input.
+    /// this worker in the store. Cancelled: stops before the next input,
+    /// an input cut short left unanswered. With `retry_unavailable` an
+    /// input the provider could not take ([`provider_failed`]) is left
+    /// unanswered and the slice fails, to be tried again; without it that
+    /// envelope is the answer (as `noesis run` would print it).
     pub async fn slice(
         &self,
         slice: &Slice,
         by: &str,
         cancel: CancellationToken,
+        retry_unavailable: bool,
         answered: &(dyn Fn(i64) + Send + Sync),
     ) -> Result<SliceDone, StretchError> {
         let retry = |e: noesis_store::StoreError| StretchError::Retry(noesis_host::chain(&e));
@@ -225,6 +230,16 @@ impl Stepper {
                 return Err(StretchError::Retry(format!("batch {id}: stopped at input {}", item.idx)));
             }
             let record = execute(Arc::clone(&module), &resolver, provider.as_ref(), item.input, &options).await;
+            if cancel.is_cancelled() {
+                return Err(StretchError::Retry(format!("batch {id}: stopped at input {}", item.idx)));
+            }
+            if retry_unavailable && provider_failed(&record.envelope) {
+                let why = record.envelope["error"]["message"].as_str().unwrap_or_default();
+                return Err(StretchError::Retry(format!(
+                    "batch {id}: input {}: the provider could not answer ({why}); the slice is tried again",
+                    item.idx
+                )));
+            }
             let at = i64::try_from(noesis_host::runs::now_ms()).unwrap_or(i64::MAX);
             if self.store.answer_batch_item(id, item.idx, &record.envelope, by, at).await.map_err(retry)? {
                 done.answered += 1;

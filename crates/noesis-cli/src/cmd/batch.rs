@@ -125,7 +125,7 @@ async fn here(stepper: Arc<Stepper>, job: &BatchJob, parallel: usize) -> anyhow:
         while running.len() < parallel.max(1) {
             let Some(slice) = next.next() else { break };
             let (stepper, cancel, by) = (Arc::clone(&stepper), cancel.clone(), by.clone());
-            running.spawn(async move { stepper.slice(&slice, &by, cancel, &|_| {}).await });
+            running.spawn(async move { stepper.slice(&slice, &by, cancel, false, &|_| {}).await });
         }
         let Some(done) = running.join_next().await else { return Ok(()) };
         if let Err(e) = done? {

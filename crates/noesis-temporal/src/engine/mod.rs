@@ -124,7 +124,7 @@ impl BatchActivities {
         let work = {
             let stepper = Arc::clone(&self.stepper);
             let cancel = cancel.clone();
-            tokio::spawn(async move { stepper.slice(&slice, &crate::identity(), cancel, &|_| {}).await })
+            tokio::spawn(async move { stepper.slice(&slice, &crate::identity(), cancel, true, &|_| {}).await })
         };
         let (done, cancelled) = heartbeating(&ctx, &cancel, work).await;
         if cancelled {
