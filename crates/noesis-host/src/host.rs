@@ -327,6 +327,14 @@ impl Host {
     pub fn check(&self, run: &AgentRun) -> Result<Recorded> {
         let recorded = Recorded::of(run)?;
         let Reach::Bound { workspace, mcp } = &self.reach else { return Ok(recorded) };
+        // A cluster's workflow waits on the run (`agent --on`): a server
+        // that drove it would leave that workflow waiting for ever.
+        if let Some(address) = run.host["cluster"]["address"].as_str() {
+            return Err(HostError::Refused(format!(
+                "run {} runs on the Temporal cluster at {address}; approve, deny and cancel it with `noesis agent approve/deny/cancel {}`",
+                run.id, run.id
+            )));
+        }
         let same = Workspace::new(&recorded.workspace).is_ok_and(|w| w.root() == workspace.root());
         if !same {
             return Err(HostError::Refused(format!(
@@ -396,5 +404,34 @@ impl Host {
             prices: self.prices(),
             started,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use noesis_agent::RunConfig;
+
+    #[test]
+    fn a_server_refuses_a_run_a_cluster_drives() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let store = rt.block_on(noesis_store::open(&dir.path().join("s.db").to_string_lossy())).unwrap();
+        let workspace = Workspace::new(dir.path()).unwrap();
+        let host = Host {
+            search: SearchPath::new(&[], None, dir.path(), None),
+            store: Arc::from(store),
+            project: noesis_frames::project::identify(dir.path()).unwrap(),
+            providers: Arc::new(crate::provider::Providers::new(Default::default(), Config::default())),
+            reach: Reach::Bound { workspace, mcp: None },
+            note: None,
+        };
+        let mut run = AgentRun::new("r1", "t", RunConfig::default(), 0);
+        run.host = json!({"workspace": dir.path().to_string_lossy()});
+        assert!(host.check(&run).is_ok(), "a run of the server's own workspace");
+        run.host["cluster"] =
+            json!({"address": "127.0.0.1:7233", "namespace": "default", "task_queue": "noesis", "workflow_id": "w"});
+        let e = host.check(&run).unwrap_err().to_string();
+        assert!(e.contains("runs on the Temporal cluster at 127.0.0.1:7233"), "{e}");
     }
 }
