@@ -378,14 +378,20 @@ fn the_server_killed_and_restarted_on_its_file_loses_nothing() {
     assert!(rt.block_on(s.check()).unwrap().is_empty());
 }
 
+/// The code-simplifier example module, and a reply its schema accepts.
+fn simplifier() -> (PathBuf, noesis_testkit::Reply) {
+    let module = crate::support::example_module("code-simplifier");
+    let case1: Value =
+        serde_json::from_str(&std::fs::read_to_string(module.join("tests/case1.expected.json")).unwrap()).unwrap();
+    (module, noesis_testkit::Reply::Chat(case1["$example"].to_string()))
+}
+
 #[test]
 fn a_batch_of_a_thousand_inputs_across_three_workers_answers_every_input_once() {
     let work = Work::new();
     let Some(temporal) = Temporal::start(&work, "a_batch_of_a_thousand_inputs") else { return };
-    let module = crate::support::example_module("code-simplifier");
-    let case1: Value =
-        serde_json::from_str(&std::fs::read_to_string(module.join("tests/case1.expected.json")).unwrap()).unwrap();
-    let server = FakeServer::start(vec![noesis_testkit::Reply::Chat(case1["$example"].to_string())]).unwrap();
+    let (module, ok) = simplifier();
+    let server = FakeServer::start(vec![ok]).unwrap();
     let _workers = Workers((0..3).map(|i| worker(&work, &server, &temporal, &format!("worker{i}"), None)).collect());
     const N: usize = 1000;
     let lines: Vec<String> =
@@ -547,13 +553,10 @@ fn calls_nobody_decides_on_in_time_are_denied_by_the_workflows_timer() {
 fn a_provider_that_is_down_leaves_the_input_unanswered_and_its_slice_is_tried_again() {
     let work = Work::new();
     let Some(temporal) = Temporal::start(&work, "a_provider_that_is_down_leaves_the_input_unanswered") else { return };
-    let module = crate::support::example_module("code-simplifier");
-    let case1: Value =
-        serde_json::from_str(&std::fs::read_to_string(module.join("tests/case1.expected.json")).unwrap()).unwrap();
+    let (module, ok) = simplifier();
     // The first call's every attempt (the provider's own retries too) is
     // refused; then the provider answers.
     let down = noesis_testkit::Reply::Status(503, r#"{"error": {"message": "overloaded"}}"#.into(), vec![]);
-    let ok = noesis_testkit::Reply::Chat(case1["$example"].to_string());
     let server = FakeServer::start(vec![down.clone(), down.clone(), down, ok]).unwrap();
     let _workers = Workers(vec![worker(&work, &server, &temporal, "worker0", None)]);
     const N: usize = 10;

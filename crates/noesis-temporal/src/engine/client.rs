@@ -41,14 +41,8 @@ impl Cluster {
     /// Starts the workflow of stored run `job.run_id` on `task_queue`; a
     /// run whose workflow is running already is refused.
     pub async fn submit_agent(&self, job: &AgentJob, task_queue: &str) -> Result<(), TemporalError> {
-        let options = WorkflowStartOptions::new(task_queue.to_owned(), agent_workflow_id(&job.run_id))
-            .id_reuse_policy(WorkflowIdReusePolicy::AllowDuplicate)
-            .id_conflict_policy(WorkflowIdConflictPolicy::Fail)
-            // A workflow task left on a dead worker is handed on this soon.
-            .task_timeout(std::time::Duration::from_secs(3))
-            .build();
         self.client
-            .start_workflow(AgentWorkflow::run, job.clone(), options)
+            .start_workflow(AgentWorkflow::run, job.clone(), start(task_queue, agent_workflow_id(&job.run_id)))
             .await
             .map_err(|e| TemporalError::Submit { what: format!("agent run {}", job.run_id), why: e.to_string() })?;
         Ok(())
@@ -56,13 +50,8 @@ impl Cluster {
 
     /// Starts the workflow of stored batch `job.batch_id` on `task_queue`.
     pub async fn submit_batch(&self, job: &BatchJob, task_queue: &str) -> Result<(), TemporalError> {
-        let options = WorkflowStartOptions::new(task_queue.to_owned(), batch_workflow_id(&job.batch_id))
-            .id_reuse_policy(WorkflowIdReusePolicy::AllowDuplicate)
-            .id_conflict_policy(WorkflowIdConflictPolicy::Fail)
-            .task_timeout(std::time::Duration::from_secs(3))
-            .build();
         self.client
-            .start_workflow(BatchWorkflow::run, job.clone(), options)
+            .start_workflow(BatchWorkflow::run, job.clone(), start(task_queue, batch_workflow_id(&job.batch_id)))
             .await
             .map_err(|e| TemporalError::Submit { what: format!("batch {}", job.batch_id), why: e.to_string() })?;
         Ok(())
@@ -110,4 +99,14 @@ impl Cluster {
             .await
             .map_err(|e| TemporalError::Signal { run_id: run_id.to_owned(), why: e.to_string() })
     }
+}
+
+/// How every workflow is started: one per id at a time (a running one is
+/// refused), and a workflow task left on a dead worker handed on within 3 s.
+fn start(task_queue: &str, workflow_id: String) -> WorkflowStartOptions {
+    WorkflowStartOptions::new(task_queue.to_owned(), workflow_id)
+        .id_reuse_policy(WorkflowIdReusePolicy::AllowDuplicate)
+        .id_conflict_policy(WorkflowIdConflictPolicy::Fail)
+        .task_timeout(std::time::Duration::from_secs(3))
+        .build()
 }
