@@ -51,12 +51,23 @@ pub struct Limits {
     pub max_wall_ms: Option<u64>,
     /// Replies in a row that are empty or carry unparsable tool calls.
     pub max_format_errors: u32,
-    /// The same tool, arguments and result this many times in a row gets
-    /// one corrective message; reaching it again stops the run.
-    pub repeat_limit: u32,
+    /// Turns of tool calls in a row that add no new evidence (no file not
+    /// read before or changed, no result unlike the earlier ones) before
+    /// the model is told what it repeats; one more such turn stops the run
+    /// as stalled.
+    #[serde(alias = "repeat_limit")]
+    pub stall_steps: u32,
     /// Characters of conversation sent to the model; older turns beyond it
     /// are left out (the task is always kept). `None`: everything.
     pub max_context_chars: Option<usize>,
+    /// Answers that do not fit the output schema sent back for another
+    /// try; the next one stops the run.
+    #[serde(default = "default_output_retries")]
+    pub max_output_retries: u32,
+}
+
+fn default_output_retries() -> u32 {
+    2
 }
 
 impl Default for Limits {
@@ -68,8 +79,9 @@ impl Default for Limits {
             max_cost_usd: None,
             max_wall_ms: None,
             max_format_errors: 3,
-            repeat_limit: 3,
+            stall_steps: 3,
             max_context_chars: None,
+            max_output_retries: default_output_retries(),
         }
     }
 }
@@ -100,6 +112,10 @@ pub struct RunConfig {
     /// has none: its host may carry `allow_commands` to restore them).
     #[serde(default, skip_serializing_if = "Permissions::is_empty")]
     pub permissions: Permissions,
+    /// The JSON Schema the final answer must validate against; the answer
+    /// is then stored as compact JSON (see [`crate::AgentRun::output`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// The tools a person chose to offer (`--tool`, `--no-tool`): kept with
@@ -138,6 +154,7 @@ impl Default for RunConfig {
             max_output_tokens: None,
             tool_filter: ToolFilter::default(),
             permissions: Permissions::default(),
+            output_schema: None,
         }
     }
 }

@@ -84,4 +84,4 @@ pub use run::{
     RecordedCall, ReplyRecord, RunChange, RunCursor, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence,
     ToolOutput, ToolSpend, Verdict,
 };
-pub use tool::{Effects, ToolDecl};
+pub use tool::{Effects, ToolDecl, output_schema_problem};

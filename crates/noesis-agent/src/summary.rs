@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use crate::events::Event;
 use crate::record::CallStatus;
-use crate::run::{AgentRun, Entry, Outcome, ToolEvidence};
+use crate::run::{AgentRun, Entry, Outcome, StopReason, ToolEvidence};
 
 /// Exit status of a process whose run waits for a person's decision.
 pub const EXIT_AWAITING_APPROVAL: u8 = 3;
@@ -36,6 +36,8 @@ pub fn outcome_json(run: &AgentRun) -> Value {
         "forked_from": run.forked_from.as_ref().map(|(id, step)| json!({"run_id": id, "step": step})),
         "outcome": run.outcome,
         "answer": match &run.outcome { Some(Outcome::Answer { text }) => json!(text), _ => Value::Null },
+        // The validated answer as JSON, when the run has an output schema.
+        "output": run.output(),
         "usage": run.usage,
         "calls": run.calls,
         "pending": pending,
@@ -102,8 +104,12 @@ pub fn next_steps(run: &AgentRun) -> Vec<String> {
     match &run.outcome {
         Some(Outcome::Answer { .. }) => Vec::new(),
         Some(Outcome::Stopped { reason, detail }) => {
-            let reason = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
-            vec![format!("run {} stopped ({}): {detail}", run.id, reason.unwrap_or_default())]
+            let name = serde_json::to_value(reason).ok().and_then(|v| v.as_str().map(str::to_owned));
+            let mut notes = vec![format!("run {} stopped ({}): {detail}", run.id, name.unwrap_or_default())];
+            if matches!(reason, StopReason::Stalled | StopReason::Provider) {
+                notes.push(format!("continue it with `noesis agent resume {}`", run.id));
+            }
+            notes
         }
         Some(Outcome::Cancelled) => {
             vec![format!("run {} cancelled; continue it with `noesis agent resume {}`", run.id, run.id)]

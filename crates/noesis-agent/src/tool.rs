@@ -108,17 +108,30 @@ pub(crate) fn argument_errors(decl: &ToolDecl, arguments: &Value) -> Vec<String>
             other => format!("the arguments must be a JSON object, not {}", noesis_json::type_name(other)),
         }];
     }
-    match validator(&decl.parameters).as_ref() {
-        Ok(v) => v
-            .iter_errors(arguments)
+    // The tool's own schema is broken: the model cannot fix that.
+    schema_errors(&decl.parameters, arguments)
+        .unwrap_or_else(|e| vec![format!("the tool `{}` has an invalid argument schema: {e}", decl.name)])
+}
+
+/// Where `value` breaks `schema`, each problem with its JSON pointer; an
+/// error when the schema itself does not compile.
+pub(crate) fn schema_errors(schema: &Value, value: &Value) -> Result<Vec<String>, String> {
+    match validator(schema).as_ref() {
+        Ok(v) => Ok(v
+            .iter_errors(value)
             .map(|e| {
                 let at = e.instance_path().to_string();
                 if at.is_empty() { e.to_string() } else { format!("{at}: {e}") }
             })
-            .collect(),
-        // The tool's own schema is broken: the model cannot fix that.
-        Err(e) => vec![format!("the tool `{}` has an invalid argument schema: {e}", decl.name)],
+            .collect()),
+        Err(e) => Err(e.clone()),
     }
+}
+
+/// Why `schema` cannot be a run's output schema (it does not compile), or
+/// `None`: checked where a run is made, so the model never meets it.
+pub fn output_schema_problem(schema: &Value) -> Option<String> {
+    validator(schema).as_ref().as_ref().err().cloned()
 }
 
 /// A compiled schema, or why it does not compile.

@@ -237,26 +237,177 @@ fn read_only_calls_of_a_turn_run_together_and_results_keep_call_order() {
     assert_eq!(ids, ["a", "b", "c", "d", "e"]);
 }
 
-#[test]
-fn repeats_get_one_correction_then_stop_the_run() {
-    let mut run = AgentRun::new("r", "t", config(ApprovalPolicy::Auto), 0);
-    let same = || calls(&[("", "read_file", json!({"path": "a"}))]);
-    let mut replies = (0..6).map(|_| same()).collect::<Vec<_>>().into_iter();
+/// A tool world for stall tests: files by path, `edit_file` replaces the
+/// whole file, `run_command` reports a test run whose timing varies.
+struct World {
+    files: std::collections::BTreeMap<String, String>,
+    runs: u32,
+}
+
+impl World {
+    fn new(files: &[(&str, &str)]) -> World {
+        World { files: files.iter().map(|(p, c)| ((*p).to_owned(), (*c).to_owned())).collect(), runs: 0 }
+    }
+
+    fn call(&mut self, tool: &str, args: &Value) -> ToolOutput {
+        let path = args["path"].as_str().unwrap_or_default().to_owned();
+        let evidence = |content: &str| noesis_agent::ToolEvidence::File {
+            path: path.clone(),
+            blake3: blake3::hash(content.as_bytes()).to_hex().to_string(),
+        };
+        match tool {
+            "read_file" => match self.files.get(&path) {
+                Some(c) => ToolOutput::ok(c.clone()).with_evidence(evidence(c)),
+                None => ToolOutput::error(format!("no file {path}")),
+            },
+            "edit_file" => {
+                let new = args["new"].as_str().unwrap_or_default().to_owned();
+                let out = ToolOutput::ok(format!("wrote {} bytes to {path}", new.len())).with_evidence(evidence(&new));
+                self.files.insert(path, new);
+                out
+            }
+            "run_command" => {
+                self.runs += 1;
+                let passing = self.files.get("lib.rs").is_some_and(|c| c.contains("fixed"));
+                let verdict = if passing { "1 passed" } else { "1 failed" };
+                ToolOutput::ok(format!("exit 1\n{verdict} in 0.{:02}s", self.runs % 100))
+            }
+            _ => ToolOutput::ok("listed"),
+        }
+    }
+}
+
+fn stalled_run(replies: Vec<ChatResponse>, world: &mut World) -> (AgentRun, Action, Log) {
+    let mut cfg = config(ApprovalPolicy::Auto);
+    cfg.limits.max_turns = 100;
+    cfg.limits.max_tool_calls = 200;
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = replies.into_iter();
     let mut log = Log::default();
-    let mut tool = |_: &str, _: &Value| ToolOutput::ok("same");
-    let end = drive(&mut run, &mut replies, &mut tool, &mut log, false);
-    assert!(matches!(end, Action::Done(Outcome::Stopped { reason: StopReason::Repeated, .. })), "{end:?}");
-    let corrections = run
-        .entries
-        .iter()
-        .filter(|e| matches!(e, Entry::Note { content } if content.contains("same arguments")))
-        .count();
-    assert_eq!(corrections, 1);
-    assert_eq!(log.executed.len(), 6);
+    let end = drive(&mut run, &mut replies, &mut |t, a| world.call(t, a), &mut log, true);
+    (run, end, log)
+}
+
+fn warnings(run: &AgentRun) -> usize {
+    run.entries.iter().filter(|e| matches!(e, Entry::Note { content } if content.contains("added nothing new"))).count()
+}
+
+fn stop_reason(end: &Action) -> StopReason {
+    match end {
+        Action::Done(Outcome::Stopped { reason, .. }) => *reason,
+        other => panic!("not stopped: {other:?}"),
+    }
+}
+
+#[test]
+fn the_same_call_over_and_over_is_warned_once_then_stopped_as_stalled() {
+    let mut world = World::new(&[("a", "alpha")]);
+    let same = || calls(&[("", "read_file", json!({"path": "a"}))]);
+    let (run, end, log) = stalled_run((0..10).map(|_| same()).collect(), &mut world);
+    assert_eq!(stop_reason(&end), StopReason::Stalled, "{end:?}");
+    // One read that taught something, three that did not (then the
+    // warning), and one more.
+    assert_eq!(log.executed.len(), 5);
+    assert_eq!(warnings(&run), 1);
+    let warning = tool_messages(&log.requests[4]);
+    assert_eq!(warning.len(), 4, "the warning came after the fourth read");
+    let note = log.requests[4].messages.last().unwrap();
+    assert!(note.content.contains(r#"`read_file` {"path":"a"} (3 times)"#), "{}", note.content);
+    let Action::Done(Outcome::Stopped { detail, .. }) = &end else { unreachable!() };
+    assert!(detail.contains("4 turns in a row"), "{detail}");
     // Ids the provider left empty were made unique.
     let mut ids: Vec<&str> = run.calls.iter().map(|c| c.id.as_str()).collect();
     ids.dedup();
-    assert_eq!(ids.len(), 6);
+    assert_eq!(ids.len(), 5);
+}
+
+#[test]
+fn reading_two_unchanged_files_by_turns_is_a_stall_too() {
+    // Never the same call twice in a row: a detector of repeats misses it.
+    let mut world = World::new(&[("a", "alpha"), ("b", "beta")]);
+    let replies =
+        (0..10).map(|i| calls(&[("", "read_file", json!({"path": if i % 2 == 0 { "a" } else { "b" }}))])).collect();
+    let (run, end, log) = stalled_run(replies, &mut world);
+    assert_eq!(stop_reason(&end), StopReason::Stalled);
+    assert_eq!(log.executed.len(), 6, "two reads that taught something, four that did not");
+    assert_eq!(warnings(&run), 1);
+}
+
+#[test]
+fn rewriting_the_same_fix_and_rerunning_the_failing_tests_is_a_stall() {
+    // The test output differs in its timing only, the file gets the same
+    // bytes each time.
+    let mut world = World::new(&[("lib.rs", "broken")]);
+    let mut replies = Vec::new();
+    for _ in 0..8 {
+        replies.push(calls(&[("", "edit_file", json!({"path": "lib.rs", "old": "", "new": "still broken"}))]));
+        replies.push(calls(&[("", "run_command", json!({"command": "cargo test"}))]));
+    }
+    let (run, end, log) = stalled_run(replies, &mut world);
+    assert_eq!(stop_reason(&end), StopReason::Stalled);
+    assert_eq!(log.executed.len(), 6, "the first edit and test run were news, four turns after them were not");
+    assert!(world.runs >= 2);
+    assert_eq!(warnings(&run), 1);
+}
+
+#[test]
+fn a_long_run_that_keeps_learning_is_never_stopped() {
+    // 30 turns, each reading a file not read before or editing one, tests
+    // that change outcome once the fix is in; then the answer.
+    let files: Vec<(String, String)> = (0..20).map(|i| (format!("f{i}"), format!("content {i}"))).collect();
+    let refs: Vec<(&str, &str)> = files.iter().map(|(p, c)| (p.as_str(), c.as_str())).collect();
+    let mut world = World::new(&refs);
+    let mut replies: Vec<ChatResponse> =
+        (0..20).map(|i| calls(&[("", "read_file", json!({"path": format!("f{i}")}))])).collect();
+    replies.push(calls(&[("", "run_command", json!({"command": "cargo test"}))]));
+    for i in 0..8 {
+        replies.push(calls(&[("", "edit_file", json!({"path": "lib.rs", "old": "", "new": format!("attempt {i}")}))]));
+    }
+    replies.push(calls(&[("", "edit_file", json!({"path": "lib.rs", "old": "", "new": "fixed"}))]));
+    replies.push(calls(&[("", "run_command", json!({"command": "cargo test"}))]));
+    replies.push(text("fixed it"));
+    let (run, end, log) = stalled_run(replies, &mut world);
+    assert_eq!(answer(end), "fixed it");
+    assert_eq!(log.executed.len(), 31);
+    assert_eq!(warnings(&run), 0);
+}
+
+#[test]
+fn progress_after_the_warning_clears_it_and_a_resumed_stall_goes_on() {
+    let mut world = World::new(&[("a", "alpha"), ("b", "beta"), ("c", "gamma")]);
+    let read = |p: &str| calls(&[("", "read_file", json!({"path": p}))]);
+    // Warned after four reads of `a`; reading `b` is news and clears the
+    // warning, so three more idle turns warn again rather than stop.
+    let mut replies: Vec<ChatResponse> = (0..4).map(|_| read("a")).collect();
+    replies.push(read("b"));
+    replies.extend((0..5).map(|_| read("b")));
+    let (mut run, end, _) = stalled_run(replies, &mut world);
+    assert_eq!(stop_reason(&end), StopReason::Stalled);
+    assert_eq!(warnings(&run), 2);
+    assert_eq!(run.status(), "stopped");
+    // A person resumes it: the model is told, and goes on.
+    run.resume();
+    assert!(run.outcome.is_none());
+    let mut log = Log::default();
+    let mut replies = vec![read("c"), text("done")].into_iter();
+    let end = drive(&mut run, &mut replies, &mut |t, a| world.call(t, a), &mut log, false);
+    assert_eq!(answer(end), "done");
+    let told = &log.requests[0].messages.last().unwrap().content;
+    assert!(told.contains("a person resumed it"), "{told}");
+}
+
+#[test]
+fn runs_stored_with_the_repeat_limit_load_with_it_as_the_stall_limit() {
+    let mut stored = AgentRun::new("r", "t", config(ApprovalPolicy::Auto), 0).to_json();
+    let limits = stored["config"]["limits"].as_object_mut().unwrap();
+    let k = limits.remove("stall_steps").unwrap();
+    limits.insert("repeat_limit".into(), json!(5));
+    assert_eq!(k, json!(3));
+    stored.as_object_mut().unwrap().remove("stall");
+    stored.as_object_mut().unwrap().insert("repeat".into(), json!(["abc", 2]));
+    stored.as_object_mut().unwrap().insert("corrected".into(), json!(true));
+    let run = AgentRun::from_json(&stored).unwrap();
+    assert_eq!(run.config.limits.stall_steps, 5);
 }
 
 #[test]
@@ -926,4 +1077,74 @@ fn a_sources_changed_tools_are_offered_from_the_next_request_and_the_model_is_to
     // A finished run, or a single-shot one, is left alone.
     let mut single = AgentRun::new("s", "t", RunConfig { strategy: Strategy::SingleShot, ..RunConfig::default() }, 0);
     assert!(!single.update_tools(&[], &now));
+}
+
+fn person_schema() -> Value {
+    json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+           "required": ["name", "age"], "additionalProperties": false})
+}
+
+#[test]
+fn an_answer_outside_the_output_schema_is_sent_back_with_its_violations() {
+    let mut cfg = config(ApprovalPolicy::Auto);
+    cfg.output_schema = Some(person_schema());
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = vec![
+        calls(&[("c1", "read_file", json!({"path": "person.txt"}))]),
+        text("Ada, 36"),
+        text(r#"{"name": "Ada", "age": "36"}"#),
+        text("Here it is:\n```json\n{\"name\": \"Ada\", \"age\": 36}\n```"),
+    ]
+    .into_iter();
+    let mut log = Log::default();
+    let end = drive(&mut run, &mut replies, &mut echo_tool, &mut log, true);
+    assert_eq!(answer(end), r#"{"name":"Ada","age":36}"#, "stored as compact JSON, in the order written");
+    assert_eq!(run.output(), Some(json!({"name": "Ada", "age": 36})));
+    // The schema is in the instructions; tools stay offered, so the
+    // provider is not asked to force the format.
+    let system = &log.requests[0].messages[0].content;
+    assert!(system.contains("validates against this JSON Schema") && system.contains("\"minimum\":0"), "{system}");
+    assert_eq!(log.requests[0].response_format, ResponseFormat::Text);
+    let first = &log.requests[2].messages.last().unwrap().content;
+    assert!(first.contains("holds no JSON value"), "{first}");
+    let second = &log.requests[3].messages.last().unwrap().content;
+    assert!(second.contains("/age: ") && second.contains("integer"), "{second}");
+}
+
+#[test]
+fn an_answer_that_never_fits_the_schema_stops_the_run_after_the_re_asks() {
+    let mut cfg = config(ApprovalPolicy::Auto);
+    cfg.output_schema = Some(person_schema());
+    cfg.limits.max_output_retries = 1;
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = vec![text(r#"{"name": "Ada"}"#), text(r#"{"name": "Ada", "extra": 1}"#)].into_iter();
+    let end = drive(&mut run, &mut replies, &mut echo_tool, &mut Log::default(), false);
+    let Action::Done(Outcome::Stopped { reason: StopReason::InvalidOutput, detail }) = end else { panic!("{end:?}") };
+    assert!(detail.contains("after 1 re-ask") && detail.contains("extra"), "{detail}");
+    assert_eq!(run.output(), None);
+}
+
+#[test]
+fn without_tools_the_provider_is_asked_for_the_schema_and_a_critique_sees_the_json() {
+    let cfg = RunConfig {
+        strategy: Strategy::SingleShot,
+        output_schema: Some(person_schema()),
+        reflect: true,
+        ..RunConfig::default()
+    };
+    let mut run = AgentRun::new("r", "t", cfg, 0);
+    let mut replies = vec![
+        text(r#"{"name": "Ada", "age": 36}"#),
+        text(r#"{"goal_achieved": true, "what_went_wrong": "", "next_step": ""}"#),
+    ]
+    .into_iter();
+    let mut log = Log::default();
+    let end = drive(&mut run, &mut replies, &mut echo_tool, &mut log, false);
+    assert_eq!(answer(end), r#"{"name":"Ada","age":36}"#);
+    assert_eq!(
+        log.requests[0].response_format,
+        ResponseFormat::JsonSchema { name: "output".into(), schema: person_schema() }
+    );
+    assert!(noesis_agent::output_schema_problem(&person_schema()).is_none());
+    assert!(noesis_agent::output_schema_problem(&json!({"type": "no-such-type"})).is_some());
 }

@@ -277,15 +277,15 @@ fn parallel_reads_in_one_turn_come_back_in_call_order() {
 }
 
 #[test]
-fn the_same_call_over_and_over_is_corrected_once_then_stopped() {
+fn the_same_call_over_and_over_is_warned_once_then_stopped_as_stalled() {
     for wire in WIRES {
         // The last reply repeats: the model keeps listing the same folder.
         let case = Case::new(wire, &[calls(vec![("c1", "list_dir", json!({"path": "."}))])]);
         let mut run = case.run(ApprovalPolicy::Auto, Limits::default());
-        assert_eq!(stopped(&case.drive(&mut run)), StopReason::Repeated, "{wire:?}");
+        assert_eq!(stopped(&case.drive(&mut run)), StopReason::Stalled, "{wire:?}");
         let requests = case.server.received().len();
         assert!(requests < 10, "{wire:?}: {requests} requests");
-        assert!(case.sent(requests - 1).contains("same"), "{wire:?}: the correction was sent");
+        assert!(case.sent(requests - 1).contains("added nothing new"), "{wire:?}: the warning was sent");
     }
 }
 

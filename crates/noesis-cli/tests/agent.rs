@@ -931,3 +931,67 @@ fn allow_command_is_sugar_for_a_command_rule_and_old_runs_keep_it() {
     assert!(run["calls"][1]["result"].as_str().unwrap().contains("`-c`"), "{run}");
     assert!(!work.path().join("ws/pwned").exists());
 }
+
+#[test]
+fn an_output_schema_holds_the_answer_to_it_and_json_carries_the_object() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write(
+        "person.schema.json",
+        r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"], "additionalProperties": false}"#,
+    );
+    let schema = work.path().join("person.schema.json").to_string_lossy().into_owned();
+    let server = FakeServer::start(vec![
+        Reply::Chat("Ada Lovelace, aged 36.".into()),
+        Reply::Chat(r#"{"name": "Ada Lovelace", "age": 36}"#.into()),
+    ])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["Who?", "--workspace", &ws, "--output-schema", &schema]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.stdout, "{\n  \"name\": \"Ada Lovelace\",\n  \"age\": 36\n}\n");
+    let first = server.received()[0].json();
+    assert!(first["messages"][0]["content"].as_str().unwrap().contains("\"additionalProperties\":false"));
+    let second = server.received()[1].json();
+    let told = second["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_owned();
+    assert!(told.contains("holds no JSON value"), "{told}");
+    let run = runs(&work)[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(shown(&work, &run)["outcome"]["text"], r#"{"name":"Ada Lovelace","age":36}"#, "stored compact");
+    let valid = FakeServer::start(vec![Reply::Chat(r#"{"name": "Ada", "age": 36}"#.into())]).unwrap();
+    let o = output(agent(&work, &valid).args(["Who?", "--workspace", &ws, "--output-schema", &schema, "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.json()["output"], json!({"name": "Ada", "age": 36}));
+
+    // A schema that is not one is refused before anything runs.
+    work.write("bad.schema.json", r#"{"type": "no-such-type"}"#);
+    let bad = work.path().join("bad.schema.json").to_string_lossy().into_owned();
+    let o = output(agent(&work, &server).args(["Who?", "--workspace", &ws, "--output-schema", &bad]));
+    assert_ne!(o.code, 0);
+    assert!(o.stderr.contains("--output-schema") && o.stderr.contains("bad.schema.json"), "{}", o.stderr);
+    work.write("broken.schema.json", "{not json");
+    let broken = work.path().join("broken.schema.json").to_string_lossy().into_owned();
+    let o = output(agent(&work, &server).args(["Who?", "--workspace", &ws, "--output-schema", &broken]));
+    assert!(o.code != 0 && o.stderr.contains("not JSON"), "{}", o.stderr);
+    assert_eq!(runs(&work).len(), 2, "no run was stored for a refused schema");
+    assert_eq!(server.received().len(), 2);
+}
+
+#[test]
+fn a_stalled_run_stops_says_so_and_resumes() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/a.txt", "same\n");
+    // The last reply repeats: the model keeps reading the same file.
+    let server = FakeServer::start(vec![call("c1", "read_file", json!({"path": "a.txt"}))]).unwrap();
+    let o = output(agent(&work, &server).args(["Read a.txt", "--workspace", &ws, "--json"]));
+    assert_eq!(o.code, 1, "{}", o.stderr);
+    let outcome = o.json();
+    assert_eq!(outcome["outcome"]["reason"], "stalled", "{outcome}");
+    assert_eq!(outcome["calls"].as_array().unwrap().len(), 5);
+    assert!(o.stderr.contains("continue it with `noesis agent resume"), "{}", o.stderr);
+    let run = outcome["run_id"].as_str().unwrap().to_owned();
+    // Resumed by a person, it goes on where it stopped.
+    let server = FakeServer::start(vec![Reply::Chat("It says same.".into())]).unwrap();
+    let o = output(agent(&work, &server).args(["resume", &run]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "It says same.\n"), "{}", o.stderr);
+}

@@ -1202,3 +1202,24 @@ fn ask_is_served_with_the_plugins_and_streams_the_agents_steps() {
     let id = report["frame"]["frame_id"].as_str().unwrap();
     assert!(frames.as_array().unwrap().iter().any(|f| f["frame_id"] == id), "{frames}");
 }
+
+#[test]
+fn an_agent_run_over_http_can_be_held_to_an_output_schema() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![Reply::Chat("thirty-six".into()), Reply::Chat(r#"{"age": 36}"#.into())]).unwrap();
+    let s = agent_serve(&work, &fake);
+    let schema = json!({"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]});
+    let bad = json!({"task": "How old?", "output_schema": {"type": 7}});
+    let (status, env) = http(&s.addr, "POST", "/agents/runs", Some(&bad), Some(&s.token));
+    assert_eq!(status, 400, "{env}");
+    assert!(env["error"]["message"].as_str().unwrap().contains("`output_schema`"), "{env}");
+    let start = json!({"task": "How old?", "output_schema": schema});
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&start), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let events = follow_events(&s.addr, &id, None, "done");
+    assert_eq!(events.last().unwrap().2["text"], r#"{"age":36}"#);
+    let (_, shown) = http(&s.addr, "GET", &format!("/agents/runs/{id}"), None, None);
+    assert_eq!(shown["output"], json!({"age": 36}), "{shown}");
+    assert_eq!(fake.received().len(), 2, "the prose answer was sent back once");
+}

@@ -75,6 +75,8 @@ pub struct Launch {
     pub run_id: Option<String>,
     /// The approval policy asked for (ask, auto, never).
     pub approve: Option<String>,
+    /// A JSON Schema file the final answer must validate against.
+    pub output_schema: Option<PathBuf>,
 }
 
 /// A new run checked against the settings, ready to start on a host.
@@ -119,6 +121,7 @@ impl Launch {
             max_wall_ms: self.max_seconds.map(|s| s.saturating_mul(1000)),
             ..Limits::default()
         };
+        let output_schema = self.output_schema.as_deref().map(read_output_schema).transpose()?;
         let run_config = RunConfig {
             strategy: strategy(&self.strategy),
             system_prompt: self.system,
@@ -127,6 +130,7 @@ impl Launch {
             reflect: self.reflect,
             tool_filter: ToolFilter { only: self.tools, except: self.no_tools },
             permissions,
+            output_schema,
             ..RunConfig::default()
         };
         Ok(Prepared {
@@ -139,6 +143,20 @@ impl Launch {
             allow_commands,
         })
     }
+}
+
+/// The output schema in `path`: JSON that compiles as a JSON Schema; the
+/// error names the file and what is wrong.
+fn read_output_schema(path: &std::path::Path) -> Result<serde_json::Value> {
+    let shown = path.display();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| HostError::Message(format!("--output-schema {shown}: cannot be read: {e}")))?;
+    let schema: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| HostError::Message(format!("--output-schema {shown}: not JSON: {e}")))?;
+    if let Some(problem) = noesis_agent::output_schema_problem(&schema) {
+        bail!("--output-schema {shown}: not a usable JSON Schema: {problem}");
+    }
+    Ok(schema)
 }
 
 impl Prepared {

@@ -107,6 +107,9 @@ impl AgentHost for ServedAgents {
         let provider = self.provider(request.provider.as_deref(), request.model.as_deref())?;
         let permissions = self.permissions()?;
         let limits = self.ceiling.limits(&request.limits)?;
+        if let Some(problem) = request.output_schema.as_ref().and_then(noesis_agent::output_schema_problem) {
+            return Err(format!("`output_schema`: not a usable JSON Schema: {problem}"));
+        }
         let config = RunConfig {
             strategy,
             system_prompt: request.system.clone(),
@@ -115,6 +118,7 @@ impl AgentHost for ServedAgents {
             reflect: request.reflect,
             tool_filter: ToolFilter { only: request.tools.clone(), except: Vec::new() },
             permissions,
+            output_schema: request.output_schema.clone(),
             ..RunConfig::default()
         };
         let record = json!({

@@ -129,6 +129,7 @@ async fn show_run(State(runs): St, Path(id): Path<String>) -> Response {
                 "step": run.step,
                 "usage": run.usage,
                 "outcome": run.outcome,
+                "output": run.output(),
                 "pending": live.then(|| runs.pending(&id)),
             });
             body["run"] = run.to_json();

@@ -86,8 +86,8 @@ impl AgentRun {
         m.insert("reflections".into(), to_value(&self.reflections));
         m.insert("format_errors".into(), to_value(&self.format_errors));
         m.insert("failures".into(), to_value(&self.failures));
-        m.insert("repeat".into(), to_value(&self.repeat));
-        m.insert("corrected".into(), to_value(&self.corrected));
+        m.insert("stall".into(), to_value(&self.stall));
+        m.insert("output_retries".into(), to_value(&self.output_retries));
         m.insert("budget_stop".into(), to_value(&self.budget_stop));
         m.insert("dispatched".into(), to_value(&self.dispatched));
         m.insert("host".into(), self.host.clone());

@@ -12,6 +12,8 @@
 
 mod calls;
 mod log;
+mod output;
+mod progress;
 mod recovery;
 mod reply;
 
@@ -105,12 +107,19 @@ pub enum StopReason {
     WallClock,
     /// Too many malformed replies in a row.
     FormatErrors,
-    /// The same call kept giving the same result after a correction.
+    /// The same call kept giving the same result after a correction (runs
+    /// stored before stall detection; see `Stalled`).
     Repeated,
     /// The model could not be reached (after the provider's own retries).
     Provider,
     /// A call needs a person's approval and the driver cannot ask one.
     NeedsApproval,
+    /// Turns in a row added no new evidence, and one more after the model
+    /// was told; resumable.
+    Stalled,
+    /// The answer did not validate against the output schema, after the
+    /// re-asks the limits allow.
+    InvalidOutput,
 }
 
 /// How a run ended. The transcript and usage stay in the run.
@@ -480,8 +489,11 @@ pub struct AgentRun {
     reflections: u32,
     format_errors: u32,
     failures: BTreeMap<String, u32>,
-    repeat: Option<(String, u32)>,
-    corrected: bool,
+    #[serde(default)]
+    stall: progress::Stall,
+    /// Answers sent back for not fitting the output schema.
+    #[serde(default)]
+    output_retries: u32,
     /// Set when the tool-call budget ran out: the run stops once the turn's
     /// calls within it are done.
     budget_stop: Option<String>,
@@ -591,8 +603,8 @@ impl AgentRun {
             reflections: 0,
             format_errors: 0,
             failures: BTreeMap::new(),
-            repeat: None,
-            corrected: false,
+            stall: progress::Stall::default(),
+            output_retries: 0,
             budget_stop: None,
             dispatched: Vec::new(),
             replies: Vec::new(),
@@ -808,7 +820,7 @@ impl AgentRun {
     }
 
     /// Every call of the turn has its result: send them back, watch for
-    /// repeats, and go on thinking.
+    /// progress, and go on thinking.
     fn close_turn(&mut self, turn: u32) {
         let ids: Vec<String> = self.calls.iter().filter(|c| c.turn == turn).map(|c| c.id.clone()).collect();
         for id in &ids {
@@ -820,35 +832,7 @@ impl AgentRun {
             self.stop(StopReason::MaxToolCalls, detail);
             return;
         }
-        for id in ids {
-            let Some((key, tool)) = self.call(&id).map(|c| {
-                (noesis_frames::scan::json_digest(&json!([c.tool, c.arguments_hash, c.result])), c.tool.clone())
-            }) else {
-                continue;
-            };
-            let count = match &self.repeat {
-                Some((last, n)) if *last == key => n + 1,
-                _ => 1,
-            };
-            self.repeat = Some((key, count));
-            if count >= self.config.limits.repeat_limit {
-                if self.corrected {
-                    self.stop(
-                        StopReason::Repeated,
-                        format!("`{tool}` returned the same result for the same arguments {count} times in a row, after a correction"),
-                    );
-                    return;
-                }
-                self.corrected = true;
-                self.repeat = None;
-                self.entries.push(Entry::Note {
-                    content: format!(
-                        "You called `{tool}` with the same arguments {count} times in a row and got the same result each \
-time. Calling it again will not help: change your approach, or give your final answer."
-                    ),
-                });
-            }
-        }
+        self.watch_progress(turn);
     }
 
     /// The request for the present phase.
@@ -863,6 +847,15 @@ time. Calling it again will not help: change your approach, or give your final a
                 "Use the tools when they help; call several at once when they do not depend on each other. \
 When you have the answer, reply with it as plain text and call no tool.",
             );
+        }
+        if let Some(schema) = &self.config.output_schema {
+            if !system.is_empty() {
+                system.push_str("\n\n");
+            }
+            system.push_str(&format!(
+                "When you give your final answer, reply with only a JSON value (no prose around it) that validates \
+against this JSON Schema:\n{schema}"
+            ));
         }
         if !system.is_empty() {
             messages.push(Message::system(system));
@@ -885,6 +878,13 @@ When you have the answer, reply with it as plain text and call no tool.",
                     if !request.tools.is_empty() {
                         request.tool_choice = ToolChoice::Auto;
                     }
+                }
+                // Where no tool can be called the reply is the answer: a
+                // provider that can hold it to the schema is asked to (some
+                // force a tool for that, which tools offered would defeat).
+                if let (true, Some(schema)) = (request.tools.is_empty(), &self.config.output_schema) {
+                    request.response_format =
+                        ResponseFormat::JsonSchema { name: "output".into(), schema: schema.clone() };
                 }
             }
         }

@@ -121,7 +121,8 @@ impl AgentRun {
     }
 
     /// Continues a run loaded after a stop, a crash or a kill: a cancelled
-    /// run, or one the model's failure stopped, is reopened; calls that were running become interrupted results
+    /// run, one the model's failure stopped, or one that stalled is
+    /// reopened; calls that were running become interrupted results
     /// (or, for idempotent tools, run again); a model request that was out
     /// is simply asked again. Completed results are kept, never re-run.
     pub fn resume(&mut self) {
@@ -136,8 +137,19 @@ impl AgentRun {
     }
 
     fn reopen(&mut self, rerun_all: bool) {
-        let reopen =
-            matches!(self.outcome, Some(Outcome::Cancelled | Outcome::Stopped { reason: StopReason::Provider, .. }));
+        let stalled = matches!(self.outcome, Some(Outcome::Stopped { reason: StopReason::Stalled, .. }));
+        let reopen = stalled
+            || matches!(self.outcome, Some(Outcome::Cancelled | Outcome::Stopped { reason: StopReason::Provider, .. }));
+        if stalled && !rerun_all {
+            // A person chose to go on: the model gets a fresh count, and is
+            // told why it stopped.
+            self.stall = super::progress::Stall::default();
+            self.entries.push(Entry::Note {
+                content: "The run was stopped because it made no progress, and a person resumed it. Take a different \
+approach from the one you repeated."
+                    .into(),
+            });
+        }
         if reopen {
             self.outcome = None;
             self.phase = match self.calls.iter().rev().find(|c| !c.status.is_final()) {

@@ -212,11 +212,13 @@ impl AgentRun {
     }
 
     fn on_answer(&mut self, answer: String) {
+        self.answered();
         if self.config.strategy == Strategy::ChainOfThought && self.plan_step < self.plan.len() {
             self.plan_step += 1;
             self.enter_plan_step();
             return;
         }
+        let Some(answer) = self.accept_output(answer) else { return };
         if self.config.reflect && self.reflections < self.config.max_reflections {
             self.phase = Phase::Reflect { answer };
             return;

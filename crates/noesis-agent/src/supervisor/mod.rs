@@ -105,6 +105,10 @@ pub struct AgentRequest {
     /// narrow (see [`RequestPermissions`]).
     #[serde(default)]
     pub permissions: Option<RequestPermissions>,
+    /// A JSON Schema the final answer must validate against; the outcome
+    /// then carries the validated object as `output`.
+    #[serde(default)]
+    pub output_schema: Option<Value>,
 }
 
 /// Permission rules a client adds to its run (`{"allow": [], "ask": [],

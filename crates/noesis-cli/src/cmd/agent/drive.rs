@@ -93,6 +93,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         mcp: a.mcp.clone(),
         run_id: a.run_id.clone(),
         approve: a.drive.approve.clone(),
+        output_schema: a.output_schema.clone(),
     };
     let prepared = launch.prepare(&config, &a.drive.provider)?;
     let sandbox = a.sandbox.settings(&config);
@@ -360,6 +361,9 @@ fn ask_in_terminal(pending: &[Pending]) -> anyhow::Result<Vec<Decision>> {
 pub(crate) fn report(run: &AgentRun, json: bool) -> anyhow::Result<()> {
     if json {
         out::json(&outcome_json(run), false)?;
+    } else if let Some(output) = run.output() {
+        // Stored compact; shown to a person laid out.
+        out::json(&output, true)?;
     } else if let Some(Outcome::Answer { text }) = &run.outcome {
         out::data(text)?;
     }

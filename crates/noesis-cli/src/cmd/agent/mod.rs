@@ -198,6 +198,11 @@ pub(crate) struct StartArgs {
     /// Instructions placed before the task.
     #[arg(long, value_name = "TEXT")]
     system: Option<String>,
+    /// A JSON Schema file the final answer must validate against: an answer
+    /// that does not is sent back with its violations (twice at most);
+    /// `--json` then carries the validated object as `output`.
+    #[arg(long, value_name = "FILE")]
+    output_schema: Option<std::path::PathBuf>,
     /// An MCP server whose tools the agent may call, as NAME='COMMAND ARGS'
     /// or NAME=URL (repeatable; added to `[mcp.servers]`). Its tools are
     /// offered as NAME__TOOL; each asks for approval (a server is trusted
