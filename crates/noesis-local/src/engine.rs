@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use llama_cpp_2::context::params::LlamaContextParams;
+use llama_cpp_2::context::session::{LlamaStateSeqFlags, SeqState};
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::params::LlamaModelParams;
@@ -32,12 +33,30 @@ pub struct EngineOptions {
     pub threads: u32,
     /// Append grammar-forced tokens without sampling them.
     pub fast_forward: bool,
+    /// Keep the evaluated state of the last generation and prefill only
+    /// what a new prompt adds after the part it shares with it.
+    pub reuse_prefix: bool,
 }
 
 impl Default for EngineOptions {
     fn default() -> EngineOptions {
-        EngineOptions { threads: 2, fast_forward: true }
+        EngineOptions { threads: 2, fast_forward: true, reuse_prefix: true }
     }
+}
+
+/// Contexts are made in sizes of this many tokens, so that the prompts of
+/// one conversation, growing turn by turn, mostly land in a context of the
+/// same size — the size a kept state can be restored into.
+const CONTEXT_STEP: u32 = 2048;
+
+/// What the last generation evaluated, kept for the next: an agent's next
+/// turn sends the whole conversation again, and only its end is new.
+struct Kept {
+    /// The size of the context it was evaluated in.
+    n_ctx: u32,
+    /// Every token whose keys and values the state holds, in order.
+    tokens: Vec<LlamaToken>,
+    state: SeqState,
 }
 
 /// Why generation stopped.
@@ -65,6 +84,8 @@ pub struct Timings {
     /// The whole generation after the prompt (decode + constraint + sample
     /// + detokenising).
     pub generate: Duration,
+    /// Keeping the evaluated state for the next generation.
+    pub keep: Duration,
 }
 
 /// One finished generation.
@@ -76,6 +97,9 @@ pub struct Generation {
     pub finish: Finish,
     /// Prompt tokens.
     pub prompt_tokens: u32,
+    /// Of those, tokens the last generation had evaluated already (not
+    /// prefilled again).
+    pub reused_tokens: u32,
     /// Tokens produced (forced ones included).
     pub output_tokens: u32,
     /// Of those, tokens the grammar forced (appended without sampling).
@@ -138,7 +162,8 @@ pub struct Engine {
     info: GgufInfo,
     template: LlamaChatTemplate,
     options: EngineOptions,
-    lock: Mutex<()>,
+    /// One generation at a time; holds what the last one evaluated.
+    lock: Mutex<Option<Kept>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -167,7 +192,7 @@ impl Engine {
             Ok(t) => t,
             Err(_) => LlamaChatTemplate::new("chatml").map_err(|e| Error::Engine(e.to_string()))?,
         };
-        Ok(Engine { model: Arc::new(model), path: path.to_owned(), info, template, options, lock: Mutex::new(()) })
+        Ok(Engine { model: Arc::new(model), path: path.to_owned(), info, template, options, lock: Mutex::new(None) })
     }
 
     /// The model file.
@@ -213,7 +238,10 @@ impl Engine {
 
     /// Runs one generation. Blocks: call it from a blocking thread.
     pub fn generate(&self, mut req: Request<'_>) -> Result<Generation, Error> {
-        let _one_at_a_time = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut kept_slot = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Whatever happens below, the context it was made from is gone
+        // unless this generation finishes and keeps its own.
+        let kept = kept_slot.take().filter(|_| self.options.reuse_prefix);
         let started = Instant::now();
         let prompt: Vec<LlamaToken> =
             self.tokenize(req.prompt).into_iter().map(|t| LlamaToken(t.cast_signed())).collect();
@@ -226,8 +254,14 @@ impl Engine {
             return Err(Error::ContextOverflow { tokens: prompt_tokens, context: trained });
         }
         let max_tokens = req.max_tokens.min(trained - prompt_tokens);
-        let n_ctx = (prompt_tokens + max_tokens + 1).min(trained);
-        let n_batch = prompt_tokens.clamp(64, 512);
+        let n_ctx = (prompt_tokens + max_tokens + 1).div_ceil(CONTEXT_STEP).saturating_mul(CONTEXT_STEP).min(trained);
+        // The shared start, less one token: the last prompt token is
+        // always evaluated here, for the logits of the first reply token.
+        let mut reused = kept.as_ref().filter(|k| k.n_ctx == n_ctx).map_or(0, |k| {
+            k.tokens.iter().zip(&prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1)
+        });
+        let fresh = u32::try_from(prompt.len() - reused).unwrap_or(u32::MAX);
+        let n_batch = fresh.clamp(64, 512);
         let threads = i32::try_from(self.options.threads.max(1)).unwrap_or(2);
         let params = LlamaContextParams::default()
             .with_n_ctx(NonZeroU32::new(n_ctx))
@@ -236,13 +270,23 @@ impl Engine {
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
         let mut ctx = self.model.new_context(backend()?, params).map_err(|e| Error::Engine(e.to_string()))?;
+        if let Some(k) = kept.filter(|_| reused > 0) {
+            let restored = ctx.state_seq_set(&k.state, 0).is_ok()
+                && ctx.clear_kv_cache_seq(Some(0), u32::try_from(reused).ok(), None).unwrap_or(false);
+            if !restored {
+                ctx.clear_kv_cache();
+                reused = 0;
+            }
+        }
         let mut batch = LlamaBatch::new(n_batch as usize, 1);
         let mut timings = Timings { setup: started.elapsed(), ..Timings::default() };
+        // Every token evaluated in this context, to keep for the next.
+        let mut evaluated: Vec<LlamaToken> = prompt.clone();
 
         // Prefill, in chunks of n_batch; logits for the last token only.
         let t = Instant::now();
-        let mut pos = 0i32;
-        for chunk in prompt.chunks(n_batch as usize) {
+        let mut pos = i32::try_from(reused).unwrap_or(0);
+        for chunk in prompt[reused..].chunks(n_batch as usize) {
             batch.clear();
             for tok in chunk {
                 let last = pos + 1 == i32::try_from(prompt.len()).unwrap_or(i32::MAX);
@@ -342,6 +386,7 @@ impl Engine {
                     batch
                         .add(LlamaToken(tok.cast_signed()), pos, &[0], i + 1 == chunk.len())
                         .map_err(|e| Error::Engine(e.to_string()))?;
+                    evaluated.push(LlamaToken(tok.cast_signed()));
                     pos += 1;
                 }
                 ctx.decode(&mut batch).map_err(|e| Error::Engine(e.to_string()))?;
@@ -353,10 +398,19 @@ impl Engine {
         let rest = text.finish();
         emit(&rest, &mut out);
         timings.generate = generating.elapsed();
+        if self.options.reuse_prefix {
+            // A state that cannot be read is simply not kept.
+            let t = Instant::now();
+            if let Ok(state) = ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
+                *kept_slot = Some(Kept { n_ctx, tokens: evaluated, state });
+            }
+            timings.keep = t.elapsed();
+        }
         Ok(Generation {
             text: out,
             finish,
             prompt_tokens,
+            reused_tokens: u32::try_from(reused).unwrap_or(u32::MAX),
             output_tokens: produced,
             forced_tokens: forced_n,
             sampled_tokens: sampled_n,

@@ -541,3 +541,58 @@ mod agent {
         assert!(calls > 0, "the model never called a tool");
     }
 }
+
+/// A conversation's next turn sends everything again: the engine keeps what
+/// it evaluated and prefills only the new end, and answers as a fresh
+/// engine would.
+#[test]
+fn the_next_turn_prefills_only_what_is_new_and_answers_the_same() {
+    if model("the_next_turn_prefills_only_what_is_new").is_none() {
+        return;
+    }
+    use noesis_local::engine::Request;
+    use noesis_local::{Engine, EngineOptions};
+    let load = |reuse_prefix: bool| {
+        Engine::load(&model_path(), EngineOptions { threads: 1, fast_forward: true, reuse_prefix }).unwrap()
+    };
+    let (kept, fresh) = (load(true), load(false));
+    let mut turn = vec![
+        Message::system("You are a helpful assistant. Answer in one short sentence."),
+        Message::user("What is the capital of France?"),
+    ];
+    let cancel = std::sync::atomic::AtomicBool::new(false);
+    let generate = |engine: &Engine, messages: &[Message]| {
+        let prompt = engine.format(messages).unwrap();
+        let mut sink = |_: &str| {};
+        let request = Request {
+            prompt: &prompt,
+            max_tokens: 24,
+            constraint: None,
+            temperature: None,
+            seed: 1,
+            cancel: &cancel,
+            on_text: &mut sink,
+        };
+        engine.generate(request).unwrap()
+    };
+    let first = generate(&kept, &turn);
+    assert_eq!(first.reused_tokens, 0, "nothing was kept before");
+    turn.push(Message::assistant(first.text.clone()));
+    turn.push(Message::user("And of Italy?"));
+    let second = generate(&kept, &turn);
+    let again = generate(&fresh, &turn);
+    assert_eq!(again.reused_tokens, 0);
+    assert!(
+        second.reused_tokens >= first.prompt_tokens && second.reused_tokens < second.prompt_tokens,
+        "reused {} of {} (the first prompt had {})",
+        second.reused_tokens,
+        second.prompt_tokens,
+        first.prompt_tokens
+    );
+    assert_eq!(second.text, again.text, "the kept state answers as a fresh one");
+    // A prompt that shares nothing starts over, and is right too.
+    let other = vec![Message::user("Name a colour.")];
+    let (a, b) = (generate(&kept, &other), generate(&fresh, &other));
+    assert!(a.reused_tokens <= 1, "{}", a.reused_tokens);
+    assert_eq!(a.text, b.text);
+}
