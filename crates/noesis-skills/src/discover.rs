@@ -123,8 +123,7 @@ impl Skill {
             if rel.is_empty() || rel == "SKILL.md" {
                 continue;
             }
-            let file = kind.is_file()
-                || (kind.is_symlink() && within.confine(&rel).is_ok_and(|real| real.is_file()));
+            let file = kind.is_file() || (kind.is_symlink() && within.confine(&rel).is_ok_and(|real| real.is_file()));
             if file {
                 list.push(rel);
             }
@@ -315,11 +314,8 @@ pub fn discover(roots: &Roots) -> Found {
 
 /// The skills of one skill folder, its subfolders by name.
 fn read_folder(origin: Origin, dir: &Path, problems: &mut Vec<Problem>) -> Vec<Skill> {
-    let problem = |path: &Path, field: &str, message: String| Problem {
-        path: path.to_owned(),
-        field: field.to_owned(),
-        message,
-    };
+    let problem =
+        |path: &Path, field: &str, message: String| Problem { path: path.to_owned(), field: field.to_owned(), message };
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
@@ -500,7 +496,12 @@ mod tests {
             ]
         );
         let moved = f.problems.iter().find(|p| p.field == "name" && p.message.contains("other")).unwrap();
-        assert!(moved.to_string().ends_with("name: `other` is not its folder's name `moved`; rename the folder or set `name: moved`"), "{moved}");
+        assert!(
+            moved
+                .to_string()
+                .ends_with("name: `other` is not its folder's name `moved`; rename the folder or set `name: moved`"),
+            "{moved}"
+        );
     }
 
     #[test]
@@ -542,10 +543,7 @@ mod tests {
     fn a_skills_files_are_listed_inside_its_folder_only() {
         let (_t, _o, skill) = with_files();
         let files = skill.files().unwrap();
-        assert_eq!(
-            files.list,
-            ["alias.md", "blob.bin", "reference.md", "scripts/fill.py", "templates/a/b.txt"]
-        );
+        assert_eq!(files.list, ["alias.md", "blob.bin", "reference.md", "scripts/fill.py", "templates/a/b.txt"]);
         assert!(!files.more);
     }
 

@@ -230,7 +230,10 @@ mod tests {
     fn crlf_a_bom_and_a_folded_description_are_fine() {
         let text = "\u{feff}---\r\nname: x1\r\ndescription: >\r\n  two\r\n  lines\r\n---\r\nbody\r\n";
         let s = parse(text).unwrap();
-        assert_eq!((s.name.as_str(), s.description.as_str(), s.body.as_str()), ("x1", "two lines\n".trim(), "body\r\n"));
+        assert_eq!(
+            (s.name.as_str(), s.description.as_str(), s.body.as_str()),
+            ("x1", "two lines\n".trim(), "body\r\n")
+        );
     }
 
     #[test]
