@@ -295,7 +295,15 @@ impl Found {
 /// that does not exist is simply empty.
 pub fn discover(roots: &Roots) -> Found {
     let mut found = Found::default();
+    let mut read: Vec<PathBuf> = Vec::new();
     for (origin, dir) in roots.dirs() {
+        // Working in the home folder itself makes the project's folder
+        // and the user's one folder: read once, it shadows nothing.
+        let real = dir.canonicalize().unwrap_or_else(|_| dir.clone());
+        if read.contains(&real) {
+            continue;
+        }
+        read.push(real);
         for skill in read_folder(origin, &dir, &mut found.problems) {
             match found.skills.iter().find(|s| s.name == skill.name) {
                 Some(first) => found.shadowed.push(Shadowed {
@@ -502,6 +510,17 @@ mod tests {
                 .ends_with("name: `other` is not its folder's name `moved`; rename the folder or set `name: moved`"),
             "{moved}"
         );
+    }
+
+    #[test]
+    fn working_in_the_home_folder_reads_its_skills_once() {
+        let t = tree();
+        let home = t.roots.home.clone().unwrap();
+        write(&home, ".noesis/skills/solo/SKILL.md", &skill_md("solo", "d"));
+        let roots = Roots { workspace: home.clone(), home: Some(home.join(".noesis")) };
+        let f = discover(&roots);
+        assert_eq!((f.names(), f.shadowed.len(), f.problems.len()), (vec!["solo"], 0, 0));
+        assert_eq!(f.skills[0].origin, Origin::Project);
     }
 
     #[test]
