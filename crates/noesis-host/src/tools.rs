@@ -101,7 +101,10 @@ pub fn skill_index(found: &noesis_skills::Found) -> String {
 }
 
 /// The declarations of the host tools (the same for every run, so a stored
-/// run's tool list does not depend on where it is resumed).
+/// run's tool list does not depend on where it is resumed). `load_skill` is
+/// among them, and every toolbox can run it; `Host::start` keeps it in a
+/// new run's own list only when the workspace has skills, and that list is
+/// what a resumed run goes on with.
 pub fn decls(depth: u64) -> Vec<ToolDecl> {
     let mut all = vec![
         ToolDecl::read_only(
