@@ -408,10 +408,9 @@ async fn load_skill(h: HostTools, args: Value) -> ToolOutput {
     let shown = |p: &std::path::Path| p.strip_prefix(&roots.workspace).unwrap_or(p).display().to_string();
     if let Some(file) = args["file"].as_str() {
         return match skill.read_file(file, MAX_SKILL_FILE) {
-            Ok(text) => {
-                let path = shown(&skill.dir.join(file));
-                let blake3 = noesis_frames::scan::hash_bytes(text.as_bytes());
-                ToolOutput::ok(text).with_evidence(ToolEvidence::File { path, blake3 })
+            Ok(read) => {
+                let blake3 = noesis_frames::scan::hash_bytes(read.text.as_bytes());
+                ToolOutput::ok(read.text).with_evidence(ToolEvidence::File { path: shown(&read.path), blake3 })
             }
             Err(e) => ToolOutput::error(e.to_string()),
         };

@@ -139,7 +139,7 @@ impl Skill {
     /// The text of `file` (relative to the skill's folder), at most
     /// `max_bytes` long; a path that leaves the folder, by `..`, by being
     /// absolute elsewhere or through a link, is refused.
-    pub fn read_file(&self, file: &str, max_bytes: u64) -> Result<String, SkillError> {
+    pub fn read_file(&self, file: &str, max_bytes: u64) -> Result<SkillFile, SkillError> {
         let within = noesis_fs::Workspace::new(&self.dir).map_err(|e| self.io(&self.dir, &e.to_string()))?;
         let real = within.confine(file).map_err(|e| SkillError::Outside {
             skill: self.name.clone(),
@@ -165,12 +165,24 @@ impl Skill {
             });
         }
         let bytes = std::fs::read(&real).map_err(|e| self.io(&real, &e.to_string()))?;
-        String::from_utf8(bytes).map_err(|_| SkillError::NotText { skill: self.name.clone(), file: file.to_owned() })
+        let text = String::from_utf8(bytes)
+            .map_err(|_| SkillError::NotText { skill: self.name.clone(), file: file.to_owned() })?;
+        Ok(SkillFile { path: real, text })
     }
 
     fn io(&self, path: &Path, why: &str) -> SkillError {
         SkillError::Io { path: path.to_owned(), why: why.to_owned() }
     }
+}
+
+/// One file of a skill, read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillFile {
+    /// Where it really is (links inside the folder followed), so a record
+    /// of the read names one path however the file was asked for.
+    pub path: PathBuf,
+    /// Its text.
+    pub text: String,
 }
 
 /// A skill's files.
@@ -582,16 +594,21 @@ mod tests {
     #[test]
     fn reading_a_file_stays_in_the_skill_folder() {
         let (_t, _o, skill) = with_files();
-        assert_eq!(skill.read_file("reference.md", 100).unwrap(), "the reference");
-        assert_eq!(skill.read_file("scripts/../reference.md", 100).unwrap(), "the reference");
-        assert_eq!(skill.read_file("alias.md", 100).unwrap(), "the reference");
+        assert_eq!(skill.read_file("reference.md", 100).unwrap().text, "the reference");
+        assert_eq!(skill.read_file("scripts/../reference.md", 100).unwrap().text, "the reference");
+        assert_eq!(skill.read_file("alias.md", 100).unwrap().text, "the reference");
+        // However it is asked for, a read names the file it really read.
+        let real = skill.dir.canonicalize().unwrap().join("reference.md");
+        for asked in ["alias.md", "scripts/../reference.md", "./reference.md"] {
+            assert_eq!(skill.read_file(asked, 100).unwrap().path, real, "{asked}");
+        }
         for escape in ["../../../secret.txt", "leak", "out/key", "/etc/passwd"] {
             let e = skill.read_file(escape, 100).unwrap_err();
             assert!(matches!(e, SkillError::Outside { .. }), "{escape}: {e}");
             assert!(e.to_string().contains("not inside skill `forms`"), "{e}");
         }
         let abs = skill.dir.join("reference.md");
-        assert_eq!(skill.read_file(abs.to_str().unwrap(), 100).unwrap(), "the reference");
+        assert_eq!(skill.read_file(abs.to_str().unwrap(), 100).unwrap().text, "the reference");
         assert!(matches!(skill.read_file("missing.md", 100), Err(SkillError::NoFile { .. })));
         assert!(matches!(skill.read_file("scripts", 100), Err(SkillError::NotAFile { .. })));
         assert!(matches!(skill.read_file("blob.bin", 100), Err(SkillError::NotText { .. })));

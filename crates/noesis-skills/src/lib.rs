@@ -35,7 +35,7 @@
 //! assert_eq!((skill.origin, skill.tools.as_slice()), (Origin::Project, &["run_command".to_owned()][..]));
 //! assert!(skill.body().starts_with("Read `git log`"));
 //! assert_eq!(skill.files()?.list, ["template.md"]);
-//! assert_eq!(skill.read_file("template.md", 4096)?, "## Added\n");
+//! assert_eq!(skill.read_file("template.md", 4096)?.text, "## Added\n");
 //! assert!(skill.read_file("../../../etc/passwd", 4096).is_err());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
@@ -46,6 +46,6 @@ mod discover;
 mod parse;
 
 pub use discover::{
-    Files, Found, MAX_FILES, MAX_SKILL_MD, Origin, Problem, Roots, Shadowed, Skill, SkillError, discover,
+    Files, Found, MAX_FILES, MAX_SKILL_MD, Origin, Problem, Roots, Shadowed, Skill, SkillError, SkillFile, discover,
 };
 pub use parse::{FieldError, MAX_DESCRIPTION, MAX_NAME, SkillMd, check_name, parse};
