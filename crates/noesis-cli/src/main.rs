@@ -94,6 +94,8 @@ enum Command {
     Mcp(cmd::mcp::Args),
     /// Show configured providers, which one a run would use and whether each answers (never a key).
     Doctor(cmd::doctor::Args),
+    /// Agent Skills (SKILL.md folders) a run here is offered: `list`, `show NAME`.
+    Skills(cmd::skills::Args),
     /// The sandbox of the model's commands: `check` shows what this machine supports and what a run may do, and tries it.
     Sandbox(cmd::sandbox::Args),
     /// Serve the modules over HTTP (run, stream, list, info) and the dashboard at /; runs are not recorded as frames.
@@ -158,7 +160,7 @@ fn main() -> ExitCode {
 /// The commands by what they are for, as `noesis --help` lists them.
 const GROUPS: &[(&str, &[&str])] = &[
     ("Modules", &["run", "compose", "validate", "test", "conformance", "list", "info", "init", "migrate"]),
-    ("Agents", &["agent", "sandbox"]),
+    ("Agents", &["agent", "skills", "sandbox"]),
     ("Workflow", &["solve", "state", "memory"]),
     ("Memory and frames", &["session", "frames", "ask", "docs", "review", "testgen", "plugin"]),
     ("Serving", &["serve", "ui", "mcp", "worker"]),
@@ -232,6 +234,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Registry(a) => cmd::install::registry_status(a),
         Command::Mcp(a) => cmd::mcp::run(&search, a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::Skills(a) => cmd::skills::run(a),
         Command::Sandbox(a) => cmd::sandbox::run(a),
         Command::Serve(a) => cmd::serve::run(&search, a),
         Command::Ui(a) => cmd::serve::ui(&search, a),

@@ -25,6 +25,7 @@ fn version_and_help() {
         ("run", "Modules:"),
         ("agent", "Agents:"),
         ("sandbox", "Agents:"),
+        ("skills", "Agents:"),
         ("solve", "Workflow:"),
         ("frames", "Memory and frames:"),
         ("serve", "Serving:"),

@@ -24,6 +24,7 @@ mod run;
 mod scale_out;
 mod serve;
 mod sharing;
+mod skills;
 mod snapshots;
 mod solve;
 mod state;

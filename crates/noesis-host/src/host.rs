@@ -57,6 +57,9 @@ pub struct Host {
     pub reach: Reach,
     /// Where the host's remarks go (`starting MCP server …`); none: nowhere.
     pub note: Option<Note>,
+    /// The noesis home (`$NOESIS_HOME`, else `~/.noesis`), whose `skills/`
+    /// holds the person's own skills; none: only a workspace's skills.
+    pub home: Option<std::path::PathBuf>,
 }
 
 /// A run made drivable: hand these to a [`noesis_agent::Driver`].
@@ -234,6 +237,11 @@ impl Host {
         })
     }
 
+    /// The skill folders of a run over `workspace`.
+    pub fn skill_roots(&self, workspace: &Workspace) -> noesis_skills::Roots {
+        noesis_skills::Roots { workspace: workspace.root().to_path_buf(), home: self.home.clone() }
+    }
+
     /// The built-in tools over the workspace, checking the run's rules,
     /// commands confined and results redacted, with the host's own tools
     /// and the MCP servers'.
@@ -249,6 +257,7 @@ impl Host {
             router: Some(self.router(t.provider)),
             visible: None,
             redactor: Arc::clone(&redactor),
+            skills: Some(self.skill_roots(t.workspace)),
         };
         let tools = Toolbox::with_permissions(t.workspace.clone(), t.permissions)
             .with_sandbox(t.sandbox, Vec::new())
@@ -279,12 +288,29 @@ impl Host {
                 known: all.iter().map(|d| d.name.clone()).collect(),
             });
         }
+        // Found once, here: the index goes into the run's own config and
+        // `load_skill` is declared in its tools only when there are skills,
+        // so a resumed run keeps both as they were wherever it goes on.
+        let skills = noesis_skills::discover(&self.skill_roots(&workspace));
+        if let Some(note) = &self.note {
+            for p in &skills.problems {
+                note(&format!("warning: skill left out: {p}"));
+            }
+        }
         let offered: Vec<ToolDecl> = all
             .into_iter()
             .filter(|d| filter.only.is_empty() || filter.only.contains(&d.name))
             .filter(|d| !filter.except.contains(&d.name))
+            .filter(|d| d.name != crate::tools::LOAD_SKILL || !skills.skills.is_empty())
             .collect();
         config.tools = if config.strategy == Strategy::SingleShot { Vec::new() } else { offered };
+        if config.tools.iter().any(|d| d.name == crate::tools::LOAD_SKILL) {
+            let index = crate::tools::skill_index(&skills);
+            config.system_prompt = Some(match config.system_prompt.take() {
+                Some(p) if !p.trim().is_empty() => format!("{p}\n\n{index}"),
+                _ => index,
+            });
+        }
         let full =
             if remembered.is_empty() { task.clone() } else { format!("{task}\n\nWhat you remember:\n{remembered}") };
         let mut run = AgentRun::new(id, full, config, now);
@@ -425,6 +451,7 @@ mod tests {
             providers: Arc::new(crate::provider::Providers::new(Default::default(), Config::default())),
             reach: Reach::Bound { workspace, mcp: None },
             note: None,
+            home: None,
         };
         let mut run = AgentRun::new("r1", "t", RunConfig::default(), 0);
         run.host = json!({"workspace": dir.path().to_string_lossy()});

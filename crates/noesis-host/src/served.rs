@@ -336,6 +336,8 @@ pub struct Binding {
     pub providers: Arc<crate::provider::Providers>,
     /// The one workspace of every run: the server's folder.
     pub folder: std::path::PathBuf,
+    /// The noesis home, for the operator's own skills (`skills/`).
+    pub home: Option<std::path::PathBuf>,
     /// How the runs' commands (and the MCP servers) are confined.
     pub sandbox: noesis_sandbox::Settings,
     /// `http` or `mcp` (see [`ServedAgents::origin`]).
@@ -363,6 +365,7 @@ pub async fn bind(b: Binding) -> crate::Result<ServedAgents> {
         providers: b.providers,
         reach: Reach::Bound { workspace, mcp },
         note: None,
+        home: b.home,
     };
     let leases = Arc::new(crate::lease::Leases::new(b.leases)?);
     Ok(ServedAgents::new(host, b.sandbox, b.origin, leases, b.ceiling, b.note))

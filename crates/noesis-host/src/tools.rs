@@ -1,7 +1,8 @@
 //! The host's tools, beside the built-ins: `run_module` (any Cognitive
 //! Module; its envelope is the observation), `search_frames` and
 //! `open_frame` (past cognition as an environment the model navigates),
-//! and `sub_agent` (a child run, depth-limited).
+//! `sub_agent` (a child run, depth-limited), and `load_skill` (an Agent
+//! Skill's instructions and files, read when the model asks for them).
 
 use std::sync::Arc;
 
@@ -44,6 +45,9 @@ pub struct HostTools {
     pub visible: Option<Arc<Vec<String>>>,
     /// What redacts the results of the run's tools (a sub-agent's too).
     pub redactor: Arc<noesis_sandbox::Redactor>,
+    /// Where `load_skill` finds skills (the run's recorded workspace and
+    /// the noesis home); none: it finds none.
+    pub skills: Option<noesis_skills::Roots>,
 }
 
 impl HostTools {
@@ -74,8 +78,33 @@ pub fn with_frame_tools(tools: Toolbox, host: &HostTools) -> Toolbox {
     tools
 }
 
+/// The tool that reads a skill.
+pub const LOAD_SKILL: &str = "load_skill";
+
+/// The most bytes `load_skill` returns of one file of a skill.
+pub const MAX_SKILL_FILE: u64 = 64 * 1024;
+
+/// What a run with skills is told up front: each skill's name and
+/// description, and how to read one (its body and files stay out of the
+/// prompt until asked for).
+pub fn skill_index(found: &noesis_skills::Found) -> String {
+    let mut text = String::from("Skills in this workspace (instructions and files for particular kinds of task):\n");
+    for s in &found.skills {
+        let description: Vec<&str> = s.description.split_whitespace().collect();
+        text.push_str(&format!("- {} — {}\n", s.name, description.join(" ")));
+    }
+    text.push_str(
+        "When a task fits one of them, call `load_skill` with its name to read its instructions before you start; \
+         call it again with `file` to read one of the files it lists.",
+    );
+    text
+}
+
 /// The declarations of the host tools (the same for every run, so a stored
-/// run's tool list does not depend on where it is resumed).
+/// run's tool list does not depend on where it is resumed). `load_skill` is
+/// among them, and every toolbox can run it; `Host::start` keeps it in a
+/// new run's own list only when the workspace has skills, and that list is
+/// what a resumed run goes on with.
 pub fn decls(depth: u64) -> Vec<ToolDecl> {
     let mut all = vec![
         ToolDecl::read_only(
@@ -101,6 +130,15 @@ pub fn decls(depth: u64) -> Vec<ToolDecl> {
             "Shows one past frame by id (or a unique prefix): its query, conclusion, evidence, invalidation condition, status and children.",
             json!({"type": "object", "properties": {"frame_id": {"type": "string", "maxLength": 100}},
                    "required": ["frame_id"], "additionalProperties": false}),
+        ),
+        ToolDecl::read_only(
+            LOAD_SKILL,
+            "Reads a skill listed in the instructions by its name: its instructions and the list of its files; \
+             with `file`, that file of the skill (a path relative to the skill's folder).",
+            json!({"type": "object", "properties": {
+                "name": {"type": "string", "maxLength": 64},
+                "file": {"type": "string", "maxLength": 500}
+            }, "required": ["name"], "additionalProperties": false}),
         ),
     ];
     if depth < MAX_DEPTH {
@@ -129,6 +167,7 @@ pub fn with_host_tools(tools: Toolbox, host: &HostTools) -> Toolbox {
             "run_module" => Arc::new(move |args| Box::pin(run_module(h.clone(), args))),
             "search_frames" => Arc::new(move |args| Box::pin(search_frames(h.clone(), args))),
             "open_frame" => Arc::new(move |args| Box::pin(open_frame(h.clone(), args))),
+            LOAD_SKILL => Arc::new(move |args| Box::pin(load_skill(h.clone(), args))),
             _ => Arc::new(move |args| Box::pin(sub_agent(h.clone(), args))),
         };
         tools = tools.with_tool(decl, run);
@@ -348,4 +387,88 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         (Ok(_), None) => ToolOutput::error(format!("sub-agent {id} stopped before its end")).with_evidence(evidence),
     };
     out.with_spent(spent)
+}
+
+/// A skill's body and files, or one of its files. The skills are found
+/// again at each call, so an edit made during the run is what is read.
+async fn load_skill(h: HostTools, args: Value) -> ToolOutput {
+    let name = args["name"].as_str().unwrap_or_default();
+    let Some(roots) = &h.skills else { return ToolOutput::error("this run has no skills".to_owned()) };
+    let found = noesis_skills::discover(roots);
+    let Some(skill) = found.get(name) else {
+        let known = found.names();
+        return ToolOutput::error(if known.is_empty() {
+            format!("no skill `{name}`: this workspace has no skills now")
+        } else {
+            format!("no skill `{name}`; the skills are {}", known.join(", "))
+        });
+    };
+    // Evidence names a file of the workspace by its relative path; a
+    // person's own skill lies outside it and keeps its full path.
+    let shown = |p: &std::path::Path| p.strip_prefix(&roots.workspace).unwrap_or(p).display().to_string();
+    if let Some(file) = args["file"].as_str() {
+        return match skill.read_file(file, MAX_SKILL_FILE) {
+            Ok(read) => {
+                let blake3 = noesis_frames::scan::hash_bytes(read.text.as_bytes());
+                ToolOutput::ok(read.text).with_evidence(ToolEvidence::File { path: shown(&read.path), blake3 })
+            }
+            Err(e) => ToolOutput::error(e.to_string()),
+        };
+    }
+    let mut text = format!("Skill `{}` ({}):\n\n{}", skill.name, skill.description, skill.body().trim_end());
+    match skill.files() {
+        Ok(files) if files.list.is_empty() => {}
+        Ok(files) => {
+            text.push_str(&format!(
+                "\n\nIts files (read one with load_skill {{\"name\": \"{}\", \"file\": PATH}}):\n",
+                skill.name
+            ));
+            for f in &files.list {
+                text.push_str(&format!("- {f}\n"));
+            }
+            if files.more {
+                text.push_str(&format!("(only the first {} are listed)\n", files.list.len()));
+            }
+        }
+        Err(e) => text.push_str(&format!("\n\nIts files cannot be listed: {e}")),
+    }
+    let missing = missing_for(&h, skill).await;
+    if !missing.is_empty() {
+        text.push_str(&format!("\n\n{}", missing.join("\n")));
+    }
+    let blake3 = noesis_frames::scan::hash_bytes(skill.source().as_bytes());
+    ToolOutput::ok(text.trim_end().to_owned()).with_evidence(ToolEvidence::File { path: shown(&skill.path()), blake3 })
+}
+
+/// What `skill` names that this run cannot use: tools it is not offered,
+/// modules that do not resolve (or all of them, without `run_module`).
+async fn missing_for(h: &HostTools, skill: &noesis_skills::Skill) -> Vec<String> {
+    if skill.tools.is_empty() && skill.modules.is_empty() {
+        return Vec::new();
+    }
+    // The run's own list, as stored: what its model is really offered.
+    let offered: Option<Vec<String>> = match h.store.agent_state(&h.run_id, None).await {
+        Ok(Some(s)) => AgentRun::from_json(&s.state).ok().map(|r| r.config.tools.into_iter().map(|t| t.name).collect()),
+        _ => None,
+    };
+    let Some(offered) = offered else { return Vec::new() };
+    let mut said = Vec::new();
+    let tools: Vec<&str> = skill.tools.iter().filter(|t| !offered.contains(t)).map(String::as_str).collect();
+    if !tools.is_empty() {
+        said.push(format!("This skill names tools this run is not offered: {}.", tools.join(", ")));
+    }
+    let modules: Vec<&str> = if offered.iter().any(|t| t == "run_module") {
+        skill.modules.iter().filter(|m| h.search.resolve(m).is_err()).map(String::as_str).collect()
+    } else {
+        skill.modules.iter().map(String::as_str).collect()
+    };
+    if !modules.is_empty() {
+        let why = if offered.iter().any(|t| t == "run_module") {
+            "not found on the module search path"
+        } else {
+            "run_module is not offered"
+        };
+        said.push(format!("This skill names modules this run cannot run ({why}): {}.", modules.join(", ")));
+    }
+    said
 }

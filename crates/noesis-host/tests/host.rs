@@ -52,6 +52,7 @@ fn host(f: &Fixture, reach: Reach) -> Host {
         providers,
         reach,
         note: None,
+        home: None,
     }
 }
 
@@ -160,5 +161,99 @@ fn a_server_asked_to_resume_a_run_it_cannot_provide_for_refuses_and_leaves_it_as
         assert_eq!((after.status.as_str(), after.step), (stored.status.as_str(), stored.step));
         assert_eq!(runs.resume_unfinished().await.unwrap(), 0, "nor is it taken up at start");
         runs.shutdown().await;
+    });
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn new_run(id: &str, workspace: &Path, system: Option<&str>) -> noesis_host::NewRun {
+    noesis_host::NewRun {
+        id: id.into(),
+        task: "fill the form".into(),
+        remembered: String::new(),
+        workspace: Workspace::new(workspace).unwrap(),
+        config: RunConfig { system_prompt: system.map(str::to_owned), ..RunConfig::default() },
+        provider: Arc::new(noesis_llm::TestModel),
+        sandbox: noesis_sandbox::Settings::default(),
+        mcp: None,
+        owns_mcp: false,
+        record: serde_json::Map::new(),
+    }
+}
+
+async fn call(tools: &Arc<noesis_agent::Toolbox>, args: serde_json::Value) -> noesis_agent::ToolOutput {
+    let call = noesis_agent::Invocation { call_id: "c1".into(), tool: "load_skill".into(), arguments: args };
+    Arc::clone(tools).run_async(call).await
+}
+
+#[test]
+fn a_run_over_skills_is_told_their_names_and_load_skill_reads_one_and_its_files_only() {
+    let rt = rt();
+    rt.block_on(async {
+        let f = fixture().await;
+        let home = f._dir.path().join("home");
+        let skill = "---\nname: forms\ndescription: Fills PDF\n  forms.\ntools: [read_file, Bash]\nmodules: [no-such-module]\n---\nStep 1: read ref.md.\n";
+        write(&f.there, ".noesis/skills/forms/SKILL.md", skill);
+        write(&f.there, ".noesis/skills/forms/ref.md", "the reference");
+        write(&f.there, "secret.txt", "not a skill's");
+        write(&home, "skills/mine/SKILL.md", "---\nname: mine\ndescription: My own.\n---\nMine.\n");
+        let mut host = host(&f, Reach::Anywhere);
+        host.home = Some(home.clone());
+
+        let (run, equipped) = host.start(new_run("r-skills", &f.there, Some("Be brief.")), 0).unwrap();
+        assert!(run.config.tools.iter().any(|t| t.name == "load_skill"));
+        let prompt = run.config.system_prompt.clone().unwrap();
+        assert!(prompt.starts_with("Be brief.\n\nSkills in this workspace"), "{prompt}");
+        assert!(prompt.contains("\n- forms — Fills PDF forms.\n- mine — My own.\n"), "{prompt}");
+        assert!(prompt.contains("call `load_skill`"), "{prompt}");
+        assert!(!prompt.contains("Step 1"), "the body waits until it is asked for: {prompt}");
+        f.store.save_agent_state(&noesis_host::runs::state_of(&run, &f.project.project_id)).await.unwrap();
+
+        let out = call(&equipped.tools, json!({"name": "forms"})).await;
+        assert!(!out.is_error, "{}", out.content);
+        assert!(out.content.contains("Step 1: read ref.md.") && !out.content.contains("description:"), "{}", out.content);
+        assert!(out.content.contains("\n- ref.md"), "{}", out.content);
+        assert!(out.content.contains("tools this run is not offered: Bash."), "{}", out.content);
+        assert!(out.content.contains("not found on the module search path): no-such-module."), "{}", out.content);
+        let digest = noesis_frames::scan::hash_bytes(skill.as_bytes());
+        assert_eq!(
+            out.evidence,
+            [noesis_agent::ToolEvidence::File { path: ".noesis/skills/forms/SKILL.md".into(), blake3: digest }]
+        );
+
+        let file = call(&equipped.tools, json!({"name": "forms", "file": "ref.md"})).await;
+        assert_eq!((file.is_error, file.content.as_str()), (false, "the reference"));
+        assert!(matches!(&file.evidence[0], noesis_agent::ToolEvidence::File { path, .. } if path == ".noesis/skills/forms/ref.md"));
+        let out = call(&equipped.tools, json!({"name": "forms", "file": "../../../secret.txt"})).await;
+        assert!(out.is_error && out.content.contains("not inside skill `forms`"), "{}", out.content);
+        assert!(out.evidence.is_empty());
+        let out = call(&equipped.tools, json!({"name": "nope"})).await;
+        assert!(out.is_error && out.content.contains("no skill `nope`; the skills are forms, mine"), "{}", out.content);
+        // A person's own skill lies outside the workspace: its evidence
+        // keeps its full path.
+        let mine = call(&equipped.tools, json!({"name": "mine"})).await;
+        let path = home.join("skills/mine/SKILL.md").display().to_string();
+        assert!(matches!(&mine.evidence[0], noesis_agent::ToolEvidence::File { path: p, .. } if *p == path), "{mine:?}");
+
+        // Resumed elsewhere, the run keeps its declaration and its index,
+        // and the tool still reads from the recorded workspace.
+        let resumed = host.equip(&run, Arc::new(noesis_llm::TestModel)).await.unwrap();
+        assert!(!call(&resumed.tools, json!({"name": "forms", "file": "ref.md"})).await.is_error);
+
+        // A workspace without skills: no tool, no index, the prompt as given.
+        host.home = None;
+        let (plain, _) = host.start(new_run("r-plain", &f.here, Some("Be brief.")), 0).unwrap();
+        assert!(!plain.config.tools.iter().any(|t| t.name == "load_skill"));
+        assert!(plain.config.tools.iter().any(|t| t.name == "read_file"));
+        assert_eq!(plain.config.system_prompt.as_deref(), Some("Be brief."));
+        // Nor when the person leaves the tool out.
+        let mut no_tool = new_run("r-no", &f.there, None);
+        no_tool.config.tool_filter.except = vec!["load_skill".into()];
+        let (run, _) = host.start(no_tool, 0).unwrap();
+        assert!(run.config.system_prompt.is_none() && !run.config.tools.iter().any(|t| t.name == "load_skill"));
     });
 }

@@ -93,6 +93,7 @@ impl AskHost for StoreHost {
             router: None,
             visible: Some(visible),
             redactor: Arc::clone(&self.redactor),
+            skills: None,
         };
         noesis_host::tools::with_frame_tools(tools, &host)
     }

@@ -127,6 +127,7 @@ impl Stepper {
             providers: Arc::clone(&self.providers),
             reach: Reach::Anywhere,
             note: None,
+            home: self.place.home.clone(),
         };
         let equipped = host.equip(&run, provider).await.map_err(StretchError::of)?;
         let drive = Drive {

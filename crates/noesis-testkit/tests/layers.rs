@@ -47,7 +47,15 @@ const LAYERS: &[(&str, &[&[&str]])] = &[
     (
         "base",
         &[
-            &["noesis-local", "noesis-store", "noesis-dist", "noesis-code", "noesis-review", "noesis-transcript"],
+            &[
+                "noesis-local",
+                "noesis-store",
+                "noesis-dist",
+                "noesis-code",
+                "noesis-review",
+                "noesis-transcript",
+                "noesis-skills",
+            ],
             &["noesis-llm", "noesis-frames", "noesis-modules"],
             // Tracing sits below the LLM client, which emits its own spans.
             &["noesis-trace"],

@@ -19,6 +19,7 @@ pub(crate) mod run;
 pub(crate) mod sandbox;
 pub(crate) mod serve;
 pub(crate) mod session;
+pub(crate) mod skills;
 pub(crate) mod solve;
 pub(crate) mod state;
 pub(crate) mod test;

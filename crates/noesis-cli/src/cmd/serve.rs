@@ -363,6 +363,7 @@ pub(crate) fn agent_runs(
         project,
         providers: Arc::clone(providers),
         folder: std::env::current_dir()?,
+        home: crate::memory::home().ok(),
         sandbox,
         origin,
         leases: crate::memory::home()?.join("agent-leases"),

@@ -67,7 +67,15 @@ fn host(
 ) -> anyhow::Result<Host> {
     let (project, store) = rt.block_on(crate::memory::context())?;
     let note: Option<noesis_host::host::Note> = if quiet { None } else { Some(Arc::new(|m: &str| out::note(m))) };
-    Ok(Host { search: search.clone(), store: Arc::from(store), project, providers, reach: Reach::Anywhere, note })
+    Ok(Host {
+        search: search.clone(),
+        store: Arc::from(store),
+        project,
+        providers,
+        reach: Reach::Anywhere,
+        note,
+        home: crate::memory::home().ok(),
+    })
 }
 
 pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCode> {
