@@ -168,7 +168,8 @@ fn child_llama(o: &Opts) -> Value {
 fn child_noesis(o: &Opts, grammar: bool, fast_forward: bool) -> Value {
     let (messages, schema) = workload();
     let t = Instant::now();
-    let engine = Engine::load(&o.model, EngineOptions { threads: o.threads, fast_forward, reuse_prefix: false }).unwrap();
+    let engine =
+        Engine::load(&o.model, EngineOptions { threads: o.threads, fast_forward, reuse_prefix: false }).unwrap();
     let env = engine.tok_env();
     let compiler = Llg::new(&env).unwrap();
     let load = secs(t.elapsed());

@@ -257,9 +257,10 @@ impl Engine {
         let n_ctx = (prompt_tokens + max_tokens + 1).div_ceil(CONTEXT_STEP).saturating_mul(CONTEXT_STEP).min(trained);
         // The shared start, less one token: the last prompt token is
         // always evaluated here, for the logits of the first reply token.
-        let mut reused = kept.as_ref().filter(|k| k.n_ctx == n_ctx).map_or(0, |k| {
-            k.tokens.iter().zip(&prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1)
-        });
+        let mut reused = kept
+            .as_ref()
+            .filter(|k| k.n_ctx == n_ctx)
+            .map_or(0, |k| k.tokens.iter().zip(&prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1));
         let fresh = u32::try_from(prompt.len() - reused).unwrap_or(u32::MAX);
         let n_batch = fresh.clamp(64, 512);
         let threads = i32::try_from(self.options.threads.max(1)).unwrap_or(2);
