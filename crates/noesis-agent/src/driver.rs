@@ -397,6 +397,14 @@ pub enum Progress {
         /// Tools offered now.
         tools: usize,
     },
+    /// A piece of the reply's text as the model writes it (only when the
+    /// driver streams).
+    TextDelta {
+        /// The turn.
+        turn: u32,
+        /// The piece.
+        text: String,
+    },
 }
 
 /// The drive could not go on; the run is as last checkpointed.
@@ -448,6 +456,10 @@ pub struct Driver<'a> {
     /// Prices for reservations (and for the tools that run models: a
     /// sub-agent, `run_module`); the built-in table when `None`.
     pub prices: Option<Arc<PriceTable>>,
+    /// Ask the model for its reply as a stream and publish the text as it
+    /// comes ([`Progress::TextDelta`]); the reply the run takes in is the
+    /// same whole reply either way.
+    pub stream: bool,
 }
 
 /// The budget a drive runs under, visible to the tools it runs (see
@@ -497,6 +509,7 @@ impl<'a> Driver<'a> {
             router: None,
             meter: None,
             prices: None,
+            stream: false,
         }
     }
 
@@ -529,6 +542,8 @@ impl<'a> Driver<'a> {
                 tracing::info!(name: "tool_result", call_id = call_id.as_str(), tool = tool.as_str(), is_error, ms);
             }
             Progress::ToolsChanged { tools } => tracing::info!(name: "tools_changed", tools),
+            // Texts are opt-in in traces; the reply's span has the whole.
+            Progress::TextDelta { .. } => {}
         }
         if let Some(observe) = self.observe {
             observe(&p);
@@ -536,6 +551,47 @@ impl<'a> Driver<'a> {
         if let Some(bus) = &self.events {
             // A stopped bus has nobody to tell; the run goes on.
             let _ = bus.publish(crate::events::progress_event(&crate::events::run_topic(run_id), run_id, &p)).await;
+        }
+    }
+
+    /// One model call: whole, or streamed with each piece of text published
+    /// as it arrives (the pieces go through a channel because the sink
+    /// cannot wait on subscribers; all are published before the reply is
+    /// taken in).
+    async fn ask(
+        &self,
+        provider: &dyn Provider,
+        request: &noesis_llm::ChatRequest,
+        run_id: &str,
+        turn: u32,
+    ) -> Result<ChatResponse, noesis_llm::ProviderError> {
+        if !self.stream {
+            return provider.chat(request).await;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let sink = move |text: &str| {
+            // The receiver lives until the reply is in.
+            let _ = tx.send(text.to_owned());
+        };
+        let asked = provider.chat_stream(request, &sink);
+        tokio::pin!(asked);
+        loop {
+            tokio::select! {
+                biased;
+                Some(text) = rx.recv() => {
+                    if !text.is_empty() {
+                        self.note(run_id, Progress::TextDelta { turn, text }).await;
+                    }
+                }
+                reply = &mut asked => {
+                    while let Ok(text) = rx.try_recv() {
+                        if !text.is_empty() {
+                            self.note(run_id, Progress::TextDelta { turn, text }).await;
+                        }
+                    }
+                    return reply;
+                }
+            }
         }
     }
 
@@ -648,12 +704,13 @@ impl<'a> Driver<'a> {
                     let chat_ids = chat.ids();
                     // A cancelled call drops the span unfinished, which
                     // records it as cancelled.
+                    let asked = self.ask(provider, &request, &run_id, turn);
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
-                            r = chat.call(provider.chat(&request)) => Some(r),
+                            r = chat.call(asked) => Some(r),
                             () = token.cancelled() => None,
                         },
-                        None => Some(chat.call(provider.chat(&request)).await),
+                        None => Some(chat.call(asked).await),
                     };
                     drop(phase);
                     let answered_by = match &reply {

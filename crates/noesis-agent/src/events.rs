@@ -88,6 +88,7 @@ pub fn progress_event(topic: &str, run_id: &str, progress: &Progress) -> Event {
             ("tool_result", json!({"call_id": call_id, "tool": tool, "is_error": is_error, "ms": ms}))
         }
         Progress::ToolsChanged { tools } => ("tools_changed", json!({"tools": tools})),
+        Progress::TextDelta { turn, text } => ("text_delta", json!({"turn": turn, "text": text})),
     };
     Event::new(topic, kind, run_id, data)
 }

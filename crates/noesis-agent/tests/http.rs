@@ -315,3 +315,56 @@ async fn a_tool_that_hangs_times_out_and_a_batch_runs_within_its_concurrency_bou
     assert_eq!(statuses, [CallStatus::Completed, CallStatus::Completed, CallStatus::Failed]);
     assert!(run.calls[2].result.as_deref().unwrap().contains("timed out after"), "{:?}", run.calls[2]);
 }
+
+/// A streaming drive publishes the reply's text piece by piece, before the
+/// reply is taken in, and a streamed tool call is a call like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_drive_publishes_the_text_as_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "the cat\n").unwrap();
+    let chunk = |delta: Value, finish: Option<&str>| {
+        ("", json!({"model": "gpt-test", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
+    };
+    let call = noesis_testkit::sse(&[
+        chunk(json!({"role": "assistant", "content": "Reading."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                    "function": {"name": "read_file", "arguments": "{\"path\": \"a.txt\"}"}}]}),
+            Some("tool_calls"),
+        ),
+        ("", json!("[DONE]")),
+    ]);
+    let answer = noesis_testkit::sse(&[
+        chunk(json!({"content": "It says "}), None),
+        chunk(json!({"content": "the cat."}), Some("stop")),
+        ("", json!("[DONE]")),
+    ]);
+    let server = FakeServer::start(vec![
+        Reply::Stream(call, Duration::from_millis(10)),
+        Reply::Stream(answer, Duration::from_millis(10)),
+    ])
+    .unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("s", "What does a.txt say?", config, 0);
+    let p = provider(&server);
+    let seen = std::sync::Mutex::new(Vec::<String>::new());
+    let observe = |progress: &noesis_agent::Progress| {
+        let line = match progress {
+            noesis_agent::Progress::TextDelta { turn, text } => format!("delta {turn} {text}"),
+            noesis_agent::Progress::ModelReply { turn, .. } => format!("reply {turn}"),
+            _ => return,
+        };
+        seen.lock().unwrap().push(line);
+    };
+    let driver = noesis_agent::Driver { stream: true, observe: Some(&observe), ..noesis_agent::Driver::new(&p, tools) };
+    let end = driver.drive(&mut run, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "It says the cat.".into() }));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["delta 0 Reading.", "reply 0", "delta 1 It says ", "delta 1 the cat.", "reply 1"],
+        "every piece before its reply"
+    );
+    assert!(run.calls[0].result.as_deref().unwrap().contains("the cat"), "{:?}", run.calls[0]);
+    assert_eq!(server.received()[0].json()["stream"], true);
+}

@@ -995,3 +995,29 @@ fn a_stalled_run_stops_says_so_and_resumes() {
     let o = output(agent(&work, &server).args(["resume", &run]));
     assert_eq!((o.code, o.stdout.as_str()), (0, "It says same.\n"), "{}", o.stderr);
 }
+
+fn streamed(pieces: &[&str]) -> Reply {
+    let mut events: Vec<(&str, Value)> = pieces
+        .iter()
+        .map(|p| ("", json!({"model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"content": p}}]})))
+        .collect();
+    events.push(("", json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
+    events.push(("", json!("[DONE]")));
+    Reply::Stream(noesis_testkit::sse(&events), Duration::from_millis(10))
+}
+
+#[test]
+fn stream_shows_the_answer_on_stderr_as_it_is_written() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let server = FakeServer::start(vec![streamed(&["The answer ", "is 42."])]).unwrap();
+    let o = output(agent(&work, &server).args(["What is it?", "--workspace", &ws, "--stream"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "The answer is 42.\n"), "{}", o.stderr);
+    assert!(o.stderr.contains("The answer is 42.\n  think   turn 1 done"), "{}", o.stderr);
+    assert_eq!(server.received()[0].json()["stream"], true);
+    // Not asked for, and not a terminal: one whole reply.
+    let server = FakeServer::start(vec![Reply::Chat("Whole.".into())]).unwrap();
+    let o = output(agent(&work, &server).args(["What is it?", "--workspace", &ws]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(server.received()[0].json().get("stream"), None);
+}

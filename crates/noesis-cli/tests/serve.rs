@@ -1223,3 +1223,29 @@ fn an_agent_run_over_http_can_be_held_to_an_output_schema() {
     assert_eq!(shown["output"], json!({"age": 36}), "{shown}");
     assert_eq!(fake.received().len(), 2, "the prose answer was sent back once");
 }
+
+#[test]
+fn an_agent_run_over_http_can_stream_its_text() {
+    let work = Work::new();
+    let mut events: Vec<(&str, Value)> = ["Forty", "-two."]
+        .iter()
+        .map(|p| ("", json!({"model": "gpt-test", "choices": [{"index": 0, "delta": {"content": p}}]})))
+        .collect();
+    events.push(("", json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})));
+    events.push(("", json!("[DONE]")));
+    let fake =
+        FakeServer::start(vec![Reply::Stream(noesis_testkit::sse(&events), std::time::Duration::from_millis(10))])
+            .unwrap();
+    let s = agent_serve(&work, &fake);
+    let start = json!({"task": "How much?", "stream": true});
+    let (status, started) = http(&s.addr, "POST", "/agents/runs", Some(&start), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    let seen = follow_events(&s.addr, &id, None, "done");
+    let kinds: Vec<&str> = seen.iter().map(|(_, k, _)| k.as_str()).collect();
+    assert_eq!(kinds, ["run_started", "model_call", "text_delta", "text_delta", "model_reply", "done"], "{seen:?}");
+    let text: String =
+        seen.iter().filter(|(_, k, _)| k == "text_delta").map(|(_, _, d)| d["text"].as_str().unwrap()).collect();
+    assert_eq!(text, "Forty-two.");
+    assert_eq!(seen.last().unwrap().2["text"], "Forty-two.");
+}

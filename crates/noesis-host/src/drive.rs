@@ -55,6 +55,9 @@ pub struct Drive<'a> {
     /// another machine that died keeps the run from the next one
     /// ([`crate::hold::LEASE_TTL`] unless a worker pool wants less).
     pub lease_ttl: Duration,
+    /// Stream the model's replies: their text reaches the front end as
+    /// `text_delta` events while it is written.
+    pub stream: bool,
 }
 
 /// Drives `run` until it ends, is cancelled, or waits for decisions the
@@ -112,6 +115,7 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         tool_timeout: d.tool_timeout,
         router: Some(Arc::clone(&d.equipped.router)),
         prices: Some(Arc::clone(&d.equipped.prices)),
+        stream: d.stream,
         ..Driver::new(d.equipped.provider.as_ref(), Arc::clone(&d.equipped.tools))
     };
     let mut keep = Keep { holds: Some(holds), ..Keep::new(d.host.store.as_ref(), d.project_id.clone()) };

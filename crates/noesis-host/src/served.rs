@@ -125,6 +125,7 @@ impl AgentHost for ServedAgents {
             "allow_commands": self.host.config().agent.allow_commands,
             "origin": self.origin,
             "lease": self.leases.own(),
+            "stream": request.stream,
         });
         let new = NewRun {
             id: id.to_owned(),

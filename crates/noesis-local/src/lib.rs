@@ -245,6 +245,10 @@ impl Inner {
         let prompt = loaded.engine.format(&plan.messages)?;
         let seed =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64);
+        // Under the tool grammar the text is the protocol's JSON, not words
+        // for a person: its answer, if any, is handed over when it is read.
+        let mut unseen = |_: &str| {};
+        let on_text: &mut dyn FnMut(&str) = if plan.tools { &mut unseen } else { on_text };
         let generation = loaded.engine.generate(engine::Request {
             prompt: &prompt,
             max_tokens: plan.max_tokens,
@@ -336,7 +340,11 @@ impl LocalModel {
             })?
             .map_err(|e| provider_error(&e))?;
         let (text, tool_calls) = if tool_mode {
-            noesis_llm::text_tools::read_reply(&generation.text, turn)
+            let (text, calls) = noesis_llm::text_tools::read_reply(&generation.text, turn);
+            if let Some(sink) = on_text.filter(|_| !text.is_empty()) {
+                sink(&text);
+            }
+            (text, calls)
         } else {
             (generation.text, Vec::new())
         };

@@ -184,6 +184,32 @@ mod modules {
 mod provider {
     use super::*;
 
+    /// Under the tool grammar the text is the protocol's JSON: a stream
+    /// hands over only the answer it carries, once read, never the JSON.
+    #[test]
+    fn streaming_under_the_tool_grammar_hands_over_the_answer_not_the_protocol() {
+        let Some(model) = model("streaming_under_the_tool_grammar") else { return };
+        let pieces = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = pieces.clone();
+        let on_text = move |s: &str| sink.lock().unwrap().push(s.to_owned());
+        let mut request = ChatRequest::new(vec![Message::user("Say hello.")]);
+        request.max_tokens = Some(48);
+        request.tools = vec![noesis_llm::ToolSpec {
+            name: "read_file".into(),
+            description: "Reads a file.".into(),
+            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+        }];
+        request.tool_choice = noesis_llm::ToolChoice::None;
+        let reply = block(model.chat_stream(&request, &on_text)).unwrap();
+        assert!(reply.tool_calls.is_empty() && !reply.text.is_empty(), "{reply:?}");
+        assert_eq!(*pieces.lock().unwrap(), std::slice::from_ref(&reply.text));
+        request.tool_choice = noesis_llm::ToolChoice::Required;
+        pieces.lock().unwrap().clear();
+        let reply = block(model.chat_stream(&request, &on_text)).unwrap();
+        assert_eq!(reply.tool_calls.len(), 1, "{reply:?}");
+        assert!(pieces.lock().unwrap().iter().all(|p| !p.contains('{')), "{:?}", pieces.lock().unwrap());
+    }
+
     #[test]
     fn streaming_hands_over_pieces_that_join_to_the_reply() {
         let Some(model) = model("streaming_hands_over_pieces_that_join_to_the_reply") else { return };

@@ -138,6 +138,7 @@ impl Stepper {
             cancel,
             from_step: Some(stored.step),
             holder: "worker",
+            stream: false,
             lease_ttl: WORKER_LEASE_TTL,
         };
         let driven = noesis_host::drive::to_end(drive, &mut run, &Headless).await;

@@ -109,6 +109,10 @@ pub struct AgentRequest {
     /// then carries the validated object as `output`.
     #[serde(default)]
     pub output_schema: Option<Value>,
+    /// Stream the model's replies: their text comes as `text_delta`
+    /// events while it is written.
+    #[serde(default)]
+    pub stream: bool,
 }
 
 /// Permission rules a client adds to its run (`{"allow": [], "ask": [],
@@ -513,6 +517,9 @@ impl AgentRuns {
             tool_timeout: self.tool_timeout,
             router: self.host.router(&provider),
             prices: self.host.prices(),
+            // The client's choice, kept with the run so a resumed run
+            // streams as it did.
+            stream: run.host["stream"].as_bool().unwrap_or(false),
             ..Driver::new(provider.as_ref(), tools)
         };
         let mut keep = Keep(Arc::clone(&self.host));

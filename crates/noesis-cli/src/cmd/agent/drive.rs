@@ -32,9 +32,17 @@ struct Ctx {
     equipped: Equipped,
     json: bool,
     quiet: bool,
+    /// Stream the model's text to stderr as it is written.
+    stream: bool,
     tool_timeout: std::time::Duration,
     /// The stored step a resumed run was read at.
     from_step: Option<i64>,
+}
+
+/// Whether a drive streams: asked for, or by default on a terminal that
+/// shows live steps.
+fn streams(d: &DriveArgs) -> bool {
+    !d.quiet && (d.stream || (!d.no_stream && std::io::stderr().is_terminal()))
 }
 
 fn load_config() -> anyhow::Result<Config> {
@@ -130,6 +138,7 @@ pub(super) fn start(search: &SearchPath, a: StartArgs) -> anyhow::Result<ExitCod
         equipped,
         json: a.drive.json,
         quiet: a.drive.quiet,
+        stream: streams(&a.drive),
         tool_timeout: std::time::Duration::from_secs(a.drive.tool_timeout),
         from_step: None,
     };
@@ -158,6 +167,7 @@ fn continued(search: &SearchPath, run: &AgentRun, d: &DriveArgs, rt: &tokio::run
         equipped,
         json: d.json,
         quiet: d.quiet,
+        stream: streams(d),
         tool_timeout: std::time::Duration::from_secs(d.tool_timeout),
         from_step: None,
     })
@@ -210,6 +220,7 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
     let cancel = CancellationToken::new();
     let terminal = Terminal {
         quiet: ctx.quiet,
+        mid_line: std::sync::atomic::AtomicBool::new(false),
         interactive,
         spinner: Spinner::new(!ctx.quiet && std::io::stderr().is_terminal()),
     };
@@ -233,6 +244,7 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
             from_step: ctx.from_step,
             holder: "cli",
             lease_ttl: noesis_host::hold::LEASE_TTL,
+            stream: ctx.stream,
         };
         let driven = noesis_host::drive::to_end(drive, &mut run, &terminal).await;
         terminal.spinner.stop();
@@ -246,6 +258,8 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
 /// while the model or a tool works), approvals asked when it can ask.
 struct Terminal {
     quiet: bool,
+    /// Streamed text was written and its line is not ended yet.
+    mid_line: std::sync::atomic::AtomicBool,
     interactive: bool,
     spinner: Spinner,
 }
@@ -256,6 +270,14 @@ impl Front for Terminal {
             return;
         }
         self.spinner.stop();
+        if e.kind == "text_delta" {
+            out::stream(e.data["text"].as_str().unwrap_or_default());
+            self.mid_line.store(true, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        if self.mid_line.swap(false, std::sync::atomic::Ordering::Relaxed) {
+            out::note("");
+        }
         out::note(&event_line(e));
         match e.kind.as_str() {
             "model_call" => {

@@ -146,6 +146,13 @@ pub(crate) struct DriveArgs {
     /// No live steps on stderr.
     #[arg(long, short)]
     quiet: bool,
+    /// Show the model's text on stderr as it is written [default: when
+    /// stderr is a terminal].
+    #[arg(long, overrides_with = "no_stream")]
+    stream: bool,
+    /// Show each reply only when it is complete.
+    #[arg(long, overrides_with = "stream")]
+    no_stream: bool,
     /// Seconds one tool call may take; then its result is a timeout error
     /// the model sees (run_command's own `timeout_s` kills the command).
     #[arg(long, value_name = "SECS", default_value_t = 600)]
