@@ -535,7 +535,8 @@ fn agent_settings_come_from_noesis_toml() {
 /// `noesis agent …` under a pseudo-terminal, talking to `server`.
 fn in_terminal(work: &Work, server: &FakeServer, args: &str, answers: &str) -> Output {
     let envs = [("OPENAI_BASE_URL", server.base_url()), ("OPENAI_API_KEY", "sk-test".to_owned())];
-    crate::support::in_terminal(work, &envs, &format!("agent {args}"), answers)
+    // A terminal streams by default; these scripts answer whole replies.
+    crate::support::in_terminal(work, &envs, &format!("agent {args} --no-stream"), answers)
 }
 
 #[test]
