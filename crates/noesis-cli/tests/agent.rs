@@ -1022,3 +1022,59 @@ fn stream_shows_the_answer_on_stderr_as_it_is_written() {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(server.received()[0].json().get("stream"), None);
 }
+
+#[test]
+fn rewind_and_fork_put_the_files_back_as_they_were_at_a_step() {
+    let work = Work::new();
+    let ws = ws(&work);
+    work.write("ws/a.txt", "zero");
+    let server = FakeServer::start(vec![
+        call("c1", "write_file", json!({"path": "a.txt", "content": "one"})),
+        call("c2", "write_file", json!({"path": "a.txt", "content": "two"})),
+        Reply::Chat("Done.".into()),
+    ])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["Write", "--workspace", &ws, "--approve", "auto", "--run-id", "r-rw"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let a = || std::fs::read_to_string(work.path().join("ws/a.txt")).unwrap();
+    assert_eq!(a(), "two");
+    // One snapshot before each write, named by the run's step.
+    let dir = work.path().join(".noesis/snapshots/agent/r-rw");
+    let mut steps: Vec<u64> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().trim_end_matches(".json").parse().unwrap())
+        .collect();
+    steps.sort_unstable();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    let rewind = |at: u64, json: bool| {
+        let at = at.to_string();
+        let mut args = vec!["agent", "rewind", "r-rw", "--at", &at];
+        if json {
+            args.push("--json");
+        }
+        output(work.noesis_bare().args(&args))
+    };
+    let o = rewind(steps[1], false);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(a(), "one", "as before the second write");
+    assert!(o.stderr.contains(&format!("back as at step {}", steps[1])), "{}", o.stderr);
+    let o = rewind(0, true);
+    assert_eq!(a(), "zero", "as before the run");
+    assert_eq!(o.json()["undone"]["modified"], json!(["a.txt"]), "{}", o.stdout);
+    // After its last write the run changed nothing: nothing to do.
+    std::fs::write(work.path().join("ws/a.txt"), "mine").unwrap();
+    let o = rewind(10_000, false);
+    assert!(o.stderr.contains("changed none after it"), "{}", o.stderr);
+    assert_eq!(a(), "mine");
+    // A fork goes back with its files, unless they are kept.
+    let at = steps[1].to_string();
+    let o = output(work.noesis_bare().args(["agent", "fork", "r-rw", "--at", &at, "--no-run", "--keep-files"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(a(), "mine");
+    let o = output(work.noesis_bare().args(["agent", "fork", "r-rw", "--at", &at, "--no-run"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(a(), "one");
+    // Nothing of noesis's own was in the snapshots.
+    let manifest = std::fs::read_to_string(dir.join(format!("{}.json", steps[0]))).unwrap();
+    assert!(!manifest.contains(".noesis"), "{manifest}");
+}

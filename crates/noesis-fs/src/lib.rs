@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 mod atomic;
+pub mod snapshot;
 mod walk;
 mod workspace;
 

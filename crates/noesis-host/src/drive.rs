@@ -118,7 +118,15 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         stream: d.stream,
         ..Driver::new(d.equipped.provider.as_ref(), Arc::clone(&d.equipped.tools))
     };
-    let mut keep = Keep { holds: Some(holds), ..Keep::new(d.host.store.as_ref(), d.project_id.clone()) };
+    let keep = Keep { holds: Some(holds), ..Keep::new(d.host.store.as_ref(), d.project_id.clone()) };
+    // Files are snapshotted before a batch that may change them, so the run
+    // can be rewound with them (see `crate::rewind`).
+    let mut keep = crate::rewind::Snapshotting {
+        inner: keep,
+        rewinds: d.host.home.as_deref().map(crate::rewind::Rewinds::new),
+        workspace: d.equipped.tools.workspace().root().to_path_buf(),
+        last: None,
+    };
     loop {
         let action = {
             let drive = driver.drive(run, &mut keep);

@@ -25,7 +25,9 @@ pub mod episode;
 pub mod judge;
 pub mod junit;
 pub mod served;
-pub mod snapshot;
+/// Working-tree snapshots (noesis-fs's, where the agent host's rewind
+/// uses them too).
+pub use noesis_fs::snapshot;
 pub mod state;
 pub mod versions;
 

@@ -188,10 +188,23 @@ pub(super) fn resume(search: &SearchPath, id: &str, d: DriveArgs) -> anyhow::Res
     drive_to_end(&rt, &ctx, run)
 }
 
-pub(super) fn fork(search: &SearchPath, id: &str, at: i64, no_run: bool, d: DriveArgs) -> anyhow::Result<ExitCode> {
+pub(super) fn fork(
+    search: &SearchPath,
+    id: &str,
+    at: i64,
+    no_run: bool,
+    keep_files: bool,
+    d: DriveArgs,
+) -> anyhow::Result<ExitCode> {
     let rt = crate::memory::runtime()?;
     let (run, stored) = super::manage::load_run(&rt, id, Some(at))?;
     let original = run.id.clone();
+    if !keep_files {
+        let undone = super::manage::restore_files(&run, u64::try_from(stored.step).unwrap_or(0))?;
+        if !d.quiet {
+            out::note(&undone);
+        }
+    }
     let mut run = noesis_host::launch::fork(run, stored.step);
     let ctx = continued(search, &run, &d, &rt)?;
     if let Some(p) = &d.approve {

@@ -208,3 +208,43 @@ pub(super) fn cancel(id: &str) -> anyhow::Result<ExitCode> {
     ));
     Ok(ExitCode::SUCCESS)
 }
+
+/// Puts run `run`'s workspace files back as they were at `step`; what was
+/// done, in words.
+pub(super) fn restore_files(run: &AgentRun, step: u64) -> anyhow::Result<String> {
+    Ok(describe(run, step, &undo(run, step)?))
+}
+
+fn undo(run: &AgentRun, step: u64) -> anyhow::Result<Option<noesis_workflow::snapshot::Changes>> {
+    let workspace = run.host["workspace"]
+        .as_str()
+        .with_context(|| format!("run {} has no recorded workspace; its files cannot be restored", run.id))?;
+    let rewinds = noesis_host::rewind::Rewinds::new(&crate::memory::home()?);
+    Ok(rewinds.restore(&run.id, step, std::path::Path::new(workspace))?)
+}
+
+fn describe(run: &AgentRun, step: u64, undone: &Option<noesis_workflow::snapshot::Changes>) -> String {
+    match undone {
+        None => format!("the files are as at step {step}: run {} changed none after it", run.id),
+        Some(c) if c.is_empty() => format!("the files are as at step {step} already"),
+        Some(c) => format!(
+            "the files are back as at step {step}: {} modified, {} created, {} deleted path(s) undone",
+            c.modified.len() + c.mode_changed.len(),
+            c.created.len() + c.created_dirs.len(),
+            c.deleted.len() + c.deleted_dirs.len()
+        ),
+    }
+}
+
+pub(super) fn rewind(id: &str, at: i64, json: bool) -> anyhow::Result<ExitCode> {
+    let rt = crate::memory::runtime()?;
+    let (run, stored) = load_run(&rt, id, Some(at))?;
+    let step = u64::try_from(stored.step).unwrap_or(0);
+    let undone = undo(&run, step)?;
+    if json {
+        out::json(&serde_json::json!({"run_id": run.id, "step": step, "undone": undone}), false)?;
+    } else {
+        out::note(&describe(&run, step, &undone));
+    }
+    Ok(ExitCode::SUCCESS)
+}

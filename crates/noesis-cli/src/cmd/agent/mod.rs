@@ -85,8 +85,24 @@ enum Sub {
         /// Only create the fork; do not drive it.
         #[arg(long)]
         no_run: bool,
+        /// Leave the workspace's files as they are (by default they are put
+        /// back as they were at STEP).
+        #[arg(long)]
+        keep_files: bool,
         #[command(flatten)]
         drive: DriveArgs,
+    },
+    /// Put a run's workspace files back as they were at a step (the run
+    /// itself is left as it is; `fork --at` goes on from there).
+    Rewind {
+        /// The run's id (a unique prefix will do).
+        run: String,
+        /// The step whose files to restore.
+        #[arg(long, value_name = "STEP")]
+        at: i64,
+        /// What was undone, as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Approve a paused run's pending calls (all, or CALL), then `resume` it.
     Approve {
@@ -234,7 +250,10 @@ pub(crate) fn run(search: &SearchPath, a: Args) -> anyhow::Result<ExitCode> {
         Some(Sub::Show { run, at, json }) => manage::show(&run, at, json),
         Some(Sub::Resume { run, drive }) => drive::resume(search, &run, drive),
         Some(Sub::Replay { run, from, json }) => manage::replay(&run, from, json),
-        Some(Sub::Fork { run, at, no_run, drive }) => drive::fork(search, &run, at, no_run, drive),
+        Some(Sub::Fork { run, at, no_run, keep_files, drive }) => {
+            drive::fork(search, &run, at, no_run, keep_files, drive)
+        }
+        Some(Sub::Rewind { run, at, json }) => manage::rewind(&run, at, json),
         Some(Sub::Cancel { run }) => manage::cancel(&run),
         Some(Sub::Approve { run, call, args, hash, json }) => manage::approve(&run, call, args, hash, json),
         Some(Sub::Deny { run, call, message, abort, hash, json }) => {

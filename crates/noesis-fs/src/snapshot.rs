@@ -1,5 +1,6 @@
-//! Working-tree snapshots for the anchor rule: taken before CODER changes
-//! anything, restored exactly when a change breaks an anchor.
+//! Working-tree snapshots: taken before the workflow's CODER or an agent
+//! run changes anything, restored exactly when a change breaks an anchor
+//! or a person rewinds a run.
 //!
 //! A snapshot is a manifest — every file's path, size, modification time,
 //! inode, mode and blake3, every folder, every symbolic link's target — plus
@@ -142,10 +143,11 @@ enum Seen {
 }
 
 /// Every path under `root` (relative, `/`-separated), not following links,
-/// skipping `.git` and what `.gitignore` excludes.
-fn walk(root: &Path) -> Result<BTreeMap<String, Seen>, SnapshotError> {
+/// skipping `.git`, what `.gitignore` excludes and the paths in `skip`.
+fn walk(root: &Path, skip: &[PathBuf]) -> Result<BTreeMap<String, Seen>, SnapshotError> {
     let mut found = BTreeMap::new();
-    let walker = noesis_fs::walk(root).build();
+    let skip = skip.to_vec();
+    let walker = crate::walk_skipping(root, move |p| skip.iter().any(|s| s == p)).build();
     for item in walker {
         let item = item.map_err(|e| SnapshotError::Walk { root: root.to_owned(), message: e.to_string() })?;
         let path = item.path();
@@ -232,7 +234,7 @@ fn hash_file(path: &Path) -> Result<String, SnapshotError> {
 
 /// Copies `path` into `blobs` under its hash (once: blobs never change).
 ///
-/// Not `noesis_fs::write_atomic`, on purpose: a blob never replaces a file
+/// Not `crate::write_atomic`, on purpose: a blob never replaces a file
 /// (it is written once, under its content's name, and a torn one would not
 /// match its hash), so the disk flush that writer makes per file would only
 /// slow a first snapshot of a large tree by one flush per file.
@@ -256,11 +258,23 @@ fn keep(path: &Path, blobs: &Path, blake3: &str) -> Result<(), SnapshotError> {
 /// size and inode would leave its metadata as recorded. It is recorded with
 /// the time -1, so the next comparison reads it (git's "smudging").
 pub fn take(root: &Path, blobs: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, SnapshotError> {
+    take_skipping(root, blobs, previous, &[])
+}
+
+/// [`take`], leaving out the paths in `skip` (and everything under them):
+/// state that lives inside a tree but is not part of it, such as noesis's
+/// own home when a run's workspace holds it.
+pub fn take_skipping(
+    root: &Path,
+    blobs: &Path,
+    previous: Option<&Snapshot>,
+    skip: &[PathBuf],
+) -> Result<Snapshot, SnapshotError> {
     std::fs::create_dir_all(blobs).map_err(io(blobs))?;
     let started =
         SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     let mut snap = Snapshot::default();
-    for (rel, seen) in walk(root)? {
+    for (rel, seen) in walk(root, skip)? {
         match seen {
             Seen::Dir => {
                 snap.dirs.insert(rel);
@@ -302,7 +316,12 @@ pub fn take(root: &Path, blobs: &Path, previous: Option<&Snapshot>) -> Result<Sn
 /// How `root` differs from `snap`. A file whose metadata differs is hashed
 /// before it counts as modified (a touch is not a change).
 pub fn diff(root: &Path, snap: &Snapshot) -> Result<Changes, SnapshotError> {
-    let now = walk(root)?;
+    diff_skipping(root, snap, &[])
+}
+
+/// [`diff`] with the paths in `skip` left out (see [`take_skipping`]).
+pub fn diff_skipping(root: &Path, snap: &Snapshot, skip: &[PathBuf]) -> Result<Changes, SnapshotError> {
+    let now = walk(root, skip)?;
     let mut c = Changes::default();
     for (rel, seen) in &now {
         match (seen, snap.entries.get(rel)) {
@@ -410,10 +429,20 @@ fn put(root: &Path, rel: &str, entry: &Entry, blobs: &Path) -> Result<(), Snapsh
 /// undone, then a second comparison that must find none. Costs a metadata
 /// walk plus work in proportion to what changed.
 pub fn restore(root: &Path, blobs: &Path, snap: &Snapshot) -> Result<Changes, SnapshotError> {
+    restore_skipping(root, blobs, snap, &[])
+}
+
+/// [`restore`] with the paths in `skip` left alone (see [`take_skipping`]).
+pub fn restore_skipping(
+    root: &Path,
+    blobs: &Path,
+    snap: &Snapshot,
+    skip: &[PathBuf],
+) -> Result<Changes, SnapshotError> {
     // The ignore files decide what the tree is: they go back first, so a
     // change that deleted `.gitignore` cannot make ignored files (a `.env`,
     // build output) look created and be removed, nor hide a created file.
-    let first = diff(root, snap)?;
+    let first = diff_skipping(root, snap, skip)?;
     let is_rule = |rel: &&String| {
         let name = rel.rsplit('/').next().unwrap_or_default();
         name == ".gitignore" || name == ".ignore"
@@ -437,7 +466,7 @@ pub fn restore(root: &Path, blobs: &Path, snap: &Snapshot) -> Result<Changes, Sn
         }
         if first.modified.contains(rel) { rules.modified.push(rel.clone()) } else { rules.deleted.push(rel.clone()) }
     }
-    let undo = if rules.is_empty() { first } else { diff(root, snap)? };
+    let undo = if rules.is_empty() { first } else { diff_skipping(root, snap, skip)? };
     let mut changes = undo.clone();
     changes.created.extend(rules.created);
     changes.created_dirs.extend(rules.created_dirs);
@@ -469,7 +498,7 @@ pub fn restore(root: &Path, blobs: &Path, snap: &Snapshot) -> Result<Changes, Sn
             set_time(&path, *mtime_ns)?;
         }
     }
-    let left = diff(root, snap)?;
+    let left = diff_skipping(root, snap, skip)?;
     if !left.is_empty() {
         let example = left
             .modified
@@ -492,7 +521,7 @@ mod tests {
     use super::*;
 
     fn scan(root: &Path) -> BTreeMap<String, (String, u32)> {
-        walk(root)
+        walk(root, &[])
             .unwrap()
             .into_iter()
             .map(|(rel, seen)| {
@@ -590,7 +619,7 @@ mod tests {
             std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
             std::fs::write(r.join(f), "x").unwrap();
         }
-        let walked = walk(r).unwrap();
+        let walked = walk(r, &[]).unwrap();
         let mut files = Vec::new();
         let mut stack = vec![r.to_path_buf()];
         while let Some(d) = stack.pop() {
