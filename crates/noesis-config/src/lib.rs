@@ -347,6 +347,10 @@ pub struct AgentEntry {
     pub approve: Option<String>,
     /// Model turns per run when `--max-iterations` is not given.
     pub max_iterations: Option<u32>,
+    /// Offer a run the small tool set with short descriptions (`true`),
+    /// every tool as written (`false`); unset: the small set for the
+    /// embedded local model only, whose prompt every tool lengthens.
+    pub compact_tools: Option<bool>,
     /// `[agent.roles.ROLE]`: who answers each kind of model call (`plan`,
     /// `think`, `reflect`, `sub_agent`).
     #[serde(default)]
@@ -488,6 +492,7 @@ impl Config {
         self.frames.promote_at = over.frames.promote_at.or(self.frames.promote_at);
         self.agent.approve = over.agent.approve.or(self.agent.approve);
         self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
+        self.agent.compact_tools = over.agent.compact_tools.or(self.agent.compact_tools);
         // A role named again in a closer file replaces its whole policy.
         self.agent.roles.extend(over.agent.roles);
         // A server named again in a closer file replaces the whole entry.

@@ -303,6 +303,10 @@ impl Host {
             .filter(|d| !filter.except.contains(&d.name))
             .filter(|d| d.name != crate::tools::LOAD_SKILL || !skills.skills.is_empty())
             .collect();
+        // A small model reads every tool's schema on every turn: unless the
+        // person chose tools or said otherwise, it gets the compact set.
+        let compact = self.config().agent.compact_tools.unwrap_or(provider.name() == "local") && filter.only.is_empty();
+        let offered = if compact { crate::tools::compact(offered) } else { offered };
         config.tools = if config.strategy == Strategy::SingleShot { Vec::new() } else { offered };
         if config.tools.iter().any(|d| d.name == crate::tools::LOAD_SKILL) {
             let index = crate::tools::skill_index(&skills);

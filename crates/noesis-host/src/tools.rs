@@ -19,6 +19,30 @@ use serde_json::{Value, json};
 
 use crate::runs::{Keep, now_ms};
 
+/// The tools a small model is offered by default: enough to read, search,
+/// change files and run the tests, in as few prompt tokens as will do.
+pub const COMPACT_TOOLS: [&str; 6] = ["list_dir", "read_file", "grep", "write_file", "edit_file", "run_command"];
+
+/// `decls` cut down for a small model: only [`COMPACT_TOOLS`], each with
+/// the first sentence of its description and without its optional
+/// arguments (a call that leaves them out is as valid as before).
+pub fn compact(decls: Vec<ToolDecl>) -> Vec<ToolDecl> {
+    decls
+        .into_iter()
+        .filter(|d| COMPACT_TOOLS.contains(&d.name.as_str()))
+        .map(|mut d| {
+            if let Some(end) = d.description.find(". ") {
+                d.description.truncate(end + 1);
+            }
+            let required: Vec<Value> = d.parameters["required"].as_array().cloned().unwrap_or_default();
+            if let Some(props) = d.parameters.get_mut("properties").and_then(Value::as_object_mut) {
+                props.retain(|k, _| required.iter().any(|r| r == k));
+            }
+            d
+        })
+        .collect()
+}
+
 /// How deep sub-agents may nest (a run started from the command line is
 /// depth 0).
 pub const MAX_DEPTH: u64 = 2;
@@ -471,4 +495,32 @@ async fn missing_for(h: &HostTools, skill: &noesis_skills::Skill) -> Vec<String>
         said.push(format!("This skill names modules this run cannot run ({why}): {}.", modules.join(", ")));
     }
     said
+}
+
+#[cfg(test)]
+mod tests {
+    use noesis_agent::{Toolbox, Workspace};
+
+    use super::*;
+
+    #[test]
+    fn the_compact_set_keeps_what_a_small_model_needs_in_fewer_words() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut all = Toolbox::new(Workspace::new(dir.path()).unwrap(), Vec::new()).decls();
+        all.extend(decls(0));
+        let small = compact(all.clone());
+        let names: Vec<&str> = small.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names.len(), COMPACT_TOOLS.len(), "{names:?}");
+        assert!(COMPACT_TOOLS.iter().all(|n| names.contains(n)), "{names:?}");
+        let size =
+            |d: &[ToolDecl]| d.iter().map(|t| t.description.len() + t.parameters.to_string().len()).sum::<usize>();
+        assert!(size(&small) * 2 < size(&all), "{} of {}", size(&small), size(&all));
+        let read = small.iter().find(|d| d.name == "read_file").unwrap();
+        assert_eq!(read.parameters["properties"].as_object().unwrap().keys().collect::<Vec<_>>(), ["path"]);
+        assert_eq!(read.parameters["required"], json!(["path"]));
+        assert!(read.description.ends_with('.') && !read.description.contains(". "), "{}", read.description);
+        // What the compact schema requires, the full one requires too.
+        let full = all.iter().find(|d| d.name == "read_file").unwrap();
+        assert_eq!(full.parameters["required"], read.parameters["required"]);
+    }
 }
