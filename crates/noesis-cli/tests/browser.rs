@@ -90,11 +90,33 @@ fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_an
         );
         return;
     };
-    use crate::serve::{agent_serve, http, tool_reply, wait_status};
+    use crate::serve::{agent_serve, http, wait_status};
     let work = Work::new();
+    // The run streams: the call comes as one event stream, the answer as
+    // another, slowly enough for the live view to show it growing.
+    let chunk = |delta: serde_json::Value, finish: Option<&str>| {
+        (
+            "",
+            serde_json::json!({"model": "gpt-test", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}),
+        )
+    };
+    let call = noesis_testkit::sse(&[
+        chunk(
+            serde_json::json!({"tool_calls": [{"index": 0, "id": "b1", "type": "function", "function": {
+                "name": "write_file", "arguments": "{\"path\": \"from-browser.txt\", \"content\": \"ok\"}"}}]}),
+            Some("tool_calls"),
+        ),
+        ("", serde_json::json!("[DONE]")),
+    ]);
+    let answer = noesis_testkit::sse(&[
+        chunk(serde_json::json!({"content": "Answer from "}), None),
+        chunk(serde_json::json!({"content": "the browser "}), None),
+        chunk(serde_json::json!({"content": "run."}), Some("stop")),
+        ("", serde_json::json!("[DONE]")),
+    ]);
     let fake = noesis_testkit::FakeServer::start(vec![
-        tool_reply("b1", "write_file", &serde_json::json!({"path": "from-browser.txt", "content": "ok"})),
-        noesis_testkit::Reply::Chat("Answer from the browser run.".into()),
+        noesis_testkit::Reply::Stream(call, std::time::Duration::from_millis(10)),
+        noesis_testkit::Reply::Stream(answer, std::time::Duration::from_millis(700)),
     ])
     .unwrap();
     let s = agent_serve(&work, &fake);
@@ -102,7 +124,7 @@ fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_an
         &s.addr,
         "POST",
         "/agents/runs",
-        Some(&serde_json::json!({"task": "Write from-browser.txt"})),
+        Some(&serde_json::json!({"task": "Write from-browser.txt", "stream": true})),
         Some(&s.token),
     );
     let id = started["run_id"].as_str().unwrap().to_owned();
@@ -133,6 +155,8 @@ fn in_chromium_a_live_runs_page_takes_the_approval_and_follows_the_run_to_its_an
     assert_eq!(report["checks"]["approve_buttons"], 1, "{report}");
     assert_eq!(report["checks"]["session_cookie"], true, "signed in with a session id, not the token: {report}");
     assert_eq!(report["checks"]["live_after"], 0, "the finished run's page has no live view: {report}");
+    let line = report["checks"]["streamed_line"].as_str().unwrap_or_default();
+    assert!(line.starts_with("Answer from"), "the answer grew in one line of the live view: {report}");
     assert_eq!(std::fs::read_to_string(work.path().join("from-browser.txt")).unwrap(), "ok");
     let done = wait_status(&s.addr, &id, "done");
     assert_eq!(done["outcome"]["text"], "Answer from the browser run.");

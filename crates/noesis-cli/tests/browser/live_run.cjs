@@ -37,7 +37,13 @@ const { chromium } = require(path.join(process.env.NOESIS_PLAYWRIGHT, "node_modu
     report.checks.approve_buttons = await page.locator("button[data-call]").count();
     await page.screenshot({ path: path.join(shots, "run-waiting.png"), fullPage: true });
     await page.click("button[data-call]");
-    // The page reloads itself when the run's `done` event arrives.
+    // The answer is streamed slowly: the live view shows it growing.
+    const writing = page.locator("#live li.writing");
+    await writing.filter({ hasText: "Answer from" }).waitFor({ timeout: 30000 });
+    report.checks.streamed_line = await writing.first().textContent();
+    // The page reloads itself when the run's `done` event arrives (the
+    // streamed line holds the answer too, so wait for the reload first).
+    await page.waitForSelector("#live", { state: "detached", timeout: 30000 });
     await page.waitForSelector("text=Answer from the browser run.", { timeout: 30000 });
     report.checks.live_after = await page.locator("#live").count();
     report.checks.forms_after = await page.locator("form.decide").count();

@@ -26,6 +26,19 @@ if (live && window.EventSource) {
       live.appendChild(item);
     });
   }
+  // A streamed reply grows in one line per turn as the model writes it.
+  let writing = null;
+  source.addEventListener("text_delta", (event) => {
+    const outer = JSON.parse(event.data).data || {};
+    const turn = String(outer.turn);
+    if (!writing || writing.dataset.turn !== turn) {
+      writing = document.createElement("li");
+      writing.className = "writing";
+      writing.dataset.turn = turn;
+      live.appendChild(writing);
+    }
+    writing.textContent += outer.text || "";
+  });
   for (const kind of ["approval_needed", "done", "episode_done"]) {
     source.addEventListener(kind, () => {
       source.close();
