@@ -64,7 +64,7 @@ impl Anthropic {
         let http = &self.http;
         let mut on_event = |ev: &crate::stream::SseEvent| acc.event(&http.parse_event(&ev.data)?, sink);
         let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Events(&mut on_event)).await;
-        streamed.and_then(|()| acc.finish())
+        streamed.and_then(|_| acc.finish())
     }
 }
 

@@ -278,15 +278,16 @@ impl HttpCore {
     /// Like [`HttpCore::post`] but hands the 2xx body to `sink` as it
     /// arrives. Retries happen only before the first byte of a 2xx body:
     /// once text has been shown, sending the request again would show it
-    /// twice.
+    /// twice. A server that ignored the request to stream and answered
+    /// with one JSON body gives that body back instead (`Some`).
     pub(crate) async fn post_streaming(
         &self,
         url: &Url,
         headers: &[(&str, String)],
         body: &Value,
         sink: Sink<'_, '_>,
-    ) -> Result<(), ProviderError> {
-        self.post_inner(url, headers, body, Some(sink)).await.map(drop)
+    ) -> Result<Option<String>, ProviderError> {
+        self.post_inner(url, headers, body, Some(sink)).await.map(|whole| (!whole.is_empty()).then_some(whole))
     }
 
     async fn post_inner(
@@ -376,7 +377,12 @@ impl HttpCore {
                 retry_after,
             });
         }
-        let Some(sink) = sink else {
+        let whole = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/json"));
+        let Some(sink) = sink.filter(|_| !whole) else {
             return resp.text().await.map_err(|e| self.transport_error(&e, url, false));
         };
         let started = AtomicBool::new(false);

@@ -65,7 +65,7 @@ impl Ollama {
                     Ok(())
                 };
                 let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Lines(&mut on_line)).await;
-                streamed.and_then(|()| acc.finish())
+                streamed.and_then(|_| acc.finish())
             }
         };
         result.map_err(|e| explain(e, &self.config.model, &redact_url(&self.config.base_url)))

@@ -133,7 +133,11 @@ impl OpenAiCompatible {
                     let mut acc = StreamAccumulator::new(&self.config.model, mode);
                     let mut on_event = |ev: &crate::stream::SseEvent| acc.event(&self.http, &ev.data, sink);
                     let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Events(&mut on_event)).await;
-                    streamed.and_then(|()| acc.finish(&self.http))
+                    streamed.and_then(|whole| match whole {
+                        // The server answered whole: the text is shown at once.
+                        Some(text) => self.answer(&text, mode).inspect(|r| sink(&r.text)),
+                        None => acc.finish(&self.http),
+                    })
                 }
             };
             match result {

@@ -81,3 +81,27 @@ fn json_mode_fallback_puts_the_schema_in_the_prompt() {
     assert_eq!(later["response_format"], json!({"type": "json_object"}));
     assert!(later["messages"][0]["content"].as_str().unwrap().contains("verdict_field_xyz"));
 }
+
+/// Asked to stream, a server that answers with one JSON body instead (some
+/// OpenAI-compatible servers ignore `stream`) still gives its reply, shown
+/// whole, tool calls included.
+#[test]
+fn a_server_that_ignores_stream_and_answers_whole_still_answers() {
+    let mut call = noesis_testkit::chat_completion("", "tool_calls");
+    call["choices"][0]["message"] = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\": \"a\"}"}}
+    ]});
+    let server =
+        FakeServer::start(vec![Reply::Chat("whole text".into()), Reply::Status(200, call.to_string(), vec![])])
+            .unwrap();
+    let p = provider(&server, "gpt-test");
+    let pieces = std::sync::Mutex::new(Vec::<String>::new());
+    let sink = |t: &str| pieces.lock().unwrap().push(t.to_owned());
+    let request = ChatRequest::new(vec![Message::user("hi")]);
+    let reply = block(p.chat_stream(&request, &sink)).unwrap();
+    assert_eq!(reply.text, "whole text");
+    assert_eq!(*pieces.lock().unwrap(), ["whole text"]);
+    assert_eq!(server.received()[0].json()["stream"], true);
+    let reply = block(p.chat_stream(&request, &sink)).unwrap();
+    assert_eq!(reply.tool_calls[0].name, "read_file");
+}

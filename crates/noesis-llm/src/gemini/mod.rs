@@ -99,7 +99,7 @@ impl Gemini {
                     let mut fold = Fold::new(&self.config.model);
                     let mut on_event = |ev: &crate::stream::SseEvent| self.event(&mut fold, &ev.data, sink);
                     let streamed = self.http.post_streaming(&url, &headers, &body, Sink::Events(&mut on_event)).await;
-                    streamed.and_then(|()| {
+                    streamed.and_then(|_| {
                         if fold.finish.is_none() {
                             return Err(self.http.err(
                                 ErrorKind::Unavailable,
