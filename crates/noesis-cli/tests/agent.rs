@@ -1078,3 +1078,15 @@ fn rewind_and_fork_put_the_files_back_as_they_were_at_a_step() {
     let manifest = std::fs::read_to_string(dir.join(format!("{}.json", steps[0]))).unwrap();
     assert!(!manifest.contains(".noesis"), "{manifest}");
 }
+
+#[test]
+fn an_mcp_server_that_cannot_start_is_left_out_with_a_warning() {
+    let work = Work::new();
+    let ws = ws(&work);
+    let server = FakeServer::start(vec![Reply::Chat("Fine without it.".into())]).unwrap();
+    let o = output(agent(&work, &server).args(["Go", "--workspace", &ws, "--mcp", "broken=/nonexistent/mcp-server"]));
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Fine without it.\n"), "{}", o.stderr);
+    assert!(o.stderr.contains("warning: left out: MCP server `broken` could not be started"), "{}", o.stderr);
+    let run = runs(&work)[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(shown(&work, &run)["host"]["mcp_servers"], json!([]), "only the servers that started are recorded");
+}

@@ -262,12 +262,13 @@ fn a_detached_child_does_not_outlive_the_run() {
 fn an_mcp_server_gets_no_provider_key() {
     let work = Work::new();
     ws(&work);
-    // A "server" that shows its environment and stops: the agent cannot
-    // start, and says what the server printed.
+    // A "server" that shows its environment and stops: the agent goes on
+    // without it, and says what the server printed.
     work.write("noesis.toml", "[mcp.servers.peek]\ncommand = \"sh\"\nargs = [\"-c\", \"env >&2; exit 3\"]\n");
     let llm = FakeServer::start(vec![Reply::Chat("done".into())]).unwrap();
     let o = hostile(&work, &llm, &[], &[]);
-    assert_ne!(o.code, 0);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("warning: left out: MCP server `peek`"), "{}", o.stderr);
     assert!(o.stderr.contains("PATH="), "the server's environment is in its stderr tail: {}", o.stderr);
     assert!(!o.stderr.contains(KEY) && !o.stderr.contains("OPENAI_API_KEY"), "{}", o.stderr);
 }

@@ -169,7 +169,8 @@ pub fn mcp_specs(config: &Config, flags: &[String]) -> Result<Vec<ServerSpec>> {
 }
 
 /// Starts `specs` confined by `settings` over `workspace`; `None` when
-/// there are none. `note` hears which.
+/// there are none, or none started. `note` hears which, and each that
+/// could not start (it is left out; the others serve the run).
 pub async fn connect_mcp(
     specs: Vec<ServerSpec>,
     settings: Settings,
@@ -184,8 +185,15 @@ pub async fn connect_mcp(
         note(&format!("starting MCP server{} {}", if names.len() == 1 { "" } else { "s" }, names.join(", ")));
     }
     let confine = noesis_mcp::Confine { settings, workspace: workspace.root().to_path_buf() };
-    let servers = McpServers::connect_confined(specs, confine).await.map_err(|e| HostError::Message(e.to_string()))?;
-    Ok(Some(Arc::new(servers)))
+    let (servers, failed) =
+        McpServers::connect_each(specs, confine).await.map_err(|e| HostError::Message(e.to_string()))?;
+    // One server that cannot start costs its own tools, not the run.
+    if let Some(note) = note {
+        for e in &failed {
+            note(&format!("warning: left out: {e}"));
+        }
+    }
+    Ok((!servers.names().is_empty()).then(|| Arc::new(servers)))
 }
 
 /// `tools` with the MCP servers' tools.

@@ -660,6 +660,22 @@ impl McpServers {
     /// [`McpServers::connect`], program servers confined by `confine`
     /// (those not `trusted`).
     pub async fn connect_confined(specs: Vec<ServerSpec>, confine: Confine) -> Result<McpServers, McpError> {
+        let (all, mut failed) = McpServers::connect_each(specs, confine).await?;
+        if failed.is_empty() {
+            return Ok(all);
+        }
+        all.shutdown().await;
+        Err(failed.remove(0))
+    }
+
+    /// [`McpServers::connect_confined`], a server that cannot be started
+    /// left out rather than failing the others: the servers that started,
+    /// and why each of the others did not. A configuration error (a bad or
+    /// repeated name) is still an error for all.
+    pub async fn connect_each(
+        specs: Vec<ServerSpec>,
+        confine: Confine,
+    ) -> Result<(McpServers, Vec<McpError>), McpError> {
         let mut seen = std::collections::BTreeSet::new();
         for spec in &specs {
             names::check_server_name(&spec.name)
@@ -696,23 +712,14 @@ impl McpServers {
         });
         let results = futures_util::future::join_all(connecting).await;
         let mut servers = Vec::new();
-        let mut first_error = None;
+        let mut failed = Vec::new();
         for r in results {
             match r {
                 Ok(s) => servers.push(s),
-                Err(e) => {
-                    first_error.get_or_insert(e);
-                }
+                Err(e) => failed.push(e),
             }
         }
-        let all = McpServers { servers };
-        match first_error {
-            Some(e) => {
-                all.shutdown().await;
-                Err(e)
-            }
-            None => Ok(all),
-        }
+        Ok((McpServers { servers }, failed))
     }
 
     /// The servers' names, in configured order.

@@ -167,6 +167,33 @@ fn a_server_that_cannot_start_is_a_clear_error() {
     assert!(e.contains("cannot name a server"), "{e}");
 }
 
+/// One server that cannot start is left out; the others serve. Only a
+/// bad configuration (a name) fails them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_cannot_start_is_left_out_and_the_others_serve() {
+    let Some(time) = server("NOESIS_MCP_SERVER_TIME", "a_server_that_cannot_start_is_left_out") else { return };
+    let confine = noesis_mcp::Confine {
+        settings: noesis_sandbox::Settings::default(),
+        workspace: std::env::current_dir().unwrap(),
+    };
+    let specs = vec![
+        ServerSpec::command("time", &time, &["--local-timezone", "UTC"]),
+        ServerSpec::command("nope", "/nonexistent/mcp-server", &[]),
+    ];
+    let (servers, failed) = McpServers::connect_each(specs.clone(), confine.clone()).await.unwrap();
+    assert_eq!(servers.names(), ["time"]);
+    assert_eq!(failed.len(), 1);
+    assert!(failed[0].to_string().starts_with("MCP server `nope` could not be started"), "{}", failed[0]);
+    let out = call(&servers, "time__get_current_time", json!({"timezone": "UTC"})).await;
+    assert!(!out.is_error, "{out:?}");
+    servers.shutdown().await;
+    // All or nothing where a caller asks for that.
+    let e = McpServers::connect_confined(specs, confine.clone()).await.unwrap_err().to_string();
+    assert!(e.contains("nope"), "{e}");
+    let bad = vec![ServerSpec::command("a__b", "true", &[])];
+    assert!(McpServers::connect_each(bad, confine).await.is_err());
+}
+
 #[test]
 fn a_server_runs_in_the_sandbox_unless_trusted() {
     // A "server" that tries to leave marks outside its workspace and to
