@@ -288,6 +288,12 @@ pub struct McpServerEntry {
     pub cwd: Option<PathBuf>,
     /// A streamable-HTTP endpoint instead of a program.
     pub url: Option<String>,
+    /// Headers sent to the endpoint with every request.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The environment variable holding a bearer token for the endpoint
+    /// (read when the server is reached; the token is never written down).
+    pub bearer_token_env: Option<String>,
     /// Seconds one call may take.
     pub timeout: Option<u64>,
     /// The operator vouches for the server: its process runs unconfined
@@ -304,6 +310,9 @@ impl McpServerEntry {
         let at = format!("{file}: mcp.servers.{name}");
         noesis_mcp::check_server_name(name).map_err(|e| ConfigError::Invalid(format!("{at}: {e}")))?;
         let mut spec = match (&self.command, &self.url) {
+            (Some(_), None) if !self.headers.is_empty() || self.bearer_token_env.is_some() => {
+                bail!("{at}: `headers` and `bearer_token_env` go with `url`, not `command`")
+            }
             (Some(command), None) => {
                 let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
                 let mut spec = noesis_mcp::ServerSpec::command(name, command, &args);
@@ -320,7 +329,12 @@ impl McpServerEntry {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     bail!("{at}.url: `{url}` is not an http(s) URL");
                 }
-                noesis_mcp::ServerSpec::http(name, url)
+                let mut spec = noesis_mcp::ServerSpec::http(name, url);
+                if let noesis_mcp::Transport::Http { headers, bearer_env, .. } = &mut spec.transport {
+                    headers.clone_from(&self.headers);
+                    bearer_env.clone_from(&self.bearer_token_env);
+                }
+                spec
             }
             (Some(_), Some(_)) => bail!("{at}: give `command` or `url`, not both"),
             (None, None) => bail!("{at}: give `command` (a program to start) or `url` (streamable HTTP)"),

@@ -190,3 +190,15 @@ fn home_is_noesis_home_else_dot_noesis_in_home() {
     assert_eq!(home_from(&env(&[("NOESIS_HOME", " "), ("HOME", "/h")])), Some(PathBuf::from("/h/.noesis")));
     assert_eq!(home_from(&env(&[("HOME", "")])), None);
 }
+
+#[test]
+fn an_http_mcp_server_takes_headers_and_a_bearer_token_variable_and_a_program_does_not() {
+    let c = p("[mcp.servers.web]\nurl = \"https://mcp.example/mcp\"\nbearer_token_env = \"WEB_TOKEN\"\n\
+               [mcp.servers.web.headers]\nX-Team = \"noesis\"\n")
+    .unwrap();
+    let spec = c.mcp.servers["web"].spec("web", "noesis.toml").unwrap();
+    let noesis_mcp::Transport::Http { headers, bearer_env, .. } = spec.transport else { panic!("{spec:?}") };
+    assert_eq!((headers["X-Team"].as_str(), bearer_env.as_deref()), ("noesis", Some("WEB_TOKEN")));
+    let e = p("[mcp.servers.fs]\ncommand = \"x\"\nbearer_token_env = \"T\"\n").unwrap_err().to_string();
+    assert!(e.contains("mcp.servers.fs") && e.contains("go with `url`"), "{e}");
+}

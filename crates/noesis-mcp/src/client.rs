@@ -79,6 +79,12 @@ pub enum Transport {
     Http {
         /// The endpoint.
         url: String,
+        /// Headers sent with every request (not secrets: they are part of
+        /// the configuration as written).
+        headers: BTreeMap<String, String>,
+        /// The environment variable whose value is sent as a bearer token,
+        /// read when the server is reached (never stored).
+        bearer_env: Option<String>,
     },
 }
 
@@ -103,7 +109,7 @@ impl ServerSpec {
     pub fn http(name: &str, url: &str) -> ServerSpec {
         ServerSpec {
             name: name.into(),
-            transport: Transport::Http { url: url.into() },
+            transport: Transport::Http { url: url.into(), headers: BTreeMap::new(), bearer_env: None },
             call_timeout: CALL_TIMEOUT,
             trusted: false,
             network: false,
@@ -356,8 +362,27 @@ impl Server {
                 let transport = Watched { inner: transport, stale: Arc::clone(&self.stale) };
                 tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport)).await
             }
-            Transport::Http { url } => {
-                let transport = rmcp::transport::StreamableHttpClientTransport::from_uri(url.as_str());
+            Transport::Http { url, headers, bearer_env } => {
+                let mut config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(
+                    url.as_str(),
+                );
+                if let Some(var) = bearer_env {
+                    let token = std::env::var(var)
+                        .ok()
+                        .filter(|t| !t.is_empty())
+                        .ok_or_else(|| connect_err(format!("its bearer token variable `{var}` is not set")))?;
+                    config = config.auth_header(token);
+                }
+                let mut custom = std::collections::HashMap::new();
+                for (k, v) in headers {
+                    let name = http::HeaderName::from_bytes(k.as_bytes())
+                        .map_err(|_| connect_err(format!("`{k}` is not a header name")))?;
+                    let value = http::HeaderValue::from_str(v)
+                        .map_err(|_| connect_err(format!("the value of header `{k}` is not a header value")))?;
+                    custom.insert(name, value);
+                }
+                let config = config.custom_headers(custom);
+                let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
                 let transport = Watched { inner: transport, stale: Arc::clone(&self.stale) };
                 tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport)).await
             }

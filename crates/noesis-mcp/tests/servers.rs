@@ -458,15 +458,15 @@ async fn a_tool_list_that_changes_mid_run_is_offered_from_the_next_turn() {
     servers.shutdown().await;
 }
 
-/// The streamable-HTTP transport against the official Python SDK's server
-/// on 127.0.0.1.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_over_streamable_http_is_listed_and_called() {
-    let Some(python) = sdk_python("a_server_over_streamable_http") else { return };
+/// The Python SDK's HTTP server (tests/servers/http_server.py `extra`)
+/// listening on 127.0.0.1: its process and URL.
+async fn http_server(python: &str, extra: &[&str]) -> (std::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/http_server.py");
-    let mut child = std::process::Command::new(&python)
-        .args([script.to_str().unwrap(), &port.to_string()])
+    let mut child = std::process::Command::new(python)
+        .arg(script)
+        .arg(port.to_string())
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -477,7 +477,54 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
         assert!(child.try_wait().unwrap().is_none(), "the HTTP server exited");
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    let url = format!("http://127.0.0.1:{port}/mcp");
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// A streamable-HTTP server that wants a bearer token and a header: the
+/// token comes from the variable the spec names, read when the server is
+/// reached; without them the server is refused, and a variable that is not
+/// set is said by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_server_gets_its_headers_and_the_bearer_token_from_the_environment() {
+    let Some(python) = sdk_python("an_http_server_gets_its_headers") else { return };
+    // The test cannot set a variable of its own process (edition 2024 makes
+    // that unsafe), so the token is the value of one every process has.
+    let token = std::env::var("HOME").unwrap();
+    let (mut child, url) = http_server(&python, &[&token]).await;
+    let spec = |headers: &[(&str, &str)], bearer: Option<&str>| {
+        let mut s = ServerSpec::http("web", &url).trusted();
+        if let noesis_mcp::Transport::Http { headers: h, bearer_env, .. } = &mut s.transport {
+            h.extend(headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+            *bearer_env = bearer.map(str::to_owned);
+        }
+        s
+    };
+    let plain = McpServers::connect(vec![spec(&[], None)]).await;
+    assert!(plain.is_err(), "no token, no header: refused");
+    let unset = McpServers::connect(vec![spec(&[("X-Team", "noesis")], Some("NOESIS_TEST_NO_SUCH_VAR"))]).await;
+    let e = unset.err().unwrap().to_string();
+    assert!(e.contains("`NOESIS_TEST_NO_SUCH_VAR` is not set"), "{e}");
+    let servers = McpServers::connect(vec![spec(&[("X-Team", "noesis")], Some("HOME"))]).await;
+    let servers = match servers {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = child.kill();
+            panic!("{e}");
+        }
+    };
+    let out = call(&servers, "web__echo", json!({"text": "with a token"})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "echo: with a token"));
+    servers.shutdown().await;
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The streamable-HTTP transport against the official Python SDK's server
+/// on 127.0.0.1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_over_streamable_http_is_listed_and_called() {
+    let Some(python) = sdk_python("a_server_over_streamable_http") else { return };
+    let (mut child, url) = http_server(&python, &[]).await;
     let servers = McpServers::connect(vec![ServerSpec::http("web", &url).trusted()]).await;
     let servers = match servers {
         Ok(s) => s,
