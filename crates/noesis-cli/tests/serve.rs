@@ -1249,3 +1249,28 @@ fn an_agent_run_over_http_can_stream_its_text() {
     assert_eq!(text, "Forty-two.");
     assert_eq!(seen.last().unwrap().2["text"], "Forty-two.");
 }
+
+#[test]
+fn a_run_the_server_drove_can_be_rewound_with_its_files() {
+    let work = Work::new();
+    let fake = FakeServer::start(vec![
+        tool_reply("w1", "write_file", &json!({"path": "made.txt", "content": "by the server"})),
+        Reply::Chat("Made it.".into()),
+    ])
+    .unwrap();
+    let s = agent_serve(&work, &fake);
+    let (status, started) =
+        http(&s.addr, "POST", "/agents/runs", Some(&json!({"task": "Make made.txt"})), Some(&s.token));
+    assert_eq!(status, 201, "{started}");
+    let id = started["run_id"].as_str().unwrap().to_owned();
+    follow_events(&s.addr, &id, None, "approval_needed");
+    let approve = json!({"approve_all": true});
+    let (status, _) = http(&s.addr, "POST", &format!("/agents/runs/{id}/approvals"), Some(&approve), Some(&s.token));
+    assert_eq!(status, 200);
+    follow_events(&s.addr, &id, None, "done");
+    assert_eq!(std::fs::read_to_string(work.path().join("made.txt")).unwrap(), "by the server");
+    let o = output(work.noesis_bare().args(["agent", "rewind", &id, "--at", "0"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!work.path().join("made.txt").exists(), "{}", o.stderr);
+    assert!(work.path().join(".noesis/noesis.db").exists(), "the store inside the workspace was left alone");
+}

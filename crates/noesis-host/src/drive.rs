@@ -125,7 +125,6 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         inner: keep,
         rewinds: d.host.home.as_deref().map(crate::rewind::Rewinds::new),
         workspace: d.equipped.tools.workspace().root().to_path_buf(),
-        last: None,
     };
     loop {
         let action = {

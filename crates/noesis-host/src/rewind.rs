@@ -96,6 +96,16 @@ impl Rewinds {
         noesis_fs::write_atomic(&path, &json).map_err(|e| HostError::Message(format!("{}: {e}", path.display())))
     }
 
+    /// Snapshots `workspace` when `run`, as its checkpoint stores it, is
+    /// about to run calls that may change files (the driver saves the run,
+    /// its calls marked running, right before it runs them); once a step.
+    pub fn before_changes(&self, run: &AgentRun, workspace: &Path) -> Result<()> {
+        if !changing(run) || self.dir(&run.id).join(format!("{}.json", run.step)).exists() {
+            return Ok(());
+        }
+        self.take(&run.id, run.step, workspace)
+    }
+
     /// The workspace as run `run_id` found it at `step`: the first snapshot
     /// taken at or after it. `None` when none was (nothing the run did after
     /// `step` could change a file).
@@ -126,8 +136,7 @@ fn changing(run: &AgentRun) -> bool {
 }
 
 /// A checkpoint that also snapshots the workspace before a batch that may
-/// change it runs (the driver saves the run, its calls marked running,
-/// right before it runs them).
+/// change it runs (see [`Rewinds::before_changes`]).
 pub struct Snapshotting<C> {
     /// The checkpoint underneath.
     pub inner: C,
@@ -135,21 +144,15 @@ pub struct Snapshotting<C> {
     pub rewinds: Option<Rewinds>,
     /// The run's workspace.
     pub workspace: PathBuf,
-    /// The step of the last snapshot taken.
-    pub last: Option<u64>,
 }
 
 #[async_trait::async_trait]
 impl<C: Checkpoint> Checkpoint for Snapshotting<C> {
     async fn save(&mut self, run: &AgentRun) -> std::result::Result<(), String> {
         self.inner.save(run).await?;
-        if let Some(rewinds) = &self.rewinds
-            && self.last != Some(run.step)
-            && changing(run)
-        {
+        if let Some(rewinds) = &self.rewinds {
             // A snapshot that cannot be taken costs the rewind, not the run.
-            let _ = rewinds.take(&run.id, run.step, &self.workspace);
-            self.last = Some(run.step);
+            let _ = rewinds.before_changes(run, &self.workspace);
         }
         Ok(())
     }

@@ -180,6 +180,11 @@ impl AgentHost for ServedAgents {
             Err(_) => {}
             Ok(()) => {
                 self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), log);
+                // As the command line's drive does: files snapshotted before
+                // a batch that may change them, so the run can be rewound.
+                if let (Some(home), Ok(workspace)) = (&self.host.home, self.workspace()) {
+                    let _ = crate::rewind::Rewinds::new(home).before_changes(run, workspace.root());
+                }
             }
         }
         saved.map_err(|e| e.to_string())
