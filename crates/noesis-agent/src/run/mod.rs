@@ -512,6 +512,8 @@ pub struct AgentRun {
     pub traces: Vec<noesis_trace::SpanIds>,
     #[serde(skip)]
     late_marks: LateMarks,
+    #[serde(skip)]
+    seen: progress::Seen,
 }
 
 /// A model reply as received: enough to serve it again in a replay.
@@ -611,6 +613,7 @@ impl AgentRun {
             host: Value::Null,
             traces: Vec::new(),
             late_marks: LateMarks::default(),
+            seen: progress::Seen::default(),
         }
     }
 

@@ -27,6 +27,22 @@ pub(super) struct Stall {
     pub(super) warned: bool,
 }
 
+/// The keys of the calls of earlier turns, folded in once each: a long
+/// run asks at every turn, and results (whole files) are not hashed again
+/// each time. Not stored: a run read back folds its calls on its next turn.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Seen {
+    /// Calls folded in, from the first.
+    folded: usize,
+    keys: HashSet<String>,
+}
+
+impl PartialEq for Seen {
+    fn eq(&self, _: &Seen) -> bool {
+        true
+    }
+}
+
 /// What a call's result adds to what the run knows, as keys: the same key
 /// twice is the same knowledge.
 fn keys(call: &CallRecord) -> Vec<String> {
@@ -96,8 +112,16 @@ impl AgentRun {
     /// Counts turn `turn` as progress or not, and warns or stops the run
     /// when it has made none for `stall_steps` turns.
     pub(super) fn watch_progress(&mut self, turn: u32) {
-        let earlier: HashSet<String> = self.calls.iter().filter(|c| c.turn < turn).flat_map(keys).collect();
-        let progress = self.calls.iter().filter(|c| c.turn == turn).flat_map(keys).any(|k| !earlier.contains(&k));
+        // Calls are recorded turn by turn: those before the first of this
+        // turn are the earlier ones.
+        let first = self.calls.iter().position(|c| c.turn >= turn).unwrap_or(self.calls.len());
+        for c in self.calls.get(self.seen.folded..first).unwrap_or_default() {
+            self.seen.keys.extend(keys(c));
+        }
+        self.seen.folded = self.seen.folded.max(first);
+        let earlier = &self.seen.keys;
+        let progress =
+            self.calls[first..].iter().filter(|c| c.turn == turn).flat_map(keys).any(|k| !earlier.contains(&k));
         if progress {
             self.stall = Stall::default();
             return;
