@@ -125,6 +125,7 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         inner: keep,
         rewinds: d.host.home.as_deref().map(crate::rewind::Rewinds::new),
         workspace: d.equipped.tools.workspace().root().to_path_buf(),
+        warn: d.host.note.clone(),
     };
     loop {
         let action = {
