@@ -854,33 +854,35 @@ impl<'a> Driver<'a> {
                                 );
                             }
                             let call_id = call.call_id.clone();
-                            let task = tokio::spawn(TREE.scope(
-                                tree.clone(),
-                                CALL.scope(
-                                    call_id,
-                                    async move {
-                                        let _permit = permits.acquire_owned().await;
-                                        let name = call.tool.clone();
-                                        let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
-                                            .await
-                                            .unwrap_or_else(|_| {
-                                                ToolOutput::error(format!(
-                                                    "`{name}` timed out after {} s",
-                                                    limit.as_secs()
-                                                ))
-                                            });
-                                        let span = tracing::Span::current();
-                                        if out.is_error {
-                                            span.record("error.type", error_type(&out));
+                            let task = tokio::spawn(
+                                TREE.scope(
+                                    tree.clone(),
+                                    CALL.scope(
+                                        call_id,
+                                        async move {
+                                            let _permit = permits.acquire_owned().await;
+                                            let name = call.tool.clone();
+                                            let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
+                                                .await
+                                                .unwrap_or_else(|_| {
+                                                    ToolOutput::error(format!(
+                                                        "`{name}` timed out after {} s",
+                                                        limit.as_secs()
+                                                    ))
+                                                });
+                                            let span = tracing::Span::current();
+                                            if out.is_error {
+                                                span.record("error.type", error_type(&out));
+                                            }
+                                            if capture {
+                                                span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
+                                            }
+                                            out
                                         }
-                                        if capture {
-                                            span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
-                                        }
-                                        out
-                                    }
-                                    .instrument(span),
+                                        .instrument(span),
+                                    ),
                                 ),
-                            ));
+                            );
                             (meta, began, ids, task)
                         })
                         .collect();

@@ -276,7 +276,8 @@ fn calls_of_a_tool_that_may_run_beside_its_siblings_are_handed_out_together() {
     // stored before it existed read back the same and go on one at a time.
     let stored = serde_json::to_value(&run.config.tools).unwrap();
     assert_eq!(stored.as_array().unwrap().iter().filter(|t| t.get("concurrent").is_some()).count(), 1);
-    let old: ToolDecl = serde_json::from_value(json!({"name": "sub_agent", "description": "", "parameters": {}})).unwrap();
+    let old: ToolDecl =
+        serde_json::from_value(json!({"name": "sub_agent", "description": "", "parameters": {}})).unwrap();
     assert!(!old.concurrent);
 }
 

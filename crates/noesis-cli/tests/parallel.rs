@@ -129,8 +129,22 @@ fn three_children_in_worktrees_two_merged_one_conflict_reported_with_both_sides(
     let server = model(vec![
         ("alpha", vec![edit("a.txt", "alpha", "ALPHA")]),
         // beta edits the untracked file: it sees what the parent sees.
-        ("beta", vec![edit("b.txt", "not yet", "now"), edit("shared.txt", "two\n", "TWO (beta)\n"), edit("notes.txt", "first", "FIRST")]),
-        ("gamma", vec![edit("shared.txt", "two\n", "2 (gamma)\n"), edit("shared.txt", "nine", "NINE"), edit("notes.txt", "last", "LAST")]),
+        (
+            "beta",
+            vec![
+                edit("b.txt", "not yet", "now"),
+                edit("shared.txt", "two\n", "TWO (beta)\n"),
+                edit("notes.txt", "first", "FIRST"),
+            ],
+        ),
+        (
+            "gamma",
+            vec![
+                edit("shared.txt", "two\n", "2 (gamma)\n"),
+                edit("shared.txt", "nine", "NINE"),
+                edit("notes.txt", "last", "LAST"),
+            ],
+        ),
     ]);
     let o = agent(&work, &server, &ws, "r-par");
     assert_eq!((o.code, o.stdout.as_str()), (0, "The helpers are done.\n"), "{}", o.stderr);
@@ -153,7 +167,10 @@ fn three_children_in_worktrees_two_merged_one_conflict_reported_with_both_sides(
     for side in [beta, gamma] {
         assert!(side.contains("Not merged, in conflict: shared.txt"), "{side}");
         assert!(side.contains("line 2; it was:\n    two\n"), "{side}");
-        assert!(side.contains("beta made it:\n    TWO (beta)\n") && side.contains("gamma made it:\n    2 (gamma)\n"), "{side}");
+        assert!(
+            side.contains("beta made it:\n    TWO (beta)\n") && side.contains("gamma made it:\n    2 (gamma)\n"),
+            "{side}"
+        );
     }
     assert!(gamma.contains("Merged into the workspace: notes.txt."), "{gamma}");
 
@@ -174,10 +191,8 @@ fn a_merge_that_breaks_an_anchor_is_undone_and_said_so() {
     work.write("noesis.toml", "[agent]\nisolation = \"worktree\"\nanchors = [\"sh check.sh\"]\n");
     let ws = repository(&work);
     std::fs::write(ws.join("check.sh"), "if grep -q BROKEN a.txt; then echo 'a.txt is broken'; exit 1; fi\n").unwrap();
-    let server = model(vec![
-        ("alpha", vec![edit("a.txt", "alpha", "BROKEN")]),
-        ("beta", vec![edit("b.txt", "not yet", "now")]),
-    ]);
+    let server =
+        model(vec![("alpha", vec![edit("a.txt", "alpha", "BROKEN")]), ("beta", vec![edit("b.txt", "not yet", "now")])]);
     let o = agent(&work, &server, &ws, "r-red");
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(read(&ws, "a.txt"), "alpha\n");
@@ -214,7 +229,11 @@ fn isolation_outside_a_git_repository_is_an_error_the_model_sees() {
     let o = agent(&work, &server, &ws, "r-plain");
     assert_eq!(o.code, 0, "{}", o.stderr);
     let results = results(&work, "r-plain");
-    assert!(results[0].1.contains("needs the workspace") && results[0].1.contains("git repository"), "{}", results[0].1);
+    assert!(
+        results[0].1.contains("needs the workspace") && results[0].1.contains("git repository"),
+        "{}",
+        results[0].1
+    );
 }
 
 #[test]

@@ -312,11 +312,24 @@ mod tests {
     #[test]
     fn a_file_created_deleted_or_binary_on_two_sides_clashes_whole() {
         let v = compare(&[
-            child("a", &[("new", None, Some("mine\n")), ("gone", Some("x\n"), None), ("bin", Some("\0a"), Some("\0b"))]),
-            child("b", &[("new", None, Some("theirs\n")), ("gone", Some("x\n"), Some("y\n")), ("bin", Some("\0a"), Some("\0c"))]),
+            child(
+                "a",
+                &[("new", None, Some("mine\n")), ("gone", Some("x\n"), None), ("bin", Some("\0a"), Some("\0b"))],
+            ),
+            child(
+                "b",
+                &[
+                    ("new", None, Some("theirs\n")),
+                    ("gone", Some("x\n"), Some("y\n")),
+                    ("bin", Some("\0a"), Some("\0c")),
+                ],
+            ),
         ]);
         assert!(v.merged.is_empty(), "{v:?}");
-        assert_eq!(v.conflicts["new"][0].sides, [("a".to_owned(), "mine\n".to_owned()), ("b".to_owned(), "theirs\n".to_owned())]);
+        assert_eq!(
+            v.conflicts["new"][0].sides,
+            [("a".to_owned(), "mine\n".to_owned()), ("b".to_owned(), "theirs\n".to_owned())]
+        );
         assert_eq!(v.conflicts["new"][0].base, "(absent)");
         assert_eq!(v.conflicts["gone"][0].sides[0].1, "(absent)");
         assert_eq!(v.conflicts["bin"][0].sides[1].1, "(binary, 2 bytes)");
@@ -325,7 +338,8 @@ mod tests {
 
     #[test]
     fn a_file_a_child_left_as_it_was_is_no_change() {
-        let v = compare(&[child("a", &[("f", Some("x\n"), Some("x\n"))]), child("b", &[("f", Some("x\n"), Some("y\n"))])]);
+        let v =
+            compare(&[child("a", &[("f", Some("x\n"), Some("x\n"))]), child("b", &[("f", Some("x\n"), Some("y\n"))])]);
         assert_eq!(v.merged["f"].children, ["b"]);
     }
 

@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 
 use crate::merge::{Child, Comparison, FileEdit};
 use crate::runs::{Keep, now_ms};
-use crate::worktree::{Base, Worktree};
+use crate::worktree::Worktree;
 
 /// The tools a small model is offered by default: enough to read, search,
 /// change files and run the tests, in as few prompt tokens as will do.
@@ -367,8 +367,8 @@ async fn sub_agent(h: HostTools, isolation: Isolation, args: Value) -> ToolOutpu
     // Named after the call that starts it (the one running now), so the
     // child's id is stable and unique within the parent; siblings running
     // at the same time are told apart by the driver's call id.
-    let call_id = noesis_agent::current_call_id();
-    let call = match &call_id {
+    let call_id_given = noesis_agent::current_call_id();
+    let call = match &call_id_given {
         Some(id) => parent.calls.iter().find(|c| &c.id == id),
         None => parent.calls.iter().rev().find(|c| c.tool == "sub_agent" && c.status == CallStatus::Running),
     };
@@ -460,7 +460,8 @@ async fn sub_agent(h: HostTools, isolation: Isolation, args: Value) -> ToolOutpu
         cost_usd: u.cost_usd,
         model: None,
     };
-    if let (Some((base, tree, parent_ws)), Some(call_id)) = (checkout, call.map(|c| c.id.clone())) {
+    let isolated_call = checkout.as_ref().and(call.map(|c| c.id.clone()));
+    if let (Some((base, tree, parent_ws)), Some(call_id)) = (checkout, isolated_call.clone()) {
         // Read back, then the worktree goes; what it changed waits for the
         // end of the batch.
         let read = tokio::task::spawn_blocking(move || {
@@ -490,7 +491,15 @@ async fn sub_agent(h: HostTools, isolation: Isolation, args: Value) -> ToolOutpu
         }
         (Ok(_), None) => ToolOutput::error(format!("sub-agent {id} stopped before its end")).with_evidence(evidence),
     };
-    out.with_spent(spent)
+    let out = out.with_spent(spent);
+    match isolated_call {
+        // Not run by a driver (no batch end will come): merged alone, now.
+        Some(call_id) if call_id_given.is_none() => merge_children(isolation, vec![(call_id, out)])
+            .await
+            .pop()
+            .unwrap_or_else(|| ToolOutput::error("the merge gave no result".to_owned())),
+        _ => out,
+    }
 }
 
 /// The end of a batch of sub-agents: the changes of those that worked in
@@ -566,7 +575,10 @@ impl Merge {
         if others.is_empty() {
             text.push_str(".\n");
         } else {
-            text.push_str(&format!("; its changes were compared with those of {} before any merge.\n", others.join(", ")));
+            text.push_str(&format!(
+                "; its changes were compared with those of {} before any merge.\n",
+                others.join(", ")
+            ));
         }
         if let Some(why) = unread {
             text.push_str(&format!("Nothing of it was merged: {why}.\n"));
