@@ -182,7 +182,10 @@ pub fn compare(children: &[Child]) -> Comparison {
             verdict.merged.insert(path.to_owned(), Merged { before, after: only.after.clone(), children: names() });
             continue;
         }
-        let base = before.as_deref().and_then(text);
+        // Children that started from different versions of the file (it
+        // changed between their starts) share no base to merge onto.
+        let same_base = edits.iter().all(|(_, e)| e.before == before);
+        let base = before.as_deref().and_then(text).filter(|_| same_base);
         let afters: Option<Vec<&str>> = edits.iter().map(|(_, e)| e.after.as_deref().and_then(text)).collect();
         let (Some(base), Some(afters)) = (base, afters) else {
             // Created, deleted or binary on some side: only the whole file
@@ -334,6 +337,16 @@ mod tests {
         assert_eq!(v.conflicts["gone"][0].sides[0].1, "(absent)");
         assert_eq!(v.conflicts["bin"][0].sides[1].1, "(binary, 2 bytes)");
         assert!(v.conflicts.values().all(|c| c[0].lines.is_none()));
+    }
+
+    #[test]
+    fn children_that_saw_different_versions_of_a_file_clash_whole() {
+        let v = compare(&[
+            child("a", &[("f", Some("a\nb\n"), Some("A\nb\n"))]),
+            child("b", &[("f", Some("a\nb\nc\n"), Some("a\nb\nC\n"))]),
+        ]);
+        assert!(v.merged.is_empty(), "{v:?}");
+        assert_eq!(v.conflicts["f"][0].lines, None);
     }
 
     #[test]
