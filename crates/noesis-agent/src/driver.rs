@@ -909,8 +909,13 @@ impl<'a> Driver<'a> {
                         let results = ended.iter().map(|e| (e.id.clone(), e.output.clone())).collect();
                         let mut judged = self.tools.batch_end[&tool](results).await.into_iter();
                         for mut e in ended {
-                            // A hook that returns too few leaves the rest as they were.
-                            if let Some(output) = judged.next() {
+                            // A hook that returns too few leaves the rest as
+                            // they were; what it returns is redacted like
+                            // any tool's result (it may quote files).
+                            if let Some(mut output) = judged.next() {
+                                if let std::borrow::Cow::Owned(clean) = self.tools.redactor().redact(&output.content) {
+                                    output.content = clean;
+                                }
                                 e.output = output;
                             }
                             self.take_in(run, e, checkpoint).await?;

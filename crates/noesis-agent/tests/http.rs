@@ -395,17 +395,21 @@ async fn a_concurrent_tools_calls_overlap_and_their_batch_end_judges_them_togeth
     let end: noesis_agent::BatchEndFn = Arc::new(move |ended: Vec<(String, noesis_agent::ToolOutput)>| {
         s.lock().unwrap().push(ended.iter().map(|(id, o)| format!("{id}: {}", o.content)).collect::<Vec<_>>());
         let n = ended.len();
+        // It may quote what it judged: its results are redacted too.
         Box::pin(async move {
             ended
                 .into_iter()
-                .map(|(_, o)| noesis_agent::ToolOutput::ok(format!("{}; judged with {n}", o.content)))
+                .map(|(_, o)| {
+                    noesis_agent::ToolOutput::ok(format!("{}; judged with {n} sekrit-token-value", o.content))
+                })
                 .collect()
         })
     });
     let tools = Arc::new(
         Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![])
             .with_tool(decl.clone(), helper)
-            .with_batch_end("helper", end),
+            .with_batch_end("helper", end)
+            .with_redactor(Arc::new(noesis_sandbox::Redactor::new(&[], &[], &["sekrit-token-value".into()]))),
     );
     let mut three = chat_completion("", "tool_calls");
     three["choices"][0]["message"] = json!({"role": "assistant", "content": null, "tool_calls": [
@@ -423,5 +427,6 @@ async fn a_concurrent_tools_calls_overlap_and_their_batch_end_judges_them_togeth
     assert_eq!(most.load(Ordering::SeqCst), 3, "the three calls ran at the same time");
     assert_eq!(*seen.lock().unwrap(), [vec!["h1: I am h1", "h2: I am h2", "h3: I am h3"]]);
     let results: Vec<&str> = run.calls.iter().map(|c| c.result.as_deref().unwrap()).collect();
-    assert_eq!(results, ["I am h1; judged with 3", "I am h2; judged with 3", "I am h3; judged with 3"]);
+    assert!(results.iter().all(|r| !r.contains("sekrit")), "{results:?}");
+    assert!(results[0].starts_with("I am h1; judged with 3 ") && results[2].starts_with("I am h3; "), "{results:?}");
 }

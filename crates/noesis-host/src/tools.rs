@@ -391,6 +391,11 @@ async fn sub_agent(h: HostTools, isolation: Isolation, args: Value) -> ToolOutpu
         let Some(parent_ws) = parent.host["workspace"].as_str().map(PathBuf::from) else {
             return ToolOutput::error("the parent run names no workspace".to_owned());
         };
+        // Its changes are kept by call id until the batch ends: without
+        // one they could never be merged, so the child does not start.
+        if call.is_none() {
+            return ToolOutput::error(format!("sub-agent {id}: its call is not on record in the parent run"));
+        }
         let made = tokio::task::spawn_blocking(move || {
             let base = crate::worktree::base(&parent_ws)?;
             let tree = Worktree::add(&base)?;
