@@ -107,7 +107,9 @@ fn tree_of(dir: &Path, parent: Option<&str>) -> Result<String> {
         Some(p) => git(dir, &["read-tree", p], &env)?,
         None => git(dir, &["read-tree", "--empty"], &env)?,
     };
-    git(dir, &["add", "-A", "."], &env)?;
+    // noesis's own folder (a project store, its records) is no part of
+    // what a child works on, however large it is.
+    git(dir, &["add", "-A", "--", ".", ":(exclude,glob)**/.noesis/**"], &env)?;
     Ok(line(&git(dir, &["write-tree"], &env)?))
 }
 
@@ -233,6 +235,8 @@ mod tests {
         std::fs::write(top.join("ws/kept.txt"), "edited\n").unwrap();
         std::fs::write(top.join("ws/new.txt"), "untracked\n").unwrap();
         std::fs::write(top.join("ws/noise.log"), "ignored\n").unwrap();
+        std::fs::create_dir_all(top.join("ws/.noesis")).unwrap();
+        std::fs::write(top.join("ws/.noesis/noesis.db"), "the store\n").unwrap();
         let status = run(top, &["status", "--porcelain"]);
 
         let base = base(&top.join("ws")).unwrap();
@@ -242,6 +246,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(ws.join("kept.txt")).unwrap(), "edited\n");
         assert_eq!(std::fs::read_to_string(ws.join("new.txt")).unwrap(), "untracked\n");
         assert!(!ws.join("noise.log").exists(), "ignored files stay out");
+        assert!(!ws.join(".noesis").exists(), "noesis's own folder stays out");
 
         std::fs::write(ws.join("kept.txt"), "child\n").unwrap();
         std::fs::remove_file(ws.join("new.txt")).unwrap();
