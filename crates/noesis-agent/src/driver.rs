@@ -594,8 +594,9 @@ impl<'a> Driver<'a> {
         request: &noesis_llm::ChatRequest,
         run_id: &str,
         turn: u32,
+        stream: bool,
     ) -> Result<ChatResponse, noesis_llm::ProviderError> {
-        if !self.stream {
+        if !stream {
             return provider.chat(request).await;
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -721,7 +722,7 @@ impl<'a> Driver<'a> {
                     // Planning and critique are steps of their own: a `plan`
                     // or `reflect` span with the model call under it.
                     let phase = match run.role() {
-                        role @ ("plan" | "reflect") => tracing::info_span!(
+                        role @ ("plan" | "reflect" | "compact") => tracing::info_span!(
                             "phase",
                             otel.name = %format!("{role} noesis"),
                             otel.kind = "internal",
@@ -734,7 +735,10 @@ impl<'a> Driver<'a> {
                     let chat_ids = chat.ids();
                     // A cancelled call drops the span unfinished, which
                     // records it as cancelled.
-                    let asked = self.ask(provider, &request, &run_id, turn);
+                    // A compaction's summary is for the model, not the person
+                    // watching the answer being written.
+                    let stream = self.stream && run.role() != "compact";
+                    let asked = self.ask(provider, &request, &run_id, turn, stream);
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
                             r = chat.call(asked) => Some(r),

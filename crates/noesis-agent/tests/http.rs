@@ -430,3 +430,58 @@ async fn a_concurrent_tools_calls_overlap_and_their_batch_end_judges_them_togeth
     assert!(results.iter().all(|r| !r.contains("sekrit")), "{results:?}");
     assert!(results[0].starts_with("I am h1; judged with 3 ") && results[2].starts_with("I am h3; "), "{results:?}");
 }
+
+/// Ollama's `/api/chat` as the fake server speaks it: a reply that calls
+/// `read_file`, or answers, reporting `prompt_eval_count` prompt tokens.
+fn ollama_reply(call: Option<(&str, &str)>, text: &str, prompt_tokens: u64) -> Reply {
+    let mut message = json!({"role": "assistant", "content": text});
+    if let Some((id, path)) = call {
+        message["tool_calls"] = json!([{"id": id, "function": {"name": "read_file", "arguments": {"path": path}}}]);
+    }
+    let body = json!({"model": "llama3.2", "message": message, "done": true, "done_reason": "stop",
+                      "prompt_eval_count": prompt_tokens, "eval_count": 5});
+    Reply::Status(200, body.to_string(), vec![])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ollama_server_that_cuts_the_prompt_to_its_num_ctx_is_caught_and_the_run_compacts() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        std::fs::write(
+            dir.path().join(format!("f{i}.txt")),
+            format!("fact {i}: the port is 80{i}0\n{}", "filler text. ".repeat(200)),
+        )
+        .unwrap();
+    }
+    // Five reads, each reported whole; then the server cuts the prompt to
+    // 1024 tokens, as Ollama does past its num_ctx, and says it read 1024.
+    let mut script: Vec<Reply> =
+        (0..5).map(|i| ollama_reply(Some((&format!("c{i}"), &format!("f{i}.txt"))), "", 600 * (i + 1))).collect();
+    script.push(ollama_reply(None, "I cannot see the task.", 1024));
+    script.push(ollama_reply(None, "Summary: five files read, each naming a port.", 500));
+    script.push(ollama_reply(None, "The ports are 8000 to 8040.", 1400));
+    let server = FakeServer::start(script).unwrap();
+    let mut cfg = EndpointConfig::new("ollama", &format!("http://{}", server.addr()), "llama3.2");
+    cfg.http.retry = RetryPolicy::none();
+    let ollama = noesis_llm::Ollama::new(cfg).unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("cut", "Which ports do the files name?", config, 0);
+    let end = drive(&mut run, &ollama, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "The ports are 8000 to 8040.".into() }));
+    let requests = server.received();
+    assert_eq!(requests.len(), 8);
+    // The reply made on the cut prompt was set aside: no entry holds it.
+    assert!(
+        !run.entries
+            .iter()
+            .any(|e| matches!(e, noesis_agent::Entry::Assistant { content, .. } if content.contains("cannot see")))
+    );
+    let (_, c) = run.compaction().expect("compacted");
+    assert_eq!(c.reason, "truncated");
+    assert!(c.facts.iter().any(|f| f.text.starts_with("read f0.txt (blake3 ")), "{:?}", c.facts);
+    // The request asked again is shorter than the cut one, and carries the summary.
+    let (cut, again) = (&requests[5].body, &requests[7].body);
+    assert!(again.len() < cut.len(), "{} !< {}", again.len(), cut.len());
+    assert!(again.contains("five files read") && again.contains("read f0.txt (blake3 "), "{again}");
+}

@@ -1057,7 +1057,7 @@ mod props {
 }
 
 #[test]
-fn a_context_overflow_leaves_out_the_oldest_turns_and_asks_again_never_a_surprise_stop() {
+fn a_context_overflow_compacts_then_leaves_out_the_oldest_turns_and_asks_again_never_a_surprise_stop() {
     let mut run = AgentRun::new("r", "THE TASK", config(ApprovalPolicy::Auto), 0);
     let tool = |_: &str, args: &Value| ToolOutput::ok(format!("{args}{}", "x".repeat(900)));
     // Six rounds of reads fill the conversation; then the model says it is too long.
@@ -1075,10 +1075,14 @@ fn a_context_overflow_leaves_out_the_oldest_turns_and_asks_again_never_a_surpris
     let Action::CallModel(full) = run.next(0) else { panic!() };
     let size = |r: &ChatRequest| r.messages.iter().map(|m| m.content.len()).sum::<usize>();
     assert_eq!(run.on_context_overflow(), Ok(true));
+    // The older turns are compacted first (tests/compact.rs): a summary is
+    // asked for, then the request again.
+    let Action::CallModel(_) = run.next(0) else { panic!("a summary is asked for") };
+    run.on_model_reply(&text("Six files read."), 0.0).unwrap();
     let Action::CallModel(shorter) = run.next(0) else { panic!("asked again") };
     assert!(size(&shorter) <= size(&full) * 2 / 3 + 200, "{} vs {}", size(&shorter), size(&full));
     assert_eq!(shorter.messages[1].content, "THE TASK");
-    assert!(shorter.messages[2].content.contains("left out"));
+    assert!(shorter.messages[2].content.contains("compacted"));
     // Survives JSON, and keeps shrinking until only the task and the last turn remain.
     run = AgentRun::from_json(&run.to_json()).unwrap();
     let mut rounds = 0;

@@ -365,6 +365,9 @@ pub struct AgentEntry {
     /// every tool as written (`false`); unset: the small set for the
     /// embedded local model only, whose prompt every tool lengthens.
     pub compact_tools: Option<bool>,
+    /// The model's context window in tokens, where the built-in table does
+    /// not know it (or knows it wrong); runs compact near it.
+    pub context_window: Option<u64>,
     /// `[agent.roles.ROLE]`: who answers each kind of model call (`plan`,
     /// `think`, `reflect`, `sub_agent`).
     #[serde(default)]
@@ -515,6 +518,7 @@ impl Config {
         self.agent.approve = over.agent.approve.or(self.agent.approve);
         self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
         self.agent.compact_tools = over.agent.compact_tools.or(self.agent.compact_tools);
+        self.agent.context_window = over.agent.context_window.or(self.agent.context_window);
         self.agent.isolation = over.agent.isolation.or(self.agent.isolation);
         if !over.agent.anchors.is_empty() {
             self.agent.anchors = over.agent.anchors;

@@ -316,6 +316,10 @@ impl Host {
         let compact = self.config().agent.compact_tools.unwrap_or(provider.name() == "local") && filter.only.is_empty();
         let offered = if compact { crate::tools::compact(offered) } else { offered };
         config.tools = if config.strategy == Strategy::SingleShot { Vec::new() } else { offered };
+        // Where the run compacts: the person's window, else the model's.
+        if config.context.window_tokens.is_none() {
+            config.context.window_tokens = self.config().agent.context_window.or_else(|| provider.context_window());
+        }
         if config.tools.iter().any(|d| d.name == crate::tools::LOAD_SKILL) {
             let index = crate::tools::skill_index(&skills);
             config.system_prompt = Some(match config.system_prompt.take() {
