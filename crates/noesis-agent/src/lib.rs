@@ -69,8 +69,8 @@ pub use cognitive::{
 };
 pub use config::{ApprovalPolicy, ContextConfig, Limits, RunConfig, Strategy, ToolFilter};
 pub use driver::{
-    AsRole, CallContext, Checkpoint, DriveError, Driver, ModelRouter, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture,
-    ToolSource, Toolbox, TreeBudget, drive, tree_budget,
+    AsRole, BatchEndFn, BatchEndFuture, CallContext, Checkpoint, DriveError, Driver, ModelRouter, Progress,
+    TOOL_TIMEOUT, ToolFn, ToolFuture, ToolSource, Toolbox, TreeBudget, current_call_id, drive, tree_budget,
 };
 
 /// The tool registry by the seed's name: see [`Toolbox`].

@@ -340,6 +340,14 @@ impl Host {
             "sandbox": sandbox,
             "mcp_servers": mcp_servers,
         });
+        // Recorded so the run's sub-agents keep them wherever it goes on.
+        let agent = &self.config().agent;
+        if agent.isolation.as_deref() == Some("worktree") {
+            host["isolation"] = json!("worktree");
+        }
+        if !agent.anchors.is_empty() {
+            host["anchors"] = json!(agent.anchors);
+        }
         if let Some(h) = host.as_object_mut() {
             h.extend(record);
         }

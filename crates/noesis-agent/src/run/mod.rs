@@ -838,12 +838,17 @@ impl AgentRun {
         if !running.is_empty() {
             return Some(Action::Busy(running));
         }
-        // In call order: a run of read-only calls together, else one call.
+        // In call order: a run of read-only calls together, or a run of
+        // calls of tools that declare they may run beside each other (never
+        // mixed: a sub-agent that writes must not race a read), else one.
         let approved: Vec<&CallRecord> = of_turn.into_iter().filter(|c| c.status == CallStatus::Approved).collect();
         let first = approved.first()?;
         let read_only = |c: &CallRecord| self.tool(&c.tool).is_some_and(|t| t.effects.read_only());
+        let concurrent = |c: &CallRecord| self.tool(&c.tool).is_some_and(|t| t.concurrent && !t.effects.read_only());
         let batch: Vec<Invocation> = if read_only(first) {
             approved.iter().take_while(|c| read_only(c)).map(|c| invocation(c)).collect()
+        } else if concurrent(first) {
+            approved.iter().take_while(|c| concurrent(c)).map(|c| invocation(c)).collect()
         } else {
             vec![invocation(first)]
         };
