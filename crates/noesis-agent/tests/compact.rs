@@ -167,9 +167,8 @@ fn a_run_with_no_window_known_never_compacts_on_its_own() {
     assert!(!asked.last().unwrap().tools.iter().any(|t| t.name == "recall"));
 }
 
-#[test]
-fn a_request_refused_as_too_long_is_compacted_and_asked_again() {
-    let mut run = AgentRun::new("r", "THE TASK", config(None), 0);
+/// Six turns of `read_file` on f0.rs … f5.rs, their results in.
+fn six_reads(run: &mut AgentRun) {
     for i in 0..6 {
         let Action::CallModel(_) = run.next(0) else { panic!() };
         run.on_model_reply(&read(&format!("c{i}"), &format!("f{i}.rs")), 0.0).unwrap();
@@ -179,6 +178,12 @@ fn a_request_refused_as_too_long_is_compacted_and_asked_again() {
             run.finished(&c.call_id, read_tool(&c.arguments), 0).unwrap();
         }
     }
+}
+
+#[test]
+fn a_request_refused_as_too_long_is_compacted_and_asked_again() {
+    let mut run = AgentRun::new("r", "THE TASK", config(None), 0);
+    six_reads(&mut run);
     let Action::CallModel(full) = run.next(0) else { panic!() };
     assert_eq!(run.on_context_overflow(), Ok(true));
     let Action::CallModel(summary_request) = run.next(0) else { panic!() };
@@ -217,15 +222,7 @@ fn a_request_refused_as_too_long_is_compacted_and_asked_again() {
 #[test]
 fn a_provider_that_silently_cuts_the_prompt_is_caught_by_the_tokens_it_reports() {
     let mut run = AgentRun::new("r", "Read.", config(None), 0);
-    for i in 0..6 {
-        let Action::CallModel(_) = run.next(0) else { panic!() };
-        run.on_model_reply(&read(&format!("c{i}"), &format!("f{i}.rs")), 0.0).unwrap();
-        let Action::ExecuteTools(batch) = run.next(0) else { panic!() };
-        for c in batch {
-            run.started(&c.call_id, 0).unwrap();
-            run.finished(&c.call_id, read_tool(&c.arguments), 0).unwrap();
-        }
-    }
+    six_reads(&mut run);
     let Action::CallModel(sent) = run.next(0) else { panic!() };
     let estimate = noesis_llm::estimate_request_tokens(&sent);
     assert!(estimate > 1_500, "{estimate}");
