@@ -49,8 +49,14 @@ impl Default for EngineOptions {
 /// same size — the size a kept state can be restored into.
 const CONTEXT_STEP: u32 = 2048;
 
-/// What the last generation evaluated, kept for the next: an agent's next
-/// turn sends the whole conversation again, and only its end is new.
+/// States kept at most: one per conversation going on at once (agent runs
+/// side by side, a sub-agent and its parent), the least recently used
+/// dropped first. Each holds only the tokens evaluated (tens of MB for
+/// a 135M model at a few thousand tokens).
+const KEPT_STATES: usize = 4;
+
+/// What a generation evaluated, kept for the next: an agent's next turn
+/// sends the whole conversation again, and only its end is new.
 struct Kept {
     /// The size of the context it was evaluated in.
     n_ctx: u32,
@@ -162,8 +168,9 @@ pub struct Engine {
     info: GgufInfo,
     template: LlamaChatTemplate,
     options: EngineOptions,
-    /// One generation at a time; holds what the last one evaluated.
-    lock: Mutex<Option<Kept>>,
+    /// One generation at a time; holds what the latest ones evaluated,
+    /// the most recent last.
+    lock: Mutex<Vec<Kept>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -192,7 +199,14 @@ impl Engine {
             Ok(t) => t,
             Err(_) => LlamaChatTemplate::new("chatml").map_err(|e| Error::Engine(e.to_string()))?,
         };
-        Ok(Engine { model: Arc::new(model), path: path.to_owned(), info, template, options, lock: Mutex::new(None) })
+        Ok(Engine {
+            model: Arc::new(model),
+            path: path.to_owned(),
+            info,
+            template,
+            options,
+            lock: Mutex::new(Vec::new()),
+        })
     }
 
     /// The model file.
@@ -238,10 +252,7 @@ impl Engine {
 
     /// Runs one generation. Blocks: call it from a blocking thread.
     pub fn generate(&self, mut req: Request<'_>) -> Result<Generation, Error> {
-        let mut kept_slot = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        // Whatever happens below, the context it was made from is gone
-        // unless this generation finishes and keeps its own.
-        let kept = kept_slot.take().filter(|_| self.options.reuse_prefix);
+        let mut kept_states = self.lock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let started = Instant::now();
         let prompt: Vec<LlamaToken> =
             self.tokenize(req.prompt).into_iter().map(|t| LlamaToken(t.cast_signed())).collect();
@@ -257,10 +268,20 @@ impl Engine {
         let n_ctx = (prompt_tokens + max_tokens + 1).div_ceil(CONTEXT_STEP).saturating_mul(CONTEXT_STEP).min(trained);
         // The shared start, less one token: the last prompt token is
         // always evaluated here, for the logits of the first reply token.
-        let mut reused = kept
-            .as_ref()
-            .filter(|k| k.n_ctx == n_ctx)
-            .map_or(0, |k| k.tokens.iter().zip(&prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1));
+        let shared = |k: &Kept| {
+            if k.n_ctx == n_ctx {
+                k.tokens.iter().zip(&prompt).take_while(|(a, b)| a == b).count().min(prompt.len() - 1)
+            } else {
+                0
+            }
+        };
+        // The state that shares the longest start is restored from; it
+        // stays kept (another conversation may share only a token or two).
+        let kept = (0..kept_states.len())
+            .filter(|_| self.options.reuse_prefix)
+            .filter(|i| shared(&kept_states[*i]) > 0)
+            .max_by_key(|i| shared(&kept_states[*i]));
+        let mut reused = kept.map_or(0, |i| shared(&kept_states[i]));
         let fresh = u32::try_from(prompt.len() - reused).unwrap_or(u32::MAX);
         let n_batch = fresh.clamp(64, 512);
         let threads = i32::try_from(self.options.threads.max(1)).unwrap_or(2);
@@ -271,7 +292,7 @@ impl Engine {
             .with_n_threads(threads)
             .with_n_threads_batch(threads);
         let mut ctx = self.model.new_context(backend()?, params).map_err(|e| Error::Engine(e.to_string()))?;
-        if let Some(k) = kept.filter(|_| reused > 0) {
+        if let Some(k) = kept.filter(|_| reused > 0).map(|i| &kept_states[i]) {
             let restored = ctx.state_seq_set(&k.state, 0).is_ok()
                 && ctx.clear_kv_cache_seq(Some(0), u32::try_from(reused).ok(), None).unwrap_or(false);
             if !restored {
@@ -403,7 +424,12 @@ impl Engine {
             // A state that cannot be read is simply not kept.
             let t = Instant::now();
             if let Ok(state) = ctx.state_seq_get(0, LlamaStateSeqFlags::empty()) {
-                *kept_slot = Some(Kept { n_ctx, tokens: evaluated, state });
+                // A kept state this one extends is of no more use.
+                kept_states.retain(|k| !evaluated.starts_with(&k.tokens));
+                if kept_states.len() >= KEPT_STATES {
+                    kept_states.remove(0);
+                }
+                kept_states.push(Kept { n_ctx, tokens: evaluated, state });
             }
             timings.keep = t.elapsed();
         }

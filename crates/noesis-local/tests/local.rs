@@ -621,4 +621,17 @@ fn the_next_turn_prefills_only_what_is_new_and_answers_the_same() {
     let (a, b) = (generate(&kept, &other), generate(&fresh, &other));
     assert!(a.reused_tokens <= 1, "{}", a.reused_tokens);
     assert_eq!(a.text, b.text);
+    // The other prompt kept a state of its own beside the first
+    // conversation's: that one's next turn still starts where it was.
+    turn.push(Message::assistant(second.text.clone()));
+    turn.push(Message::user("And of Spain?"));
+    let third = generate(&kept, &turn);
+    assert!(
+        third.reused_tokens >= second.prompt_tokens,
+        "reused {} of {} (the second prompt had {})",
+        third.reused_tokens,
+        third.prompt_tokens,
+        second.prompt_tokens
+    );
+    assert_eq!(third.text, generate(&fresh, &turn).text);
 }
