@@ -204,6 +204,29 @@ pub fn with_mcp(tools: Toolbox, mcp: Option<&Arc<McpServers>>) -> Toolbox {
     }
 }
 
+/// `tools` with the MCP servers' tools as one run's: a server's model call
+/// made during one of its calls goes through `router` (as
+/// [`noesis_mcp::SAMPLING_ROLE`]), priced with `prices` and counted as the
+/// call's spend, so the run's budget meters it. It is made only within a
+/// call the run's rules already let run, so it needs no decision of its
+/// own. A server's question for a person is declined: a tool call cannot
+/// wait for a person mid-call (see ARCHITECTURE.md).
+pub fn with_mcp_for_run(
+    tools: Toolbox,
+    mcp: Option<&Arc<McpServers>>,
+    router: Arc<dyn ModelRouter>,
+    prices: Arc<PriceTable>,
+) -> Toolbox {
+    match mcp {
+        Some(servers) => {
+            let sampler = noesis_mcp::RouterSampler { router, prices };
+            let answers = noesis_mcp::Answers { sampler: Some(Arc::new(sampler)), elicitor: None };
+            tools.with_source(Arc::new(servers.for_run(answers)) as Arc<dyn noesis_agent::ToolSource>)
+        }
+        None => tools,
+    }
+}
+
 /// What one run's toolbox is made of.
 pub struct ToolsFor<'a> {
     /// The run.
@@ -255,6 +278,7 @@ impl Host {
     /// and the MCP servers'.
     pub fn toolbox(&self, t: ToolsFor<'_>) -> Toolbox {
         let redactor = self.config().redactor();
+        let router = self.router(t.provider);
         let host = HostTools {
             search: self.search.clone(),
             provider: Arc::clone(t.provider),
@@ -262,7 +286,7 @@ impl Host {
             project_id: t.project_id.unwrap_or(&self.project.project_id).to_owned(),
             run_id: t.run_id.to_owned(),
             depth: t.depth,
-            router: Some(self.router(t.provider)),
+            router: Some(Arc::clone(&router)),
             visible: None,
             redactor: Arc::clone(&redactor),
             skills: Some(self.skill_roots(t.workspace)),
@@ -270,7 +294,7 @@ impl Host {
         let tools = Toolbox::with_permissions(t.workspace.clone(), t.permissions)
             .with_sandbox(t.sandbox, Vec::new())
             .with_redactor(redactor);
-        with_mcp(with_host_tools(tools, &host), t.mcp)
+        with_mcp_for_run(with_host_tools(tools, &host), t.mcp, router, self.prices())
     }
 
     /// Every tool a new run over `workspace` may be offered, MCP tools
