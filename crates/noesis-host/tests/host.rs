@@ -257,3 +257,55 @@ fn a_run_over_skills_is_told_their_names_and_load_skill_reads_one_and_its_files_
         assert!(run.config.system_prompt.is_none() && !run.config.tools.iter().any(|t| t.name == "load_skill"));
     });
 }
+
+/// A run's MCP server asks for a completion mid-call (the Python SDK
+/// fixture of noesis-mcp, `summarize`): the host lends every run its
+/// router, so the run's own provider (OpenAI wire, the fake on 127.0.0.1)
+/// answers, and the call's spend carries the tokens for the run's budget.
+#[test]
+fn a_runs_mcp_server_is_answered_by_the_runs_provider_and_the_call_carries_the_spend() {
+    let Some(python) = std::env::var("NOESIS_MCP_PYTHON").ok().filter(|p| Path::new(p).exists()) else {
+        noesis_testkit::skip::missing(
+            noesis_testkit::skip::Dependency::McpSdk,
+            "a_runs_mcp_server_is_answered_by_the_runs_provider",
+            "NOESIS_MCP_PYTHON does not name the SDK's Python",
+        );
+        return;
+    };
+    let rt = rt();
+    rt.block_on(async {
+        let f = fixture().await;
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../noesis-mcp/tests/servers/full.py");
+        let workspace = Workspace::new(&f.there).unwrap();
+        let servers = noesis_host::host::connect_mcp(
+            vec![noesis_mcp::ServerSpec::command("full", &python, &[script.to_str().unwrap()]).trusted()],
+            noesis_sandbox::Settings::default(),
+            &workspace,
+            None,
+        )
+        .await
+        .unwrap()
+        .expect("the server started");
+        let llm = noesis_testkit::FakeServer::start(vec![noesis_testkit::Reply::Chat("short".into())]).unwrap();
+        let mut cfg = noesis_llm::EndpointConfig::openai("gpt-test");
+        cfg.base_url = llm.base_url();
+        cfg.api_key = Some("sk-test".into());
+        cfg.http.retry = noesis_llm::RetryPolicy::none();
+        let provider: Arc<dyn noesis_llm::Provider> = Arc::new(noesis_llm::OpenAiCompatible::new(cfg).unwrap());
+        let host = host(&f, Reach::Bound { workspace, mcp: Some(Arc::clone(&servers)) });
+        let mut run = run_over("r1", &f.there);
+        run.host["mcp_servers"] = json!(["full"]);
+        let equipped = host.equip(&run, provider).await.unwrap();
+        let call = noesis_agent::Invocation {
+            call_id: "c1".into(),
+            tool: "full__summarize".into(),
+            arguments: json!({"text": "a long story"}),
+        };
+        let out = Arc::clone(&equipped.tools).run_async(call).await;
+        assert_eq!((out.is_error, out.content.as_str()), (false, "fake-model says: short"));
+        let spent = out.spent.expect("the model call is the call's spend");
+        assert_eq!((spent.calls, spent.input_tokens, spent.output_tokens), (1, 11, 7));
+        assert_eq!(llm.received()[0].json()["messages"][1]["content"], "Summarize: a long story");
+        servers.shutdown().await;
+    });
+}

@@ -17,7 +17,8 @@
 //! A server's resources and prompts are offered as two read-only tools of
 //! its own, `SERVER__read_resource` and `SERVER__get_prompt`, their lists in
 //! the tools' descriptions (see `context`). The client declares `roots` (the
-//! workspace, as a `file://` URI), `sampling` and `elicitation`: a server's
+//! workspace and the folders a program server's command line names, as
+//! `file://` URIs), `sampling` and `elicitation`: a server's
 //! model call or question made during a tool call is answered with what the
 //! run that made the call lent it ([`Answers`], through
 //! [`McpServers::for_run`]): its router, metered to it as the call's spend,
@@ -286,21 +287,38 @@ impl rmcp::ClientHandler for Handler {
     }
 }
 
-/// `roots/list`'s answer: the workspace as a `file://` URI.
+/// `roots/list`'s answer: the workspace, then each folder the server's
+/// command line names (an absolute path to a folder), as `file://` URIs. A
+/// server that serves its roots (the reference filesystem server replaces
+/// its own folders with them) keeps the folders it was configured with and
+/// gains the workspace.
 #[expect(
     deprecated,
     reason = "sampling and roots are deprecated from protocol 2026-07-28 (SEP-2577); the versions servers speak today have them"
 )]
-fn roots_of(workspace: &std::path::Path) -> ListRootsResult {
-    let mut uri = String::from("file://");
-    for b in workspace.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            uri.push(char::from(b));
-        } else {
-            uri.push_str(&format!("%{b:02X}"));
+fn roots_of(workspace: &std::path::Path, transport: &Transport) -> ListRootsResult {
+    let uri = |path: &std::path::Path| {
+        let mut uri = String::from("file://");
+        for b in path.to_string_lossy().bytes() {
+            if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+                uri.push(char::from(b));
+            } else {
+                uri.push_str(&format!("%{b:02X}"));
+            }
+        }
+        uri
+    };
+    let mut roots = vec![json!({"uri": uri(workspace), "name": "workspace"})];
+    if let Transport::Command { args, .. } = transport {
+        for a in args {
+            let p = std::path::Path::new(a);
+            if p.is_absolute() && p.is_dir() && p != workspace {
+                let name = p.file_name().map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned());
+                roots.push(json!({"uri": uri(p), "name": name}));
+            }
         }
     }
-    serde_json::from_value(json!({"roots": [{"uri": uri, "name": "workspace"}]})).unwrap_or_default()
+    serde_json::from_value(json!({ "roots": roots })).unwrap_or_default()
 }
 
 type Client = RunningService<RoleClient, Handler>;
@@ -475,7 +493,7 @@ impl Server {
             stale: Arc::clone(&self.stale),
             wake: Arc::clone(&self.wake),
             in_flight: Arc::clone(&self.in_flight),
-            roots: roots_of(&self.confine.workspace),
+            roots: roots_of(&self.confine.workspace, &self.spec.transport),
         };
         let connect_err = |message: String| McpError::Connect { server: self.spec.name.clone(), message };
         let started = match &self.spec.transport {

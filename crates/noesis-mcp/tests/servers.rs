@@ -27,14 +27,6 @@ fn server(var: &str, test: &str) -> Option<String> {
     }
 }
 
-/// `specs` connected with `workspace` as the client's workspace: the
-/// filesystem server serves the roots the client gives (the workspace) in
-/// place of the folder on its command line.
-async fn in_workspace(specs: Vec<ServerSpec>, workspace: &std::path::Path) -> McpServers {
-    let confine = noesis_mcp::Confine { settings: noesis_sandbox::Settings::default(), workspace: workspace.into() };
-    McpServers::connect_confined(specs, confine).await.unwrap()
-}
-
 async fn call(servers: &McpServers, tool: &str, args: Value) -> ToolOutput {
     servers.call(tool, args).unwrap_or_else(|| panic!("no source for {tool}")).await
 }
@@ -52,7 +44,8 @@ async fn filesystem_server_tools_are_listed_with_their_hints_and_called() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "alpha\nbeta\n").unwrap();
     let root = dir.path().canonicalize().unwrap();
-    let servers = in_workspace(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()], &root).await;
+    let servers =
+        McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()]).await.unwrap();
     let decls = servers.decls();
     let find = |name: &str| decls.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("no {name} in {decls:?}"));
     // Read tools carry readOnlyHint: read-only, idempotent; writing ones
@@ -246,8 +239,9 @@ async fn a_run_reads_without_asking_and_waits_for_approval_to_write() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("in.txt"), "42\n").unwrap();
-    let servers =
-        Arc::new(in_workspace(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()], &root).await);
+    let servers = Arc::new(
+        McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()]).await.unwrap(),
+    );
     let llm = FakeServer::start(vec![
         tool_call("c1", "fs__read_text_file", json!({"path": root.join("in.txt")})),
         tool_call("c2", "fs__write_file", json!({"path": root.join("out.txt"), "content": "42 doubled is 84"})),
@@ -303,7 +297,8 @@ async fn an_untrusted_servers_read_only_hint_approves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     std::fs::write(root.join("in.txt"), "42\n").unwrap();
-    let servers = Arc::new(in_workspace(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])], &root).await);
+    let servers =
+        Arc::new(McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()])]).await.unwrap());
     let decls = servers.decls();
     let read = decls.iter().find(|d| d.name == "fs__read_text_file").unwrap();
     assert!(!read.effects.read_only() && read.effects.external, "{read:?}");
@@ -365,7 +360,9 @@ fn an_mcp_tool_call_span_carries_the_mcp_attributes() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     rt.block_on(async {
         let servers = Arc::new(
-            in_workspace(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()], &root).await,
+            McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()])
+                .await
+                .unwrap(),
         );
         let ws = tempfile::tempdir().unwrap();
         let tools = Arc::new(
@@ -618,13 +615,14 @@ async fn resources_and_prompts_are_offered_as_two_read_only_tools() {
     servers.shutdown().await;
 }
 
-/// `roots/list` answers the workspace as a `file://` URI: the SDK
-/// fixture's tool says so, and the reference filesystem server (npm),
-/// started with no folder at all, serves the workspace it is given as its
-/// root.
+/// `roots/list` answers the workspace as a `file://` URI, then the
+/// folders the server's command line names: the SDK fixture's tool says
+/// so, and the reference filesystem server (npm), which serves its roots in
+/// place of its own folders, serves the workspace and keeps the folder it
+/// was configured with.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_is_given_the_workspace_as_its_root() {
-    let Some(python) = sdk_python("a_server_is_given_the_workspace_as_its_root") else { return };
+async fn a_server_is_given_the_workspace_and_its_own_folders_as_roots() {
+    let Some(python) = sdk_python("a_server_is_given_the_workspace") else { return };
     let ws = tempfile::tempdir().unwrap();
     let root = ws.path().canonicalize().unwrap();
     let (servers, _) = full_server(&python, &root, None).await;
@@ -632,25 +630,29 @@ async fn a_server_is_given_the_workspace_as_its_root() {
     assert_eq!((out.is_error, out.content.clone()), (false, format!("file://{} workspace", root.display())));
     servers.shutdown().await;
 
-    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "a_server_is_given_the_workspace_as_its_root") else {
-        return;
-    };
-    std::fs::write(root.join("in.txt"), "from the root").unwrap();
+    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "a_server_is_given_the_workspace") else { return };
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().canonicalize().unwrap();
+    std::fs::write(root.join("in.txt"), "from the workspace").unwrap();
+    std::fs::write(other.join("in.txt"), "from its own folder").unwrap();
     let confine = noesis_mcp::Confine { settings: noesis_sandbox::Settings::default(), workspace: root.clone() };
-    let servers =
-        McpServers::connect_confined(vec![ServerSpec::command("fs", &fs, &[]).trusted()], confine).await.unwrap();
+    let spec = ServerSpec::command("fs", &fs, &[other.to_str().unwrap()]).trusted();
+    let servers = McpServers::connect_confined(vec![spec], confine).await.unwrap();
     // The server asks for the roots once it is initialized, on its own time.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let out = call(&servers, "fs__list_allowed_directories", json!({})).await;
         if out.content.contains(root.to_str().unwrap()) {
+            assert!(out.content.contains(other.to_str().unwrap()), "{out:?}");
             break;
         }
         assert!(std::time::Instant::now() < deadline, "the workspace never became its root: {out:?}");
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
     let out = call(&servers, "fs__read_text_file", json!({"path": root.join("in.txt")})).await;
-    assert_eq!((out.is_error, out.content.as_str()), (false, "from the root"));
+    assert_eq!((out.is_error, out.content.as_str()), (false, "from the workspace"));
+    let out = call(&servers, "fs__read_text_file", json!({"path": other.join("in.txt")})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "from its own folder"));
     servers.shutdown().await;
 }
 
