@@ -41,6 +41,7 @@ pub mod lease;
 pub mod local;
 pub mod place;
 pub mod provider;
+pub mod questions;
 pub mod rewind;
 pub mod route;
 pub mod rules;
