@@ -584,7 +584,7 @@ impl Server {
         let extra = [
             more.resources
                 .as_deref()
-                .and_then(|r| context::read_resource_decl(&self.spec.name, r))
+                .and_then(|r| context::read_resource_decl(&self.spec.name, r, &more.templates))
                 .map(|d| (d, Remote::ReadResource)),
             more.prompts
                 .as_deref()

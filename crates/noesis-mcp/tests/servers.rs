@@ -594,6 +594,13 @@ async fn resources_and_prompts_are_offered_as_two_read_only_tools() {
     let out = call(&servers, "full__read_resource", json!({"uri": "notes://todo"})).await;
     assert_eq!((out.is_error, out.content.as_str()), (false, "- write the tests\n- ship"));
     assert_eq!(mcp_evidence(&out), (McpOutcome::Ok, "resources/read".into()));
+    assert!(
+        read.description.contains("- notes://day/{day} (day, a template: fill in the braces): The notes of a day"),
+        "{}",
+        read.description
+    );
+    let out = call(&servers, "full__read_resource", json!({"uri": "notes://day/monday"})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "notes of monday"));
     let out = call(&servers, "full__read_resource", json!({"uri": "notes://logo"})).await;
     assert!(!out.is_error && out.content.starts_with("[binary resource notes://logo, image/png"), "{out:?}");
     let out = call(&servers, "full__read_resource", json!({"uri": "notes://nothing"})).await;

@@ -9,7 +9,7 @@
 //! that is not trusted (whose process is confined all the same).
 
 use noesis_agent::{Effects, ToolDecl};
-use rmcp::model::{PaginatedRequestParams, Prompt, Resource};
+use rmcp::model::{PaginatedRequestParams, Prompt, Resource, ResourceTemplate};
 use rmcp::service::{Peer, RoleClient};
 use serde_json::{Value, json};
 
@@ -31,6 +31,7 @@ const MAX_LISTING: usize = 2000;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Listed {
     pub(crate) resources: Option<Vec<Resource>>,
+    pub(crate) templates: Vec<ResourceTemplate>,
     pub(crate) prompts: Option<Vec<Prompt>>,
 }
 
@@ -46,6 +47,14 @@ pub(crate) async fn list(peer: &Peer<RoleClient>, timeout: std::time::Duration) 
             Ok(Ok(r)) => listed.resources = Some(r),
             Ok(Err(e)) => problems.push(format!("listing its resources failed: {e}")),
             Err(_) => problems.push("listing its resources timed out".into()),
+        }
+        let templates = pages(|c| peer.list_resource_templates(c), |r| (r.resource_templates, r.next_cursor));
+        match tokio::time::timeout(timeout, templates).await {
+            Ok(Ok(t)) => listed.templates = t,
+            // Templates are optional to a server that has resources: one
+            // that has none may not answer the method at all.
+            Ok(Err(_)) => {}
+            Err(_) => problems.push("listing its resource templates timed out".into()),
         }
     }
     if caps.prompts.is_some() {
@@ -102,12 +111,16 @@ fn one_line(text: &str) -> String {
 }
 
 /// The declaration of `SERVER__read_resource`, or none when the server
-/// lists no resources.
-pub(crate) fn read_resource_decl(server: &str, resources: &[Resource]) -> Option<ToolDecl> {
-    if resources.is_empty() {
+/// lists no resources and no templates.
+pub(crate) fn read_resource_decl(
+    server: &str,
+    resources: &[Resource],
+    templates: &[ResourceTemplate],
+) -> Option<ToolDecl> {
+    if resources.is_empty() && templates.is_empty() {
         return None;
     }
-    let lines = resources.iter().map(|r| {
+    let fixed = resources.iter().map(|r| {
         let mut line = format!("- {}", r.uri);
         let mut about: Vec<String> = vec![r.name.clone()];
         if let Some(mime) = &r.mime_type {
@@ -119,9 +132,17 @@ pub(crate) fn read_resource_decl(server: &str, resources: &[Resource]) -> Option
         }
         line
     });
+    let templated = templates.iter().map(|t| {
+        let mut line = format!("- {} ({}, a template: fill in the braces)", t.uri_template, t.name);
+        if let Some(d) = t.description.as_deref().filter(|d| !d.trim().is_empty()) {
+            line.push_str(&format!(": {}", one_line(d)));
+        }
+        line
+    });
+    let lines: Vec<String> = fixed.chain(templated).collect();
     let description = format!(
         "Reads a resource of the MCP server `{server}` by its URI (read-only). Its resources:\n{}",
-        bounded(lines)
+        bounded(lines.into_iter())
     );
     let parameters = json!({
         "type": "object",
@@ -237,13 +258,21 @@ mod tests {
     fn the_listing_in_a_description_is_bounded() {
         let many: Vec<Resource> =
             (0..200).map(|i| resource(&format!("notes://{i}"), &format!("n{i}"), Some("a\n note"))).collect();
-        let d = read_resource_decl("srv", &many).unwrap();
+        let d = read_resource_decl("srv", &many, &[]).unwrap();
         assert_eq!(d.name, "srv__read_resource");
         assert!(d.effects.read_only() && d.idempotent && d.source.as_deref() == Some("mcp"), "{d:?}");
         assert!(d.description.contains("- notes://0 (n0, text/plain): a note\n"), "{}", d.description);
         assert!(d.description.len() < MAX_LISTING + 300, "{}", d.description.len());
         assert!(d.description.contains("more"), "{}", d.description);
-        assert!(read_resource_decl("srv", &[]).is_none());
+        assert!(read_resource_decl("srv", &[], &[]).is_none());
+        let t: ResourceTemplate =
+            serde_json::from_value(json!({"uriTemplate": "notes://day/{day}", "name": "day"})).unwrap();
+        let d = read_resource_decl("srv", &[], &[t]).unwrap();
+        assert!(
+            d.description.contains("- notes://day/{day} (day, a template: fill in the braces)"),
+            "{}",
+            d.description
+        );
         let p: Prompt = serde_json::from_value(json!({"name": "review", "description": "Review",
             "arguments": [{"name": "path", "required": true}, {"name": "focus"}]}))
         .unwrap();

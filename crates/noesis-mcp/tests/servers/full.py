@@ -1,5 +1,5 @@
 """An MCP server (official Python SDK) using what a client offers beside
-tools: resources and prompts (listed two to a page, so a client must follow
+tools: resources, a resource template, and prompts (listed two to a page, so a client must follow
 the cursors), and tools that ask the client back — `roots` (roots/list),
 `summarize` (sampling/createMessage) and `deploy` (elicitation/create)."""
 
@@ -43,6 +43,11 @@ def todo() -> str:
 @server.resource("notes://logo", name="logo", description="The logo", mime_type="image/png")
 def logo() -> bytes:
     return b"\x89PNG\r\n\x1a\n"
+
+
+@server.resource("notes://day/{day}", name="day", description="The notes of a day", mime_type="text/plain")
+def day(day: str) -> str:
+    return f"notes of {day}"
 
 
 @server.prompt(name="review", description="Review a file")
