@@ -116,6 +116,44 @@ pub struct RunConfig {
     /// is then stored as compact JSON (see [`crate::AgentRun::output`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<serde_json::Value>,
+    /// How the conversation is kept within the model's context.
+    #[serde(default, skip_serializing_if = "ContextConfig::is_default")]
+    pub context: ContextConfig,
+}
+
+/// How the conversation is kept within the model's context window: when a
+/// request nears it, the older turns are compacted into a summary plus the
+/// facts their calls rest on (see [`crate::Compaction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ContextConfig {
+    /// The model's context window in tokens; `None`: not known, and the
+    /// run compacts only when the provider refuses a request as too long
+    /// or is seen to have cut one.
+    pub window_tokens: Option<u64>,
+    /// Compact when a request's estimated tokens (plus its output cap)
+    /// pass this share of the window, in percent.
+    pub compact_at_percent: u8,
+    /// The latest turns (a reply with its results, or a note) kept as they
+    /// are when the ones before them are compacted.
+    pub keep_turns: u32,
+    /// Carry every fact with evidence (files read and changed with their
+    /// hash, commands and test results, decisions, errors) verbatim beside
+    /// the summary; `false` keeps the summary alone (the plain compaction
+    /// the retention benchmark compares against).
+    pub keep_facts: bool,
+}
+
+impl Default for ContextConfig {
+    fn default() -> ContextConfig {
+        ContextConfig { window_tokens: None, compact_at_percent: 80, keep_turns: 2, keep_facts: true }
+    }
+}
+
+impl ContextConfig {
+    fn is_default(&self) -> bool {
+        *self == ContextConfig::default()
+    }
 }
 
 /// The tools a person chose to offer (`--tool`, `--no-tool`): kept with
@@ -155,6 +193,7 @@ impl Default for RunConfig {
             tool_filter: ToolFilter::default(),
             permissions: Permissions::default(),
             output_schema: None,
+            context: ContextConfig::default(),
         }
     }
 }

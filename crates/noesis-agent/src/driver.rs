@@ -28,6 +28,15 @@ pub type ToolFn = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
 /// What a host tool returns.
 pub type ToolFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ToolOutput> + Send>>;
 
+/// What a tool's batch ends with (see [`Toolbox::with_batch_end`]): given
+/// the results of that tool's calls in a batch, by call id and in call
+/// order, once every call of the batch has ended, the results the run
+/// takes in instead (as many, in the same order).
+pub type BatchEndFn = Arc<dyn Fn(Vec<(String, ToolOutput)>) -> BatchEndFuture + Send + Sync>;
+
+/// What a [`BatchEndFn`] returns.
+pub type BatchEndFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Vec<ToolOutput>> + Send>>;
+
 /// Tools that come from somewhere else and may change while a run goes on
 /// (an MCP server's): the driver offers the model what [`ToolSource::decls`]
 /// says now, and routes a call to the source that owns the tool.
@@ -52,6 +61,7 @@ pub struct Toolbox {
     workspace: Workspace,
     permissions: Permissions,
     extra: BTreeMap<String, (ToolDecl, ToolFn)>,
+    batch_end: BTreeMap<String, BatchEndFn>,
     sources: Vec<Arc<dyn ToolSource>>,
     exec: Arc<Exec>,
 }
@@ -111,6 +121,7 @@ impl Toolbox {
             workspace,
             permissions,
             extra: BTreeMap::new(),
+            batch_end: BTreeMap::new(),
             sources: Vec::new(),
             exec: Arc::new(Exec::new(noesis_sandbox::Settings::default(), Vec::new(), process_redactor())),
         }
@@ -199,6 +210,17 @@ impl Toolbox {
     #[must_use]
     pub fn with_tool(mut self, decl: ToolDecl, run: ToolFn) -> Toolbox {
         self.extra.insert(decl.name.clone(), (decl, run));
+        self
+    }
+
+    /// Runs `end` over the results of `tool`'s calls of a batch once every
+    /// call of the batch has ended, before the run takes them in: what
+    /// concurrent calls did is judged together (sub-agents' changes
+    /// compared before any is merged). Those calls' results are recorded
+    /// after it, the batch's other calls' as they end.
+    #[must_use]
+    pub fn with_batch_end(mut self, tool: &str, end: BatchEndFn) -> Toolbox {
+        self.batch_end.insert(tool.to_owned(), end);
         self
     }
 
@@ -475,6 +497,14 @@ pub struct TreeBudget {
 
 tokio::task_local! {
     static TREE: TreeBudget;
+    static CALL: String;
+}
+
+/// The id of the call whose tool is running now (`None` outside a tool
+/// call of a [`Driver`]): a tool whose calls run side by side (a
+/// sub-agent) tells its own call from its siblings by it.
+pub fn current_call_id() -> Option<String> {
+    CALL.try_with(Clone::clone).ok()
 }
 
 /// The budget of the drive whose tool is running now (`None` outside a
@@ -564,8 +594,9 @@ impl<'a> Driver<'a> {
         request: &noesis_llm::ChatRequest,
         run_id: &str,
         turn: u32,
+        stream: bool,
     ) -> Result<ChatResponse, noesis_llm::ProviderError> {
-        if !self.stream {
+        if !stream {
             return provider.chat(request).await;
         }
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
@@ -691,7 +722,7 @@ impl<'a> Driver<'a> {
                     // Planning and critique are steps of their own: a `plan`
                     // or `reflect` span with the model call under it.
                     let phase = match run.role() {
-                        role @ ("plan" | "reflect") => tracing::info_span!(
+                        role @ ("plan" | "reflect" | "compact") => tracing::info_span!(
                             "phase",
                             otel.name = %format!("{role} noesis"),
                             otel.kind = "internal",
@@ -704,7 +735,10 @@ impl<'a> Driver<'a> {
                     let chat_ids = chat.ids();
                     // A cancelled call drops the span unfinished, which
                     // records it as cancelled.
-                    let asked = self.ask(provider, &request, &run_id, turn);
+                    // A compaction's summary is for the model, not the person
+                    // watching the answer being written.
+                    let stream = self.stream && run.role() != "compact";
+                    let asked = self.ask(provider, &request, &run_id, turn, stream);
                     let reply = match &self.cancel {
                         Some(token) => tokio::select! {
                             r = chat.call(asked) => Some(r),
@@ -823,30 +857,34 @@ impl<'a> Driver<'a> {
                                     call.arguments.to_string().as_str(),
                                 );
                             }
+                            let call_id = call.call_id.clone();
                             let task = tokio::spawn(
                                 TREE.scope(
                                     tree.clone(),
-                                    async move {
-                                        let _permit = permits.acquire_owned().await;
-                                        let name = call.tool.clone();
-                                        let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
-                                            .await
-                                            .unwrap_or_else(|_| {
-                                                ToolOutput::error(format!(
-                                                    "`{name}` timed out after {} s",
-                                                    limit.as_secs()
-                                                ))
-                                            });
-                                        let span = tracing::Span::current();
-                                        if out.is_error {
-                                            span.record("error.type", error_type(&out));
+                                    CALL.scope(
+                                        call_id,
+                                        async move {
+                                            let _permit = permits.acquire_owned().await;
+                                            let name = call.tool.clone();
+                                            let out = tokio::time::timeout(limit, tools.run_within(call, &ctx))
+                                                .await
+                                                .unwrap_or_else(|_| {
+                                                    ToolOutput::error(format!(
+                                                        "`{name}` timed out after {} s",
+                                                        limit.as_secs()
+                                                    ))
+                                                });
+                                            let span = tracing::Span::current();
+                                            if out.is_error {
+                                                span.record("error.type", error_type(&out));
+                                            }
+                                            if capture {
+                                                span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
+                                            }
+                                            out
                                         }
-                                        if capture {
-                                            span.record(noesis_trace::attr::TOOL_CALL_RESULT, out.content.as_str());
-                                        }
-                                        out
-                                    }
-                                    .instrument(span),
+                                        .instrument(span),
+                                    ),
                                 ),
                             );
                             (meta, began, ids, task)
@@ -857,25 +895,36 @@ impl<'a> Driver<'a> {
                     for start in starts {
                         self.note(&run_id, start).await;
                     }
+                    // Calls of a tool with a batch end wait for it; the
+                    // others are recorded as they end.
+                    let mut held: BTreeMap<String, Vec<Ended>> = BTreeMap::new();
                     for ((id, tool), began, ids, handle) in handles {
                         let output =
                             handle.await.unwrap_or_else(|e| ToolOutput::error(format!("the tool failed: {e}")));
-                        self.note(
-                            &run_id,
-                            Progress::ToolEnd {
-                                call_id: id.clone(),
-                                tool,
-                                is_error: output.is_error,
-                                ms: u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX),
-                            },
-                        )
-                        .await;
-                        if let Some(ids) = ids {
-                            run.note_call_span(&id, ids);
+                        let ended = Ended { id, tool, began, ids, output };
+                        if self.tools.batch_end.contains_key(&ended.tool) {
+                            held.entry(ended.tool.clone()).or_default().push(ended);
+                            continue;
                         }
-                        let _ = run.finished(&id, output, (self.now)());
-                        checkpoint.save(run).await.map_err(DriveError::Checkpoint)?;
+                        self.take_in(run, ended, checkpoint).await?;
                         stored = Some(run.step);
+                    }
+                    for (tool, ended) in held {
+                        let results = ended.iter().map(|e| (e.id.clone(), e.output.clone())).collect();
+                        let mut judged = self.tools.batch_end[&tool](results).await.into_iter();
+                        for mut e in ended {
+                            // A hook that returns too few leaves the rest as
+                            // they were; what it returns is redacted like
+                            // any tool's result (it may quote files).
+                            if let Some(mut output) = judged.next() {
+                                if let std::borrow::Cow::Owned(clean) = self.tools.redactor().redact(&output.content) {
+                                    output.content = clean;
+                                }
+                                e.output = output;
+                            }
+                            self.take_in(run, e, checkpoint).await?;
+                            stored = Some(run.step);
+                        }
                     }
                 }
                 other @ (Action::AwaitApproval(_) | Action::Done(_) | Action::Busy(_)) => {
@@ -884,6 +933,38 @@ impl<'a> Driver<'a> {
                 }
             }
         }
+    }
+}
+
+/// A call of a batch that has ended, not yet taken in by the run.
+struct Ended {
+    id: String,
+    tool: String,
+    began: Instant,
+    ids: Option<noesis_trace::SpanIds>,
+    output: ToolOutput,
+}
+
+impl Driver<'_> {
+    /// Tells the observers a call ended, hands its result to the run and
+    /// stores the run.
+    async fn take_in(&self, run: &mut AgentRun, e: Ended, checkpoint: &mut dyn Checkpoint) -> Result<(), DriveError> {
+        let run_id = run.id.clone();
+        self.note(
+            &run_id,
+            Progress::ToolEnd {
+                call_id: e.id.clone(),
+                tool: e.tool,
+                is_error: e.output.is_error,
+                ms: u64::try_from(e.began.elapsed().as_millis()).unwrap_or(u64::MAX),
+            },
+        )
+        .await;
+        if let Some(ids) = e.ids {
+            run.note_call_span(&e.id, ids);
+        }
+        let _ = run.finished(&e.id, e.output, (self.now)());
+        checkpoint.save(run).await.map_err(DriveError::Checkpoint)
     }
 }
 

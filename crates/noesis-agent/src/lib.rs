@@ -58,6 +58,7 @@ mod memory;
 pub mod permission;
 mod record;
 mod replay;
+pub mod retention;
 mod run;
 pub mod summary;
 pub mod supervisor;
@@ -66,10 +67,10 @@ mod tool;
 pub use cognitive::{
     CognitiveConfig, CognitiveLoop, ExecutionResult, Observation, Perception, Plan, ReactAgent, ThoughtStep,
 };
-pub use config::{ApprovalPolicy, Limits, RunConfig, Strategy, ToolFilter};
+pub use config::{ApprovalPolicy, ContextConfig, Limits, RunConfig, Strategy, ToolFilter};
 pub use driver::{
-    AsRole, CallContext, Checkpoint, DriveError, Driver, ModelRouter, Progress, TOOL_TIMEOUT, ToolFn, ToolFuture,
-    ToolSource, Toolbox, TreeBudget, drive, tree_budget,
+    AsRole, BatchEndFn, BatchEndFuture, CallContext, Checkpoint, DriveError, Driver, ModelRouter, Progress,
+    TOOL_TIMEOUT, ToolFn, ToolFuture, ToolSource, Toolbox, TreeBudget, current_call_id, drive, tree_budget,
 };
 
 /// The tool registry by the seed's name: see [`Toolbox`].
@@ -80,8 +81,8 @@ pub use permission::{Effect, Layer, Permissions, RuleError, Ruling};
 pub use record::{CallRecord, CallStatus};
 pub use replay::{Replayed, outcome_name, replay};
 pub use run::{
-    Action, AgentRun, Critique, Decision, Entry, INTERRUPTED, Invocation, McpOutcome, NO_RESULT, Outcome, Pending,
-    RecordedCall, ReplyRecord, RunChange, RunCursor, RunUsage, SCHEMA_VERSION, StepError, StopReason, ToolEvidence,
-    ToolOutput, ToolSpend, Verdict,
+    Action, AgentRun, Compaction, Critique, Decision, Entry, Fact, FactKind, INTERRUPTED, Invocation, McpOutcome,
+    NO_RESULT, Outcome, Pending, RECALL, RecordedCall, ReplyRecord, RunChange, RunCursor, RunUsage, SCHEMA_VERSION,
+    StepError, StopReason, ToolEvidence, ToolOutput, ToolSpend, Verdict, facts_of,
 };
 pub use tool::{Effects, ToolDecl, output_schema_problem};

@@ -181,6 +181,16 @@ pub fn run_text(run: &AgentRun, task: &str, step: i64) -> String {
                 }
             }
             Entry::Note { content } => t.push_str(&format!("note: {}\n", content.trim())),
+            Entry::Compaction(c) => {
+                t.push_str(&format!(
+                    "compacted ({}): the turns above were summarised for the model; {} fact(s) carried\n",
+                    c.reason,
+                    c.facts.len()
+                ));
+                for f in &c.facts {
+                    t.push_str(&format!("  fact: {} [call {}]\n", f.text, f.call_id));
+                }
+            }
         }
     }
     let routes: Vec<&str> = run.replies.iter().filter_map(|r| r.route.as_deref()).collect();

@@ -61,6 +61,12 @@ pub struct ToolDecl {
     /// `mcp:NAME` match only tools from `mcp`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
+    /// Its calls of one turn may run at the same time as each other even
+    /// though it is not read-only (a sub-agent, whose changes the host
+    /// keeps apart until they are compared). Unset in runs stored before
+    /// the flag existed: their calls go on one at a time.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub concurrent: bool,
 }
 
 fn default_retries() -> u32 {
@@ -78,6 +84,7 @@ impl ToolDecl {
             idempotent: true,
             max_failures: default_retries(),
             source: None,
+            concurrent: false,
         }
     }
 
@@ -86,6 +93,14 @@ impl ToolDecl {
     pub fn with_effects(mut self, effects: Effects) -> ToolDecl {
         self.effects = effects;
         self.idempotent = effects.read_only();
+        self
+    }
+
+    /// The same tool, its calls of one turn run side by side (see
+    /// [`ToolDecl::concurrent`]).
+    #[must_use]
+    pub fn concurrent(mut self) -> ToolDecl {
+        self.concurrent = true;
         self
     }
 

@@ -368,3 +368,120 @@ async fn a_streaming_drive_publishes_the_text_as_it_is_written() {
     assert!(run.calls[0].result.as_deref().unwrap().contains("the cat"), "{:?}", run.calls[0]);
     assert_eq!(server.received()[0].json()["stream"], true);
 }
+
+/// Issue 29: calls of a concurrent tool run at the same time, each knows
+/// its own call id, and the tool's batch end sees all their results (in
+/// call order) before the run takes in what it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_tools_calls_overlap_and_their_batch_end_judges_them_together() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, m) = (Arc::clone(&now), Arc::clone(&most));
+    let helper: noesis_agent::ToolFn = Arc::new(move |_| {
+        let (n, m) = (Arc::clone(&n), Arc::clone(&m));
+        Box::pin(async move {
+            m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            n.fetch_sub(1, Ordering::SeqCst);
+            noesis_agent::ToolOutput::ok(format!("I am {}", noesis_agent::current_call_id().unwrap_or_default()))
+        })
+    });
+    let decl = noesis_agent::ToolDecl::read_only("helper", "Helps.", json!({"type": "object"}))
+        .with_effects(noesis_agent::Effects { writes_files: true, ..noesis_agent::Effects::default() })
+        .concurrent();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let end: noesis_agent::BatchEndFn = Arc::new(move |ended: Vec<(String, noesis_agent::ToolOutput)>| {
+        s.lock().unwrap().push(ended.iter().map(|(id, o)| format!("{id}: {}", o.content)).collect::<Vec<_>>());
+        let n = ended.len();
+        // It may quote what it judged: its results are redacted too.
+        Box::pin(async move {
+            ended
+                .into_iter()
+                .map(|(_, o)| {
+                    noesis_agent::ToolOutput::ok(format!("{}; judged with {n} sekrit-token-value", o.content))
+                })
+                .collect()
+        })
+    });
+    let tools = Arc::new(
+        Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![])
+            .with_tool(decl.clone(), helper)
+            .with_batch_end("helper", end)
+            .with_redactor(Arc::new(noesis_sandbox::Redactor::new(&[], &[], &["sekrit-token-value".into()]))),
+    );
+    let mut three = chat_completion("", "tool_calls");
+    three["choices"][0]["message"] = json!({"role": "assistant", "content": null, "tool_calls": [
+        {"id": "h1", "type": "function", "function": {"name": "helper", "arguments": "{}"}},
+        {"id": "h2", "type": "function", "function": {"name": "helper", "arguments": "{}"}},
+        {"id": "h3", "type": "function", "function": {"name": "helper", "arguments": "{}"}}
+    ]});
+    let server =
+        FakeServer::start(vec![Reply::Status(200, three.to_string(), vec![]), Reply::Chat("Helped.".into())]).unwrap();
+    let config = RunConfig { tools: vec![decl], approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("t", "Help.", config, 0);
+    let p = provider(&server);
+    let end = drive(&mut run, &p, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "Helped.".into() }));
+    assert_eq!(most.load(Ordering::SeqCst), 3, "the three calls ran at the same time");
+    assert_eq!(*seen.lock().unwrap(), [vec!["h1: I am h1", "h2: I am h2", "h3: I am h3"]]);
+    let results: Vec<&str> = run.calls.iter().map(|c| c.result.as_deref().unwrap()).collect();
+    assert!(results.iter().all(|r| !r.contains("sekrit")), "{results:?}");
+    assert!(results[0].starts_with("I am h1; judged with 3 ") && results[2].starts_with("I am h3; "), "{results:?}");
+}
+
+/// Ollama's `/api/chat` as the fake server speaks it: a reply that calls
+/// `read_file`, or answers, reporting `prompt_eval_count` prompt tokens.
+fn ollama_reply(call: Option<(&str, &str)>, text: &str, prompt_tokens: u64) -> Reply {
+    let mut message = json!({"role": "assistant", "content": text});
+    if let Some((id, path)) = call {
+        message["tool_calls"] = json!([{"id": id, "function": {"name": "read_file", "arguments": {"path": path}}}]);
+    }
+    let body = json!({"model": "llama3.2", "message": message, "done": true, "done_reason": "stop",
+                      "prompt_eval_count": prompt_tokens, "eval_count": 5});
+    Reply::Status(200, body.to_string(), vec![])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ollama_server_that_cuts_the_prompt_to_its_num_ctx_is_caught_and_the_run_compacts() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..5 {
+        std::fs::write(
+            dir.path().join(format!("f{i}.txt")),
+            format!("fact {i}: the port is 80{i}0\n{}", "filler text. ".repeat(200)),
+        )
+        .unwrap();
+    }
+    // Five reads, each reported whole; then the server cuts the prompt to
+    // 1024 tokens, as Ollama does past its num_ctx, and says it read 1024.
+    let mut script: Vec<Reply> =
+        (0..5).map(|i| ollama_reply(Some((&format!("c{i}"), &format!("f{i}.txt"))), "", 600 * (i + 1))).collect();
+    script.push(ollama_reply(None, "I cannot see the task.", 1024));
+    script.push(ollama_reply(None, "Summary: five files read, each naming a port.", 500));
+    script.push(ollama_reply(None, "The ports are 8000 to 8040.", 1400));
+    let server = FakeServer::start(script).unwrap();
+    let mut cfg = EndpointConfig::new("ollama", &format!("http://{}", server.addr()), "llama3.2");
+    cfg.http.retry = RetryPolicy::none();
+    let ollama = noesis_llm::Ollama::new(cfg).unwrap();
+    let tools = Arc::new(Toolbox::new(Workspace::new(dir.path()).unwrap(), vec![]));
+    let config = RunConfig { tools: tools.decls(), approval: ApprovalPolicy::Auto, ..RunConfig::default() };
+    let mut run = AgentRun::new("cut", "Which ports do the files name?", config, 0);
+    let end = drive(&mut run, &ollama, &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(end, Action::Done(Outcome::Answer { text: "The ports are 8000 to 8040.".into() }));
+    let requests = server.received();
+    assert_eq!(requests.len(), 8);
+    // The reply made on the cut prompt was set aside: no entry holds it.
+    assert!(
+        !run.entries
+            .iter()
+            .any(|e| matches!(e, noesis_agent::Entry::Assistant { content, .. } if content.contains("cannot see")))
+    );
+    let (_, c) = run.compaction().expect("compacted");
+    assert_eq!(c.reason, "truncated");
+    assert!(c.facts.iter().any(|f| f.text.starts_with("read f0.txt (blake3 ")), "{:?}", c.facts);
+    // The request asked again is shorter than the cut one, and carries the summary.
+    let (cut, again) = (&requests[5].body, &requests[7].body);
+    assert!(again.len() < cut.len(), "{} !< {}", again.len(), cut.len());
+    assert!(again.contains("five files read") && again.contains("read f0.txt (blake3 "), "{again}");
+}

@@ -237,6 +237,50 @@ fn read_only_calls_of_a_turn_run_together_and_results_keep_call_order() {
     assert_eq!(ids, ["a", "b", "c", "d", "e"]);
 }
 
+/// Issue 29: the sub-agent calls of one turn are handed out together,
+/// like reads, though each may write; a call of another kind between them
+/// ends the batch, and reads never join a batch of such calls.
+#[test]
+fn calls_of_a_tool_that_may_run_beside_its_siblings_are_handed_out_together() {
+    let sub_agent = ToolDecl::read_only(
+        "sub_agent",
+        "Hands a sub-task to a new agent.",
+        json!({"type": "object", "properties": {"task": {"type": "string"}}, "required": ["task"]}),
+    )
+    .with_effects(Effects { writes_files: true, runs_commands: true, ..Effects::default() })
+    .concurrent();
+    let mut config = config(ApprovalPolicy::Auto);
+    config.tools.push(sub_agent);
+    let task = |t: &str| json!({"task": t});
+    let mut run = AgentRun::new("r", "t", config, 0);
+    let mut replies = vec![
+        calls(&[
+            ("a", "sub_agent", task("one")),
+            ("b", "sub_agent", task("two")),
+            ("c", "sub_agent", task("three")),
+            ("d", "read_file", json!({"path": "1"})),
+            ("e", "sub_agent", task("four")),
+            ("f", "edit_file", json!({"path": "1", "old": "x", "new": "y"})),
+            ("g", "sub_agent", task("five")),
+            ("h", "sub_agent", task("six")),
+        ]),
+        text("ok"),
+    ]
+    .into_iter();
+    let mut log = Log::default();
+    drive(&mut run, &mut replies, &mut echo_tool, &mut log, false);
+    assert_eq!(log.batches, [3, 1, 1, 1, 2], "three sub-agents, the read, one, the write, two");
+    let ids: Vec<String> = tool_messages(&log.requests[1]).into_iter().map(|(id, _)| id).collect();
+    assert_eq!(ids, ["a", "b", "c", "d", "e", "f", "g", "h"]);
+    // The flag is left out of a declaration that does not set it, so runs
+    // stored before it existed read back the same and go on one at a time.
+    let stored = serde_json::to_value(&run.config.tools).unwrap();
+    assert_eq!(stored.as_array().unwrap().iter().filter(|t| t.get("concurrent").is_some()).count(), 1);
+    let old: ToolDecl =
+        serde_json::from_value(json!({"name": "sub_agent", "description": "", "parameters": {}})).unwrap();
+    assert!(!old.concurrent);
+}
+
 /// A tool world for stall tests: files by path, `edit_file` replaces the
 /// whole file, `run_command` reports a test run whose timing varies.
 struct World {
@@ -1013,7 +1057,7 @@ mod props {
 }
 
 #[test]
-fn a_context_overflow_leaves_out_the_oldest_turns_and_asks_again_never_a_surprise_stop() {
+fn a_context_overflow_compacts_then_leaves_out_the_oldest_turns_and_asks_again_never_a_surprise_stop() {
     let mut run = AgentRun::new("r", "THE TASK", config(ApprovalPolicy::Auto), 0);
     let tool = |_: &str, args: &Value| ToolOutput::ok(format!("{args}{}", "x".repeat(900)));
     // Six rounds of reads fill the conversation; then the model says it is too long.
@@ -1031,10 +1075,14 @@ fn a_context_overflow_leaves_out_the_oldest_turns_and_asks_again_never_a_surpris
     let Action::CallModel(full) = run.next(0) else { panic!() };
     let size = |r: &ChatRequest| r.messages.iter().map(|m| m.content.len()).sum::<usize>();
     assert_eq!(run.on_context_overflow(), Ok(true));
+    // The older turns are compacted first (tests/compact.rs): a summary is
+    // asked for, then the request again.
+    let Action::CallModel(_) = run.next(0) else { panic!("a summary is asked for") };
+    run.on_model_reply(&text("Six files read."), 0.0).unwrap();
     let Action::CallModel(shorter) = run.next(0) else { panic!("asked again") };
     assert!(size(&shorter) <= size(&full) * 2 / 3 + 200, "{} vs {}", size(&shorter), size(&full));
     assert_eq!(shorter.messages[1].content, "THE TASK");
-    assert!(shorter.messages[2].content.contains("left out"));
+    assert!(shorter.messages[2].content.contains("compacted"));
     // Survives JSON, and keeps shrinking until only the task and the last turn remain.
     run = AgentRun::from_json(&run.to_json()).unwrap();
     let mut rounds = 0;

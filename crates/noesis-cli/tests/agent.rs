@@ -1090,3 +1090,51 @@ fn an_mcp_server_that_cannot_start_is_left_out_with_a_warning() {
     let run = runs(&work)[0]["run_id"].as_str().unwrap().to_owned();
     assert_eq!(shown(&work, &run)["host"]["mcp_servers"], json!([]), "only the servers that started are recorded");
 }
+
+/// A run past `[agent] context_window` is compacted: the model is asked
+/// for a summary once, the request after carries it with the facts, and
+/// `agent show` says where and what was kept. The fake model reads each
+/// file it cannot see yet, by its content or by its fact.
+#[test]
+fn a_run_past_the_configured_window_is_compacted_and_keeps_its_facts() {
+    let work = Work::new();
+    let ws = ws(&work);
+    for k in 0..6 {
+        work.write(
+            &format!("ws/f{k}.txt"),
+            &format!("CONTENT OF f{k}: port 80{k}0\n{}", "filler words here. ".repeat(120)),
+        );
+    }
+    work.write("noesis.toml", "[agent]\napprove = \"auto\"\ncontext_window = 3000\n");
+    let server = FakeServer::start(vec![Reply::respond(|request| {
+        let text = noesis_testkit::said(request);
+        if text.starts_with("You compact the history") {
+            return Reply::Chat("Summary: the first files were read; each names a port.".into());
+        }
+        match (0..6)
+            .find(|k| !text.contains(&format!("CONTENT OF f{k}")) && !text.contains(&format!("read f{k}.txt (blake3 ")))
+        {
+            Some(k) => Reply::Status(
+                200,
+                tool_call_completion(&format!("c{k}"), "read_file", &json!({"path": format!("f{k}.txt")})).to_string(),
+                vec![],
+            ),
+            None => Reply::Chat("The ports are 8000 to 8050.".into()),
+        }
+    })])
+    .unwrap();
+    let o = output(agent(&work, &server).args(["Which ports?", "--workspace", &ws, "--tool", "read_file", "--json"]));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let run = o.json()["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(o.json()["answer"], "The ports are 8000 to 8050.");
+    let bodies: Vec<String> = server.received().iter().map(|r| r.body.clone()).collect();
+    let summaries = bodies.iter().filter(|b| b.contains("You compact the history")).count();
+    assert!(summaries >= 1, "a summary was asked for");
+    let last = bodies.last().unwrap();
+    assert!(last.contains("Summary: the first files were read") && last.contains("read f0.txt (blake3 "), "{last}");
+    assert!(!last.contains("CONTENT OF f0"), "the compacted result is not sent again");
+    let shown = output(work.noesis_bare().args(["agent", "show", &run]));
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(shown.stdout.contains("compacted (window): the turns above were summarised"), "{}", shown.stdout);
+    assert!(shown.stdout.contains("  fact: read f0.txt (blake3 "), "{}", shown.stdout);
+}

@@ -17,6 +17,7 @@ mod local;
 mod mcp;
 mod migrate;
 mod module_test;
+mod parallel;
 mod plugins;
 mod providers;
 mod run;

@@ -365,10 +365,21 @@ pub struct AgentEntry {
     /// every tool as written (`false`); unset: the small set for the
     /// embedded local model only, whose prompt every tool lengthens.
     pub compact_tools: Option<bool>,
+    /// The model's context window in tokens, where the built-in table does
+    /// not know it (or knows it wrong); runs compact near it.
+    pub context_window: Option<u64>,
     /// `[agent.roles.ROLE]`: who answers each kind of model call (`plan`,
     /// `think`, `reflect`, `sub_agent`).
     #[serde(default)]
     pub roles: BTreeMap<String, noesis_llm::policy::RolePolicy>,
+    /// Where sub-agents work: `"none"` (the parent's workspace, the
+    /// default) or `"worktree"` (each its own git worktree of what the
+    /// parent sees; their changes compared before any is merged).
+    pub isolation: Option<String>,
+    /// Commands that must pass after isolated sub-agents' changes are
+    /// merged into the workspace; a failure undoes the merge.
+    #[serde(default)]
+    pub anchors: Vec<String>,
 }
 
 /// `[serve]`.
@@ -507,6 +518,11 @@ impl Config {
         self.agent.approve = over.agent.approve.or(self.agent.approve);
         self.agent.max_iterations = over.agent.max_iterations.or(self.agent.max_iterations);
         self.agent.compact_tools = over.agent.compact_tools.or(self.agent.compact_tools);
+        self.agent.context_window = over.agent.context_window.or(self.agent.context_window);
+        self.agent.isolation = over.agent.isolation.or(self.agent.isolation);
+        if !over.agent.anchors.is_empty() {
+            self.agent.anchors = over.agent.anchors;
+        }
         // A role named again in a closer file replaces its whole policy.
         self.agent.roles.extend(over.agent.roles);
         // A server named again in a closer file replaces the whole entry.
@@ -621,6 +637,16 @@ impl Config {
             && !matches!(a.as_str(), "ask" | "auto" | "never")
         {
             return Err(bad(format!("agent.approve: `{a}` is not ask, auto or never")));
+        }
+        if let Some(i) = &self.agent.isolation
+            && !matches!(i.as_str(), "none" | "worktree")
+        {
+            return Err(bad(format!("agent.isolation: `{i}` is not none or worktree")));
+        }
+        for (i, a) in self.agent.anchors.iter().enumerate() {
+            if a.trim().is_empty() {
+                return Err(bad(format!("agent.anchors[{i}]: an empty command")));
+            }
         }
         for (i, r) in self.routes.iter().enumerate() {
             if let Some(t) = &r.tier

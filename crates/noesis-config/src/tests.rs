@@ -202,3 +202,24 @@ fn an_http_mcp_server_takes_headers_and_a_bearer_token_variable_and_a_program_do
     let e = p("[mcp.servers.fs]\ncommand = \"x\"\nbearer_token_env = \"T\"\n").unwrap_err().to_string();
     assert!(e.contains("mcp.servers.fs") && e.contains("go with `url`"), "{e}");
 }
+
+#[test]
+fn sub_agent_isolation_and_anchors_are_checked_and_a_closer_file_wins() {
+    let user = p("[agent]\nisolation = \"worktree\"\nanchors = [\"cargo test -q\"]\n").unwrap();
+    assert_eq!(user.agent.isolation.as_deref(), Some("worktree"));
+    let kept = user.clone().overlay(p("[agent]\napprove = \"auto\"\n").unwrap());
+    assert_eq!(
+        (kept.agent.isolation.as_deref(), kept.agent.anchors.clone()),
+        (Some("worktree"), vec!["cargo test -q".to_owned()])
+    );
+    let project = p("[agent]\nisolation = \"none\"\nanchors = [\"make check\"]\n").unwrap();
+    let c = user.overlay(project);
+    assert_eq!((c.agent.isolation.as_deref(), c.agent.anchors), (Some("none"), vec!["make check".to_owned()]));
+    for (text, says) in [
+        ("[agent]\nisolation = \"container\"\n", "agent.isolation: `container` is not none or worktree"),
+        ("[agent]\nanchors = [\"ok\", \"  \"]\n", "agent.anchors[1]: an empty command"),
+    ] {
+        let e = format!("{:#}", p(text).unwrap_err());
+        assert!(e.contains(says) && e.contains("noesis.toml"), "{text}: {e}");
+    }
+}

@@ -134,6 +134,7 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         inner: keep,
         rewinds: d.host.home.as_deref().map(crate::rewind::Rewinds::new),
         workspace: d.equipped.tools.workspace().root().to_path_buf(),
+        warn: d.host.note.clone(),
     };
     // A question a server asks mid-call reaches the front end here, while
     // the call waits for its answer.

@@ -347,6 +347,10 @@ impl Host {
         let compact = self.config().agent.compact_tools.unwrap_or(provider.name() == "local") && filter.only.is_empty();
         let offered = if compact { crate::tools::compact(offered) } else { offered };
         config.tools = if config.strategy == Strategy::SingleShot { Vec::new() } else { offered };
+        // Where the run compacts: the person's window, else the model's.
+        if config.context.window_tokens.is_none() {
+            config.context.window_tokens = self.config().agent.context_window.or_else(|| provider.context_window());
+        }
         if config.tools.iter().any(|d| d.name == crate::tools::LOAD_SKILL) {
             let index = crate::tools::skill_index(&skills);
             config.system_prompt = Some(match config.system_prompt.take() {
@@ -367,6 +371,14 @@ impl Host {
             "sandbox": sandbox,
             "mcp_servers": mcp_servers,
         });
+        // Recorded so the run's sub-agents keep them wherever it goes on.
+        let agent = &self.config().agent;
+        if agent.isolation.as_deref() == Some("worktree") {
+            host["isolation"] = json!("worktree");
+        }
+        if !agent.anchors.is_empty() {
+            host["anchors"] = json!(agent.anchors);
+        }
         if let Some(h) = host.as_object_mut() {
             h.extend(record);
         }

@@ -8,6 +8,8 @@
 //!   sandbox, MCP servers, router — or refused where that cannot be had;
 //! - [`rules`], [`tools`], [`route`]: the operator's permission layer, the
 //!   host's own tools (`run_module`, frames, `sub_agent`), the role router;
+//! - [`worktree`], [`merge`]: sub-agents isolated in git worktrees, and
+//!   their changes compared (pure) before any reaches the parent;
 //! - [`launch`], [`drive`]: a new run from a person's choices as plain
 //!   data, and a run driven until it stops with the front end showing its
 //!   events and asked for decisions;
@@ -39,6 +41,7 @@ pub mod host;
 pub mod launch;
 pub mod lease;
 pub mod local;
+pub mod merge;
 pub mod place;
 pub mod provider;
 pub mod questions;
@@ -48,6 +51,7 @@ pub mod rules;
 pub mod runs;
 pub mod served;
 pub mod tools;
+pub mod worktree;
 
 pub use host::{Equipped, Host, NewRun, Reach, Recorded};
 

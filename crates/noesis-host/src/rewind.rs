@@ -14,6 +14,8 @@ use noesis_agent::{AgentRun, CallStatus, Checkpoint};
 use noesis_fs::snapshot::{self, Changes, Snapshot};
 
 use crate::{HostError, Result};
+#[cfg(test)]
+use std::sync::Arc;
 
 /// Where a home's run snapshots live.
 #[derive(Debug, Clone)]
@@ -144,23 +146,88 @@ pub struct Snapshotting<C> {
     pub rewinds: Option<Rewinds>,
     /// The run's workspace.
     pub workspace: PathBuf,
+    /// Told when a snapshot cannot be taken (the run goes on, but cannot
+    /// be rewound with its files to before that step).
+    pub warn: Option<crate::host::Note>,
 }
 
 #[async_trait::async_trait]
 impl<C: Checkpoint> Checkpoint for Snapshotting<C> {
     async fn save(&mut self, run: &AgentRun) -> std::result::Result<(), String> {
         self.inner.save(run).await?;
-        if let Some(rewinds) = &self.rewinds {
-            // A snapshot that cannot be taken costs the rewind, not the run.
-            let _ = rewinds.before_changes(run, &self.workspace);
+        if let Some(rewinds) = &self.rewinds
+            // A snapshot that cannot be taken costs the rewind, not the run;
+            // the person is told.
+            && let Err(e) = rewinds.before_changes(run, &self.workspace)
+            && let Some(warn) = &self.warn
+        {
+            warn(&unsnapshotted(run, &e));
         }
         Ok(())
     }
 }
 
+/// The warning for a snapshot of `run`'s workspace that failed with `e`.
+pub(crate) fn unsnapshotted(run: &AgentRun, e: &HostError) -> String {
+    format!(
+        "warning: run {}: the workspace was not snapshotted at step {} ({e}); rewinding to before this step will \
+         not restore its files",
+        run.id, run.step
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run whose write is about to run, as its checkpoint stores it.
+    fn about_to_write() -> AgentRun {
+        let schema = serde_json::json!({"type": "object", "properties": {"path": {"type": "string"}}});
+        let write = noesis_agent::ToolDecl::read_only("write_file", "Writes.", schema)
+            .with_effects(noesis_agent::Effects { writes_files: true, ..Default::default() });
+        let config = noesis_agent::RunConfig {
+            tools: vec![write],
+            approval: noesis_agent::ApprovalPolicy::Auto,
+            ..Default::default()
+        };
+        let mut run = AgentRun::new("w", "write", config, 0);
+        let noesis_agent::Action::CallModel(_) = run.next(0) else { panic!() };
+        let call = noesis_llm::ToolCall {
+            id: "c".into(),
+            name: "write_file".into(),
+            arguments: serde_json::json!({"path": "a"}),
+        };
+        let reply = noesis_llm::ChatResponse {
+            tool_calls: vec![call],
+            ..noesis_llm::ChatResponse::text("", "m", noesis_llm::StructuredMode::Text)
+        };
+        run.on_model_reply(&reply, 0.0).unwrap();
+        let noesis_agent::Action::ExecuteTools(_) = run.next(0) else { panic!() };
+        run.started("c", 0).unwrap();
+        run
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_that_cannot_be_taken_is_said_and_the_run_goes_on() {
+        let home = tempfile::tempdir().unwrap();
+        let said = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let heard = Arc::clone(&said);
+        let mut saved = 0;
+        let mut keep = Snapshotting {
+            inner: |_: &AgentRun| saved += 1,
+            rewinds: Some(Rewinds::new(home.path())),
+            workspace: home.path().join("no such folder"),
+            warn: Some(Arc::new(move |m: &str| heard.lock().unwrap().push(m.to_owned()))),
+        };
+        let run = about_to_write();
+        keep.save(&run).await.unwrap();
+        drop(keep);
+        assert_eq!(saved, 1, "the run is stored all the same");
+        let said = said.lock().unwrap();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("warning: run w: the workspace was not snapshotted at step "), "{}", said[0]);
+        assert!(said[0].contains("no such folder"), "{}", said[0]);
+    }
 
     /// A workspace that holds noesis's own state (its `.noesis`, the home
     /// itself): rewinding the run's files never rolls that back, nor

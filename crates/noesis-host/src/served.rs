@@ -182,8 +182,10 @@ impl AgentHost for ServedAgents {
                 self.logs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(run.id.clone(), log);
                 // As the command line's drive does: files snapshotted before
                 // a batch that may change them, so the run can be rewound.
-                if let (Some(home), Ok(workspace)) = (&self.host.home, self.workspace()) {
-                    let _ = crate::rewind::Rewinds::new(home).before_changes(run, workspace.root());
+                if let (Some(home), Ok(workspace)) = (&self.host.home, self.workspace())
+                    && let Err(e) = crate::rewind::Rewinds::new(home).before_changes(run, workspace.root())
+                {
+                    (self.warn)(&crate::rewind::unsnapshotted(run, &e));
                 }
             }
         }

@@ -4,7 +4,9 @@
 //! `sub_agent` (a child run, depth-limited), and `load_skill` (an Agent
 //! Skill's instructions and files, read when the model asks for them).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use noesis_agent::{
     Action, AgentRun, ApprovalPolicy, CallStatus, Driver, Effects, Outcome, ToolDecl, ToolEvidence, ToolFn, ToolOutput,
@@ -17,7 +19,9 @@ use noesis_runtime::compose::{ComposeOptions, SearchResolver, execute};
 use noesis_store::{FrameFilter, Store};
 use serde_json::{Value, json};
 
+use crate::merge::{Child, Comparison, FileEdit};
 use crate::runs::{Keep, now_ms};
+use crate::worktree::Worktree;
 
 /// The tools a small model is offered by default: enough to read, search,
 /// change files and run the tests, in as few prompt tokens as will do.
@@ -168,15 +172,17 @@ pub fn decls(depth: u64) -> Vec<ToolDecl> {
     if depth < MAX_DEPTH {
         // A person who approves the sub-agent approves its task: its own
         // calls then run without asking (it cannot ask in the middle of a
-        // tool call).
+        // tool call). The calls of one turn run side by side.
         all.push(
             ToolDecl::read_only(
                 "sub_agent",
-                "Hands a self-contained sub-task to a new agent with the same tools; the result is its answer.",
+                "Hands a self-contained sub-task to a new agent with the same tools; the result is its answer. \
+                 Several sub_agent calls in one reply run at the same time.",
                 json!({"type": "object", "properties": {"task": {"type": "string", "maxLength": 4000}},
                        "required": ["task"], "additionalProperties": false}),
             )
-            .with_effects(Effects { writes_files: true, runs_commands: true, ..Effects::default() }),
+            .with_effects(Effects { writes_files: true, runs_commands: true, ..Effects::default() })
+            .concurrent(),
         );
     }
     all
@@ -185,6 +191,9 @@ pub fn decls(depth: u64) -> Vec<ToolDecl> {
 /// `tools` with the host's tools added.
 pub fn with_host_tools(tools: Toolbox, host: &HostTools) -> Toolbox {
     let mut tools = tools;
+    // What each isolated sub-agent of a batch changed, by call id, until
+    // the batch ends and they are compared.
+    let isolated: Isolation = Arc::default();
     for decl in decls(host.depth) {
         let h = host.clone();
         let run: ToolFn = match decl.name.as_str() {
@@ -192,11 +201,34 @@ pub fn with_host_tools(tools: Toolbox, host: &HostTools) -> Toolbox {
             "search_frames" => Arc::new(move |args| Box::pin(search_frames(h.clone(), args))),
             "open_frame" => Arc::new(move |args| Box::pin(open_frame(h.clone(), args))),
             LOAD_SKILL => Arc::new(move |args| Box::pin(load_skill(h.clone(), args))),
-            _ => Arc::new(move |args| Box::pin(sub_agent(h.clone(), args))),
+            _ => {
+                let kept = Arc::clone(&isolated);
+                Arc::new(move |args| Box::pin(sub_agent(h.clone(), Arc::clone(&kept), args)))
+            }
         };
         tools = tools.with_tool(decl, run);
     }
-    tools
+    tools.with_batch_end("sub_agent", Arc::new(move |ended| Box::pin(merge_children(Arc::clone(&isolated), ended))))
+}
+
+/// The isolated sub-agents of a batch that have ended, by call id.
+type Isolation = Arc<Mutex<HashMap<String, Isolated>>>;
+
+/// What an isolated sub-agent left for the end of its batch.
+struct Isolated {
+    /// The parent's workspace, where a merge goes.
+    workspace: PathBuf,
+    /// Commands that must pass after a merge (`[agent] anchors`).
+    anchors: Vec<String>,
+    /// The parent's sandbox, which the anchors run in.
+    sandbox: noesis_sandbox::Settings,
+    /// What it changed, or why that could not be read.
+    changes: Result<std::collections::BTreeMap<String, FileEdit>, String>,
+}
+
+/// Whether a run's record asks for its sub-agents to work in worktrees.
+fn isolated_by_worktree(host: &Value) -> bool {
+    host["isolation"].as_str() == Some("worktree")
 }
 
 async fn run_module(h: HostTools, args: Value) -> ToolOutput {
@@ -322,7 +354,7 @@ async fn open_frame(h: HostTools, args: Value) -> ToolOutput {
 /// A child run of the same configuration, one level deeper, driven to its
 /// end here and stored like any run (its frames hang under the parent's
 /// call when the parent's are written).
-async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
+async fn sub_agent(h: HostTools, isolation: Isolation, args: Value) -> ToolOutput {
     let task = args["task"].as_str().unwrap_or_default().to_owned();
     let parent = match h.store.agent_state(&h.run_id, None).await {
         Ok(Some(s)) => match AgentRun::from_json(&s.state) {
@@ -333,8 +365,13 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         Err(e) => return ToolOutput::error(format!("the run store: {e}")),
     };
     // Named after the call that starts it (the one running now), so the
-    // child's id is stable and unique within the parent.
-    let call = parent.calls.iter().rev().find(|c| c.tool == "sub_agent" && c.status == CallStatus::Running);
+    // child's id is stable and unique within the parent; siblings running
+    // at the same time are told apart by the driver's call id.
+    let call_id_given = noesis_agent::current_call_id();
+    let call = match &call_id_given {
+        Some(id) => parent.calls.iter().find(|c| &c.id == id),
+        None => parent.calls.iter().rev().find(|c| c.tool == "sub_agent" && c.status == CallStatus::Running),
+    };
     let suffix = call.map_or_else(|| parent.calls.len().to_string(), |c| c.id.clone());
     let id = format!("{}.{suffix}", h.run_id);
     let depth = h.depth + 1;
@@ -349,6 +386,33 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
     host["frame_id"] = Value::Null;
     run.host = host;
     let child = HostTools { run_id: id.clone(), depth, ..h.clone() };
+    // Isolated: the child works in a worktree of what the parent sees now.
+    let checkout = if isolated_by_worktree(&parent.host) {
+        let Some(parent_ws) = parent.host["workspace"].as_str().map(PathBuf::from) else {
+            return ToolOutput::error("the parent run names no workspace".to_owned());
+        };
+        // Its changes are kept by call id until the batch ends: without
+        // one they could never be merged, so the child does not start.
+        if call.is_none() {
+            return ToolOutput::error(format!("sub-agent {id}: its call is not on record in the parent run"));
+        }
+        let made = tokio::task::spawn_blocking(move || {
+            let base = crate::worktree::base(&parent_ws)?;
+            let tree = Worktree::add(&base)?;
+            Ok::<_, crate::worktree::WorktreeError>((base, tree, parent_ws))
+        })
+        .await;
+        match made {
+            Ok(Ok((base, tree, parent_ws))) => {
+                run.host["workspace"] = json!(tree.workspace().to_string_lossy());
+                Some((base, tree, parent_ws))
+            }
+            Ok(Err(e)) => return ToolOutput::error(format!("sub-agent {id}: {e}")),
+            Err(e) => return ToolOutput::error(format!("sub-agent {id}: {e}")),
+        }
+    } else {
+        None
+    };
     let workspace = match run.host["workspace"].as_str().map(std::path::Path::new) {
         Some(p) => match noesis_agent::Workspace::new(p) {
             Ok(w) => w,
@@ -401,6 +465,28 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         cost_usd: u.cost_usd,
         model: None,
     };
+    let isolated_call = checkout.as_ref().and(call.map(|c| c.id.clone()));
+    if let (Some((base, tree, parent_ws)), Some(call_id)) = (checkout, isolated_call.clone()) {
+        // Read back, then the worktree goes; what it changed waits for the
+        // end of the batch.
+        let read = tokio::task::spawn_blocking(move || {
+            let changes = tree.changes(&base).map_err(|e| e.to_string());
+            let removed = tree.remove().map_err(|e| e.to_string());
+            changes.and_then(|c| removed.map(|()| c))
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        let kept = Isolated {
+            workspace: parent_ws,
+            anchors: parent.host["anchors"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+                .unwrap_or_default(),
+            sandbox: crate::host::recorded_sandbox(&parent.host).unwrap_or_default(),
+            changes: read,
+        };
+        isolation.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(call_id, kept);
+    }
     let out = match (end, &run.outcome) {
         (Err(e), _) => ToolOutput::error(format!("sub-agent {id}: {e}")),
         (Ok(_), Some(Outcome::Answer { text })) => ToolOutput::ok(text.clone()).with_evidence(evidence),
@@ -410,7 +496,264 @@ async fn sub_agent(h: HostTools, args: Value) -> ToolOutput {
         }
         (Ok(_), None) => ToolOutput::error(format!("sub-agent {id} stopped before its end")).with_evidence(evidence),
     };
-    out.with_spent(spent)
+    let out = out.with_spent(spent);
+    match isolated_call {
+        // Not run by a driver (no batch end will come): merged alone, now.
+        Some(call_id) if call_id_given.is_none() => merge_children(isolation, vec![(call_id, out)])
+            .await
+            .pop()
+            .unwrap_or_else(|| ToolOutput::error("the merge gave no result".to_owned())),
+        _ => out,
+    }
+}
+
+/// The end of a batch of sub-agents: the changes of those that worked in
+/// worktrees are compared ([`crate::merge::compare`]); what does not clash
+/// is written into the parent's workspace, and kept only if the anchors
+/// still pass; each call's result then says what became of its changes.
+async fn merge_children(isolation: Isolation, ended: Vec<(String, ToolOutput)>) -> Vec<ToolOutput> {
+    let mut kept: Vec<(String, Isolated)> = {
+        let mut all = isolation.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        ended.iter().filter_map(|(id, _)| all.remove(id).map(|i| (id.clone(), i))).collect()
+    };
+    let Some((_, first)) = kept.first() else { return ended.into_iter().map(|(_, out)| out).collect() };
+    let (workspace, anchors, sandbox) = (first.workspace.clone(), first.anchors.clone(), first.sandbox.clone());
+    let names: Vec<String> = kept.iter().map(|(id, _)| id.clone()).collect();
+    // Only the changes of a child that reached its answer are merged.
+    let mut unread: HashMap<String, String> = HashMap::new();
+    let mut children = Vec::new();
+    for (id, i) in &mut kept {
+        let finished = ended.iter().any(|(e, out)| e == id && !out.is_error);
+        match std::mem::replace(&mut i.changes, Ok(Default::default())) {
+            Ok(files) if finished => children.push(Child { name: id.clone(), files }),
+            Ok(files) if files.is_empty() => {}
+            Ok(_) => {
+                unread.insert(id.clone(), "it did not reach an answer, so its changes were not merged".to_owned());
+            }
+            Err(e) => {
+                unread.insert(id.clone(), format!("its changes could not be read: {e}"));
+            }
+        }
+    }
+    let merged = tokio::task::spawn_blocking(move || merge_into(&workspace, &anchors, &sandbox, &children))
+        .await
+        .unwrap_or_else(|e| Merge::failed(e.to_string()));
+    ended
+        .into_iter()
+        .map(|(id, mut out)| {
+            if names.contains(&id) {
+                out.content.push_str(&merged.report(&id, &names, unread.get(&id)));
+            }
+            out
+        })
+        .collect()
+}
+
+/// What a merge did.
+#[derive(Debug, Default)]
+struct Merge {
+    /// The comparison of the children's changes.
+    compared: Comparison,
+    /// Merged files the workspace no longer held as the children found
+    /// them (someone changed them meanwhile), left alone.
+    stale: Vec<String>,
+    /// Files written.
+    written: Vec<String>,
+    /// The anchors' verdict: `Some(failure)` when one failed (everything
+    /// written was put back).
+    red: Option<String>,
+    /// Anchors that ran.
+    anchors: Vec<String>,
+    /// Why nothing could be merged at all.
+    failed: Option<String>,
+}
+
+impl Merge {
+    fn failed(why: String) -> Merge {
+        Merge { failed: Some(why), ..Merge::default() }
+    }
+
+    /// What the call `id` is told of the merge.
+    fn report(&self, id: &str, siblings: &[String], unread: Option<&String>) -> String {
+        let others: Vec<&str> = siblings.iter().map(String::as_str).filter(|s| *s != id).collect();
+        let mut text = String::from("\n\n---\nThis sub-agent worked in its own git worktree");
+        if others.is_empty() {
+            text.push_str(".\n");
+        } else {
+            text.push_str(&format!(
+                "; its changes were compared with those of {} before any merge.\n",
+                others.join(", ")
+            ));
+        }
+        if let Some(why) = unread {
+            text.push_str(&format!("Nothing of it was merged: {why}.\n"));
+            return text;
+        }
+        if let Some(why) = &self.failed {
+            text.push_str(&format!("Nothing was merged: {why}.\n"));
+            return text;
+        }
+        let of_child = |m: &crate::merge::Merged| m.children.iter().any(|c| c == id);
+        let mine: Vec<&String> = self.compared.merged.iter().filter(|(_, m)| of_child(m)).map(|(p, _)| p).collect();
+        let written: Vec<&str> = mine.iter().filter(|p| self.written.contains(p)).map(|p| p.as_str()).collect();
+        let stale: Vec<&str> = mine.iter().filter(|p| self.stale.contains(p)).map(|p| p.as_str()).collect();
+        match (&self.red, written.is_empty()) {
+            (_, true) => {}
+            (None, false) => text.push_str(&format!("Merged into the workspace: {}.\n", written.join(", "))),
+            (Some(_), false) => text.push_str(&format!(
+                "Not merged (the anchors failed after the merge, which was undone): {}.\n",
+                written.join(", ")
+            )),
+        }
+        if !stale.is_empty() {
+            text.push_str(&format!(
+                "Not merged, changed in the workspace while the sub-agents worked: {}.\n",
+                stale.join(", ")
+            ));
+        }
+        for (path, clashes) in &self.compared.conflicts {
+            if !self.compared.conflicting(path).contains(&id) {
+                continue;
+            }
+            text.push_str(&format!("Not merged, in conflict: {path}\n"));
+            for clash in clashes.iter().filter(|c| c.sides.iter().any(|(n, _)| n == id)) {
+                let at = match clash.lines {
+                    None => "the whole file".to_owned(),
+                    Some((a, b)) if b < a => format!("before line {a}"),
+                    Some((a, b)) if a == b => format!("line {a}"),
+                    Some((a, b)) => format!("lines {a}-{b}"),
+                };
+                text.push_str(&format!("  {at}; it was:\n{}", indented(&clash.base)));
+                for (name, side) in &clash.sides {
+                    text.push_str(&format!("  {name} made it:\n{}", indented(side)));
+                }
+            }
+        }
+        if mine.is_empty() && !self.compared.conflicts.keys().any(|p| self.compared.conflicting(p).contains(&id)) {
+            text.push_str("It changed no file.\n");
+        }
+        if let Some(failure) = &self.red {
+            text.push_str(&format!("Anchors: {failure}\n"));
+        } else if !self.anchors.is_empty() && !self.written.is_empty() {
+            text.push_str(&format!("Anchors passed after the merge: {}.\n", self.anchors.join(", ")));
+        }
+        text
+    }
+}
+
+/// `text` indented for a report, each line once, clipped.
+fn indented(text: &str) -> String {
+    const MOST: usize = 2000;
+    let clipped: String = text.chars().take(MOST).collect();
+    let mut out: String = clipped.lines().map(|l| format!("    {l}\n")).collect();
+    if text.chars().count() > MOST {
+        out.push_str("    …\n");
+    }
+    if out.is_empty() {
+        out.push_str("    (nothing)\n");
+    }
+    out
+}
+
+/// Compares `children`, writes what does not clash into `workspace`, runs
+/// the anchors and puts everything back if one fails. Blocking.
+fn merge_into(
+    workspace: &std::path::Path,
+    anchors: &[String],
+    sandbox: &noesis_sandbox::Settings,
+    children: &[Child],
+) -> Merge {
+    let ws = match noesis_agent::Workspace::new(workspace) {
+        Ok(w) => w,
+        Err(e) => return Merge::failed(format!("the workspace {}: {e}", workspace.display())),
+    };
+    let mut merge = Merge { compared: crate::merge::compare(children), ..Merge::default() };
+    // Every target checked before anything is written: a file the
+    // workspace no longer holds as the base did is left out.
+    let mut plan = Vec::new();
+    for (path, m) in &merge.compared.merged {
+        let now = ws.confine(path).ok().and_then(|real| match std::fs::read(&real) {
+            Ok(bytes) => Some((real, Some(bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some((real, None)),
+            Err(_) => None,
+        });
+        match now {
+            Some((real, held)) if held == m.before => plan.push((path.clone(), real, m)),
+            _ => merge.stale.push(path.clone()),
+        }
+    }
+    let mut undo: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
+    for (path, real, m) in plan {
+        if let Err(e) = put(&real, m.after.as_deref()) {
+            restore(&undo);
+            return Merge::failed(format!("{path} could not be written: {e}"));
+        }
+        undo.push((real, m.before.clone()));
+        merge.written.push(path);
+    }
+    if merge.written.is_empty() {
+        return merge;
+    }
+    for line in anchors {
+        merge.anchors.push(format!("`{line}`"));
+        if let Err(failure) = run_anchor(ws.root(), sandbox, line) {
+            restore(&undo);
+            merge.red = Some(failure);
+            break;
+        }
+    }
+    merge
+}
+
+/// Writes `bytes` at `path` (folders made), or removes it.
+fn put(path: &std::path::Path, bytes: Option<&[u8]>) -> std::io::Result<()> {
+    match bytes {
+        Some(b) => {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            noesis_fs::write_atomic(path, b).map_err(std::io::Error::other)
+        }
+        None => match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        },
+    }
+}
+
+/// Puts back what a merge wrote, last first.
+fn restore(undo: &[(PathBuf, Option<Vec<u8>>)]) {
+    for (path, before) in undo.iter().rev() {
+        // Best effort: the report says the merge was undone; a file that
+        // cannot be put back is what the person would see with git status.
+        let _ = put(path, before.as_deref());
+    }
+}
+
+/// Runs one anchor command in the parent's workspace and sandbox: `Ok`
+/// when it exits 0, else what it said.
+fn run_anchor(root: &std::path::Path, settings: &noesis_sandbox::Settings, line: &str) -> Result<(), String> {
+    let Some(argv) = shlex::split(line).filter(|a| !a.is_empty()) else {
+        return Err(format!("`{line}` is not a command line ([agent] anchors)"));
+    };
+    let sandbox = noesis_sandbox::Sandbox::new(settings, root, &[]).map_err(|e| format!("`{line}`: {e}"))?;
+    let opts = noesis_sandbox::RunOptions {
+        cwd: root,
+        timeout: std::time::Duration::from_secs(600),
+        max_output: 4000,
+        cancelled: &|| false,
+    };
+    let done = sandbox.run(&argv, &opts).map_err(|e| format!("`{line}`: {e}"))?;
+    if done.success() {
+        return Ok(());
+    }
+    let why = if done.timed_out {
+        "timed out".to_owned()
+    } else {
+        done.code.map_or_else(|| "was killed".to_owned(), |c| format!("exited {c}"))
+    };
+    let said = format!("{}{}", done.stdout, done.stderr);
+    Err(format!("`{line}` {why} after the merge, which was undone; it said:\n{}", indented(said.trim_end())))
 }
 
 /// A skill's body and files, or one of its files. The skills are found

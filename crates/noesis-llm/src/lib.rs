@@ -52,8 +52,8 @@ pub use ollama::{Ollama, normalize_host};
 pub use openai::OpenAiCompatible;
 pub use presets::{PRESETS, Preset, Wire, preset, resolve};
 pub use pricing::{
-    Budget, BudgetMeter, OUTPUT_ALLOWANCE, Price, PriceTable, Refusal, Reservation, Spent, estimate_request_tokens,
-    estimate_tokens,
+    Budget, BudgetMeter, OUTPUT_ALLOWANCE, Price, PriceTable, Refusal, Reservation, Spent, context_window,
+    estimate_request_tokens, estimate_tokens,
 };
 pub use probe::{Probe, probe};
 pub use retry::{MAX_RETRY_AFTER, RetryPolicy, backoff};
@@ -94,5 +94,11 @@ pub trait Provider: Send + Sync {
         let response = self.chat(request).await?;
         on_text(&response.text);
         Ok(response)
+    }
+
+    /// The model's context window in tokens, when known: by default the
+    /// built-in table's entry for [`Provider::model`].
+    fn context_window(&self) -> Option<u64> {
+        context_window(self.model())
     }
 }

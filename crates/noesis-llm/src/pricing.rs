@@ -63,16 +63,7 @@ impl PriceTable {
 
     /// The price of `model`, if known.
     pub fn price(&self, model: &str) -> Option<Price> {
-        let bare = model.rsplit('/').next().unwrap_or(model);
-        [model, bare].into_iter().find_map(|name| {
-            self.entries.iter().find(|(m, _)| m == name).map(|(_, p)| *p).or_else(|| {
-                self.entries
-                    .iter()
-                    .filter(|(m, _)| name.starts_with(m.as_str()) && name[m.len()..].starts_with(['-', '@', ':']))
-                    .max_by_key(|(m, _)| m.len())
-                    .map(|(_, p)| *p)
-            })
-        })
+        lookup(self.entries.iter().map(|(m, p)| (m.as_str(), *p)), model)
     }
 
     /// What `usage` on `model` cost, if the model's price is known.
@@ -80,6 +71,54 @@ impl PriceTable {
         self.price(model)
             .map(|p| (usage.input_tokens as f64 * p.input + usage.output_tokens as f64 * p.output) / 1_000_000.0)
     }
+}
+
+/// The entry for `model` among `entries`: exact first, then the longest
+/// entry that prefixes it up to a `-`, `@` or `:`, also after a vendor
+/// prefix (`openai/gpt-4o-mini`).
+fn lookup<'a, T: Copy>(entries: impl Iterator<Item = (&'a str, T)> + Clone, model: &str) -> Option<T> {
+    let bare = model.rsplit('/').next().unwrap_or(model);
+    [model, bare].into_iter().find_map(|name| {
+        entries.clone().find(|(m, _)| *m == name).map(|(_, v)| v).or_else(|| {
+            entries
+                .clone()
+                .filter(|(m, _)| name.starts_with(m) && name[m.len()..].starts_with(['-', '@', ':']))
+                .max_by_key(|(m, _)| m.len())
+                .map(|(_, v)| v)
+        })
+    })
+}
+
+/// Context windows of common models, in tokens, as their vendors publish
+/// them (the embedded local model's from its file). `[agent]
+/// context_window` in `noesis.toml` overrides; a model not listed has no
+/// known window (a run then compacts when the provider refuses a request
+/// as too long, or is seen to cut one).
+const WINDOWS: &[(&str, u64)] = &[
+    ("gpt-4o", 128_000),
+    ("gpt-4o-mini", 128_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-4.1-mini", 1_047_576),
+    ("gpt-4.1-nano", 1_047_576),
+    ("gpt-5", 400_000),
+    ("o3", 200_000),
+    ("o4-mini", 200_000),
+    ("claude-3-5-haiku", 200_000),
+    ("claude-haiku-4-5", 200_000),
+    ("claude-sonnet-4", 200_000),
+    ("claude-opus-4", 200_000),
+    ("gemini-2.5-flash", 1_048_576),
+    ("gemini-2.5-flash-lite", 1_048_576),
+    ("gemini-2.5-pro", 1_048_576),
+    ("deepseek-chat", 65_536),
+    ("deepseek-reasoner", 65_536),
+    ("SmolLM2", 8_192),
+];
+
+/// The context window of `model` in tokens, if known (see [`WINDOWS`]'s
+/// lookup rule: `gpt-4o-2024-08-06` has `gpt-4o`'s).
+pub fn context_window(model: &str) -> Option<u64> {
+    lookup(WINDOWS.iter().copied(), model)
 }
 
 /// Limits on what a run (or several sharing it) may spend.
@@ -446,6 +485,15 @@ pub fn estimate_tokens(text: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_windows_are_looked_up_like_prices() {
+        assert_eq!(context_window("gpt-4o-2024-08-06"), Some(128_000));
+        assert_eq!(context_window("openai/gpt-4.1-mini"), Some(1_047_576));
+        assert_eq!(context_window("claude-sonnet-4-20250514"), Some(200_000));
+        assert_eq!(context_window("SmolLM2-135M-Instruct.Q4_1"), Some(8_192));
+        assert_eq!(context_window("llama3.2"), None, "Ollama models are found by the tokens they report");
+    }
 
     #[test]
     fn lookup_prefers_exact_then_longest_prefix() {

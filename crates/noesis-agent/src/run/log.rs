@@ -88,6 +88,7 @@ impl AgentRun {
         m.insert("failures".into(), to_value(&self.failures));
         m.insert("stall".into(), to_value(&self.stall));
         m.insert("output_retries".into(), to_value(&self.output_retries));
+        m.insert("seen_context".into(), to_value(&self.seen_context));
         m.insert("budget_stop".into(), to_value(&self.budget_stop));
         m.insert("dispatched".into(), to_value(&self.dispatched));
         m.insert("host".into(), self.host.clone());

@@ -11,6 +11,7 @@
 //! tools, cancelling and resuming.
 
 mod calls;
+mod compact;
 mod log;
 mod output;
 mod progress;
@@ -29,6 +30,7 @@ use crate::tool::ToolDecl;
 
 use reply::parse_critique;
 
+pub use compact::{Compaction, Fact, FactKind, RECALL, facts_of};
 pub use log::{RunChange, RunCursor};
 
 /// Calls changed after they were final (their span noted), by index, for
@@ -76,6 +78,9 @@ pub enum Entry {
         /// The text.
         content: String,
     },
+    /// The turns before `upto` compacted: the model sees this in their
+    /// place (see [`Compaction`]).
+    Compaction(Compaction),
 }
 
 /// A critique of an answer.
@@ -175,6 +180,9 @@ enum Phase {
     Act { turn: u32 },
     /// Ask the model to critique `answer`.
     Reflect { answer: String },
+    /// Ask the model to summarise the entries before `upto`, then go on
+    /// with `then`.
+    Compact { upto: usize, reason: String, then: Box<Phase> },
     /// Finished; see the outcome.
     Done,
 }
@@ -494,6 +502,9 @@ pub struct AgentRun {
     /// Answers sent back for not fitting the output schema.
     #[serde(default)]
     output_retries: u32,
+    /// What the provider showed of its context window.
+    #[serde(default)]
+    seen_context: compact::ContextSeen,
     /// Set when the tool-call budget ran out: the run stops once the turn's
     /// calls within it are done.
     budget_stop: Option<String>,
@@ -607,6 +618,7 @@ impl AgentRun {
             failures: BTreeMap::new(),
             stall: progress::Stall::default(),
             output_retries: 0,
+            seen_context: compact::ContextSeen::default(),
             budget_stop: None,
             dispatched: Vec::new(),
             replies: Vec::new(),
@@ -653,6 +665,7 @@ impl AgentRun {
         match self.phase {
             Phase::Plan => "plan",
             Phase::Reflect { .. } => "reflect",
+            Phase::Compact { .. } => "compact",
             _ => "think",
         }
     }
@@ -731,8 +744,20 @@ impl AgentRun {
                         self.stop(reason, detail);
                         continue;
                     }
-                    self.awaiting_reply = true;
-                    return Action::CallModel(self.request());
+                    let request = self.request();
+                    if let Some(upto) = self.compaction_due(&request) {
+                        self.begin_compaction(upto, "window");
+                        continue;
+                    }
+                    return Action::CallModel(self.send(request));
+                }
+                Phase::Compact { upto, .. } => {
+                    if let Some((reason, detail)) = self.budget_exceeded() {
+                        self.stop(reason, detail);
+                        continue;
+                    }
+                    let request = self.compaction_request(upto);
+                    return Action::CallModel(self.send(request));
                 }
                 Phase::Act { turn } => {
                     if let Some(action) = self.act(turn) {
@@ -742,6 +767,14 @@ impl AgentRun {
                 }
             }
         }
+    }
+
+    /// `request` goes out: a reply is awaited, and its size is kept to
+    /// compare with what the provider reports it read.
+    fn send(&mut self, request: ChatRequest) -> ChatRequest {
+        self.awaiting_reply = true;
+        self.seen_context.sent_tokens = noesis_llm::estimate_request_tokens(&request);
+        request
     }
 
     fn budget_exceeded(&self) -> Option<(StopReason, String)> {
@@ -805,12 +838,17 @@ impl AgentRun {
         if !running.is_empty() {
             return Some(Action::Busy(running));
         }
-        // In call order: a run of read-only calls together, else one call.
+        // In call order: a run of read-only calls together, or a run of
+        // calls of tools that declare they may run beside each other (never
+        // mixed: a sub-agent that writes must not race a read), else one.
         let approved: Vec<&CallRecord> = of_turn.into_iter().filter(|c| c.status == CallStatus::Approved).collect();
         let first = approved.first()?;
         let read_only = |c: &CallRecord| self.tool(&c.tool).is_some_and(|t| t.effects.read_only());
+        let concurrent = |c: &CallRecord| self.tool(&c.tool).is_some_and(|t| t.concurrent && !t.effects.read_only());
         let batch: Vec<Invocation> = if read_only(first) {
             approved.iter().take_while(|c| read_only(c)).map(|c| invocation(c)).collect()
+        } else if concurrent(first) {
+            approved.iter().take_while(|c| concurrent(c)).map(|c| invocation(c)).collect()
         } else {
             vec![invocation(first)]
         };
@@ -878,6 +916,9 @@ against this JSON Schema:\n{schema}"
                 if self.config.strategy != Strategy::SingleShot {
                     request.tools =
                         self.config.tools.iter().filter(|t| !self.withdrawn(t)).map(ToolDecl::spec).collect();
+                    if !request.tools.is_empty() && self.is_recall(compact::RECALL) {
+                        request.tools.push(AgentRun::recall_spec());
+                    }
                     if !request.tools.is_empty() {
                         request.tool_choice = ToolChoice::Auto;
                     }
@@ -916,7 +957,13 @@ against this JSON Schema:\n{schema}"
                 _ => None,
             })
             .collect();
-        for entry in &self.entries {
+        // The latest compaction stands for the entries before its `upto`.
+        let compaction = self.compaction();
+        let from = compaction.map_or(0, |(_, c)| c.upto);
+        if let Some((_, c)) = compaction {
+            units.push(vec![self.compaction_message(c)]);
+        }
+        for entry in &self.entries[from.min(self.entries.len())..] {
             match entry {
                 Entry::Assistant { content, calls } => {
                     let tool_calls: Vec<ToolCall> = calls
@@ -938,7 +985,7 @@ against this JSON Schema:\n{schema}"
                     }
                     units.push(unit);
                 }
-                Entry::ToolResult { .. } => {}
+                Entry::ToolResult { .. } | Entry::Compaction(_) => {}
                 Entry::Note { content } => units.push(vec![Message::user(content.clone())]),
             }
         }
@@ -946,14 +993,16 @@ against this JSON Schema:\n{schema}"
             let size = |u: &Vec<Message>| u.iter().map(|m| m.content.len() + m.tool_calls.len() * 64).sum::<usize>();
             let mut total: usize = units.iter().map(size).sum::<usize>() + self.task.len();
             let mut dropped = 0;
-            while total > budget && units.len() > 1 {
-                total -= size(&units[0]);
-                units.remove(0);
+            // A compaction's summary and facts are never left out.
+            let first = usize::from(compaction.is_some());
+            while total > budget && units.len() > first + 1 {
+                total -= size(&units[first]);
+                units.remove(first);
                 dropped += 1;
             }
             if dropped > 0 {
                 units.insert(
-                    0,
+                    first,
                     vec![Message::user(format!(
                         "[{dropped} earlier part(s) of this conversation were left out to fit the context]"
                     ))],

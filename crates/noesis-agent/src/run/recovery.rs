@@ -36,6 +36,12 @@ impl AgentRun {
         if !self.awaiting_reply {
             return Err(StepError::UnexpectedReply(self.phase_name()));
         }
+        // Compacted when there is something to compact: nothing is lost.
+        if self.compact_for_overflow() {
+            self.awaiting_reply = false;
+            self.step += 1;
+            return Ok(true);
+        }
         let chars =
             |r: &ChatRequest| r.messages.iter().map(|m| m.content.len() + m.tool_calls.len() * 64).sum::<usize>();
         let before = self.request();

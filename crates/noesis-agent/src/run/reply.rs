@@ -41,7 +41,18 @@ impl AgentRun {
             span: None,
         });
         self.step += 1;
+        let compacting = matches!(self.phase, Phase::Compact { .. });
+        if let Some(u) = reply.usage
+            && !compacting
+            && self.was_cut(u.input_tokens)
+        {
+            // Whatever the model said, it said without part of the
+            // conversation: it is set aside and asked again, compacted.
+            self.on_cut(u.input_tokens);
+            return Ok(());
+        }
         match self.phase.clone() {
+            Phase::Compact { .. } => self.finish_compaction(Some(&reply.text)),
             Phase::Plan => {
                 self.plan = parse_plan(&reply.text);
                 self.entries.push(Entry::Assistant { content: reply.text.clone(), calls: Vec::new() });
@@ -61,6 +72,7 @@ impl AgentRun {
             Phase::Think => "thinking",
             Phase::Act { .. } => "acting",
             Phase::Reflect { .. } => "reflecting",
+            Phase::Compact { .. } => "compacting",
             Phase::Done => "done",
         }
     }
@@ -169,6 +181,17 @@ impl AgentRun {
                 CallStatus::Failed,
                 format!("not run: the run's tool-call budget ({max_calls}) is used up"),
             );
+            return record;
+        }
+        if self.is_recall(&call.name) {
+            // The run answers `recall` itself, from its own records.
+            match self.recall(&call.arguments) {
+                Ok(text) => {
+                    record.status = CallStatus::Completed;
+                    record.result = Some(text);
+                }
+                Err(text) => refuse(&mut record, CallStatus::Failed, text),
+            }
             return record;
         }
         let Some(decl) = self.tool(&call.name).cloned() else {

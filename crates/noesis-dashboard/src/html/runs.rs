@@ -222,6 +222,26 @@ pub fn run_page(
                     esc(&clip(content, 2000))
                 );
             }
+            Entry::Compaction(c) => {
+                let _ = write!(
+                    body,
+                    "<li class=\"compaction\"><span class=\"muted\">compacted</span> the turns above were summarised \
+                     for the model ({}{}); {} fact(s) carried verbatim<div class=\"pre\">{}</div><ul>",
+                    esc(&c.reason),
+                    if c.by_rule { ", summary written by rule" } else { "" },
+                    c.facts.len(),
+                    esc(&clip(&c.summary, 2000)),
+                );
+                for f in &c.facts {
+                    let _ = write!(
+                        body,
+                        "<li><span class=\"pre\">{}</span> <code>{}</code></li>",
+                        esc(&f.text),
+                        esc(&f.call_id)
+                    );
+                }
+                body.push_str("</ul></li>");
+            }
             Entry::ToolResult { .. } => {}
         }
     }
