@@ -369,7 +369,8 @@ pub struct AgentEntry {
     /// not know it (or knows it wrong); runs compact near it.
     pub context_window: Option<u64>,
     /// `[agent.roles.ROLE]`: who answers each kind of model call (`plan`,
-    /// `think`, `reflect`, `sub_agent`).
+    /// `think`, `reflect`, `sub_agent`, and `mcp_sampling`: an MCP server's
+    /// request for a completion).
     #[serde(default)]
     pub roles: BTreeMap<String, noesis_llm::policy::RolePolicy>,
     /// Where sub-agents work: `"none"` (the parent's workspace, the
@@ -573,8 +574,10 @@ impl Config {
         }
         for (role, policy) in &self.agent.roles {
             let at = format!("agent.roles.{role}");
-            if !matches!(role.as_str(), "plan" | "think" | "reflect" | "sub_agent") {
-                return Err(bad(format!("{at}: `{role}` is not a role (plan, think, reflect, sub_agent)")));
+            if !matches!(role.as_str(), "plan" | "think" | "reflect" | "sub_agent" | "mcp_sampling") {
+                return Err(bad(format!(
+                    "{at}: `{role}` is not a role (plan, think, reflect, sub_agent, mcp_sampling)"
+                )));
             }
             for (i, f) in policy.fallback.iter().enumerate() {
                 if noesis_llm::policy::Candidate::parse(f).is_none() {

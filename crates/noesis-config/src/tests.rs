@@ -223,3 +223,13 @@ fn sub_agent_isolation_and_anchors_are_checked_and_a_closer_file_wins() {
         assert!(e.contains(says) && e.contains("noesis.toml"), "{text}: {e}");
     }
 }
+
+/// An MCP server's completion requests are routed as `mcp_sampling`, a
+/// role a config may give a policy; a name that is no role is refused.
+#[test]
+fn mcp_sampling_is_a_role() {
+    let c = p("[agent.roles.mcp_sampling]\nprovider = \"local\"\nlocal_only = true\n").unwrap();
+    assert!(c.agent.roles.contains_key("mcp_sampling"));
+    let e = format!("{:#}", p("[agent.roles.sampling]\nprovider = \"local\"\n").unwrap_err());
+    assert!(e.contains("`sampling` is not a role") && e.contains("mcp_sampling"), "{e}");
+}

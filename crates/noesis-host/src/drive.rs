@@ -30,6 +30,15 @@ pub trait Front: Sync {
 
     /// A warning (the run was not recorded as frames).
     fn warn(&self, message: &str);
+
+    /// The answer to a question an MCP server asks mid-call
+    /// (`elicitation/create`); the call waits meanwhile. A front end with
+    /// nobody to ask declines (the default), as the server expects when a
+    /// person says no.
+    fn elicit(&self, server: &str, question: &noesis_mcp::Elicitation) -> noesis_mcp::Elicited {
+        let _ = (server, question);
+        noesis_mcp::Elicited::Decline
+    }
 }
 
 /// How a run is driven besides its equipment.
@@ -127,14 +136,34 @@ async fn drive(d: &Drive<'_>, run: &mut AgentRun, front: &dyn Front, holds: &Hol
         workspace: d.equipped.tools.workspace().root().to_path_buf(),
         warn: d.host.note.clone(),
     };
+    // A question a server asks mid-call reaches the front end here, while
+    // the call waits for its answer.
+    let mut questions = d.equipped.questions.listen();
+    let driven = steps(&driver, run, &mut keep, front, &mut events, &mut questions).await;
+    d.equipped.questions.stop();
+    driven
+}
+
+async fn steps(
+    driver: &Driver<'_>,
+    run: &mut AgentRun,
+    keep: &mut dyn noesis_agent::Checkpoint,
+    front: &dyn Front,
+    events: &mut noesis_agent::events::Subscription,
+    questions: &mut tokio::sync::mpsc::UnboundedReceiver<crate::questions::Asked>,
+) -> Result<()> {
     loop {
         let action = {
-            let drive = driver.drive(run, &mut keep);
+            let drive = driver.drive(run, keep);
             tokio::pin!(drive);
             loop {
                 tokio::select! {
                     biased;
                     Some(e) = events.recv() => front.event(&e),
+                    Some(asked) = questions.recv() => {
+                        let answer = front.elicit(&asked.server, &asked.question);
+                        let _ = asked.answer.send(answer);
+                    }
                     action = &mut drive => break action.map_err(|e| HostError::Message(e.to_string()))?,
                 }
             }

@@ -74,6 +74,9 @@ pub struct Equipped {
     pub prices: Arc<PriceTable>,
     /// MCP servers started for this run alone: stop them when the drive ends.
     pub started: Option<Arc<McpServers>>,
+    /// Questions its MCP servers ask mid-call, for the front end that
+    /// drives it ([`crate::drive`] relays them).
+    pub questions: crate::questions::Questions,
 }
 
 /// A new run, as a front end asks for it.
@@ -204,6 +207,31 @@ pub fn with_mcp(tools: Toolbox, mcp: Option<&Arc<McpServers>>) -> Toolbox {
     }
 }
 
+/// `tools` with the MCP servers' tools as one run's: a server's model call
+/// made during one of its calls goes through `router` (as
+/// [`noesis_mcp::SAMPLING_ROLE`]), priced with `prices` and counted as the
+/// call's spend, so the run's budget meters it. It is made only within a
+/// call the run's rules already let run, so it needs no decision of its
+/// own. A server's question for a person goes to `questions`, which the
+/// drive hands to its front end.
+pub fn with_mcp_for_run(
+    tools: Toolbox,
+    mcp: Option<&Arc<McpServers>>,
+    router: Arc<dyn ModelRouter>,
+    prices: Arc<PriceTable>,
+    questions: &crate::questions::Questions,
+) -> Toolbox {
+    match mcp {
+        Some(servers) => {
+            let sampler = noesis_mcp::RouterSampler { router, prices };
+            let elicitor: Arc<dyn noesis_mcp::Elicitor> = Arc::new(questions.clone());
+            let answers = noesis_mcp::Answers { sampler: Some(Arc::new(sampler)), elicitor: Some(elicitor) };
+            tools.with_source(Arc::new(servers.for_run(answers)) as Arc<dyn noesis_agent::ToolSource>)
+        }
+        None => tools,
+    }
+}
+
 /// What one run's toolbox is made of.
 pub struct ToolsFor<'a> {
     /// The run.
@@ -222,6 +250,8 @@ pub struct ToolsFor<'a> {
     pub provider: &'a Arc<dyn Provider>,
     /// The MCP servers whose tools it has.
     pub mcp: Option<&'a Arc<McpServers>>,
+    /// Where their questions for a person go.
+    pub questions: &'a crate::questions::Questions,
 }
 
 impl Host {
@@ -255,6 +285,7 @@ impl Host {
     /// and the MCP servers'.
     pub fn toolbox(&self, t: ToolsFor<'_>) -> Toolbox {
         let redactor = self.config().redactor();
+        let router = self.router(t.provider);
         let host = HostTools {
             search: self.search.clone(),
             provider: Arc::clone(t.provider),
@@ -262,7 +293,7 @@ impl Host {
             project_id: t.project_id.unwrap_or(&self.project.project_id).to_owned(),
             run_id: t.run_id.to_owned(),
             depth: t.depth,
-            router: Some(self.router(t.provider)),
+            router: Some(Arc::clone(&router)),
             visible: None,
             redactor: Arc::clone(&redactor),
             skills: Some(self.skill_roots(t.workspace)),
@@ -270,7 +301,7 @@ impl Host {
         let tools = Toolbox::with_permissions(t.workspace.clone(), t.permissions)
             .with_sandbox(t.sandbox, Vec::new())
             .with_redactor(redactor);
-        with_mcp(with_host_tools(tools, &host), t.mcp)
+        with_mcp_for_run(with_host_tools(tools, &host), t.mcp, router, self.prices(), t.questions)
     }
 
     /// Every tool a new run over `workspace` may be offered, MCP tools
@@ -352,6 +383,7 @@ impl Host {
             h.extend(record);
         }
         run.host = host;
+        let questions = crate::questions::Questions::default();
         let tools = self.toolbox(ToolsFor {
             run_id: &run.id,
             depth: 0,
@@ -361,6 +393,7 @@ impl Host {
             sandbox,
             provider: &provider,
             mcp: mcp.as_ref(),
+            questions: &questions,
         });
         let equipped = Equipped {
             router: self.router(&provider),
@@ -368,6 +401,7 @@ impl Host {
             tools: Arc::new(tools),
             provider,
             started: if owns_mcp { mcp } else { None },
+            questions,
         };
         Ok((run, equipped))
     }
@@ -437,6 +471,7 @@ impl Host {
                 (started.clone(), started)
             }
         };
+        let questions = crate::questions::Questions::default();
         let tools = self.toolbox(ToolsFor {
             run_id: &run.id,
             depth: recorded.depth,
@@ -446,6 +481,7 @@ impl Host {
             sandbox: recorded.sandbox,
             provider: &provider,
             mcp: mcp.as_ref(),
+            questions: &questions,
         });
         Ok(Equipped {
             router: self.router(&provider),
@@ -453,6 +489,7 @@ impl Host {
             tools: Arc::new(tools),
             prices: self.prices(),
             started,
+            questions,
         })
     }
 }

@@ -44,6 +44,7 @@ pub mod local;
 pub mod merge;
 pub mod place;
 pub mod provider;
+pub mod questions;
 pub mod rewind;
 pub mod route;
 pub mod rules;

@@ -257,3 +257,163 @@ fn a_run_over_skills_is_told_their_names_and_load_skill_reads_one_and_its_files_
         assert!(run.config.system_prompt.is_none() && !run.config.tools.iter().any(|t| t.name == "load_skill"));
     });
 }
+
+/// The SDK fixture of noesis-mcp (tests/servers/full.py), started for
+/// runs over `workspace`; `None` (the test is skipped, loudly) when the SDK
+/// is not installed and the opt-out is set.
+async fn full_server(test: &str, workspace: &Workspace) -> Option<Arc<noesis_mcp::McpServers>> {
+    let Some(python) = std::env::var("NOESIS_MCP_PYTHON").ok().filter(|p| Path::new(p).exists()) else {
+        noesis_testkit::skip::missing(
+            noesis_testkit::skip::Dependency::McpSdk,
+            test,
+            "NOESIS_MCP_PYTHON does not name the SDK's Python",
+        );
+        return None;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../noesis-mcp/tests/servers/full.py");
+    let servers = noesis_host::host::connect_mcp(
+        vec![noesis_mcp::ServerSpec::command("full", &python, &[script.to_str().unwrap()]).trusted()],
+        noesis_sandbox::Settings::default(),
+        workspace,
+        None,
+    )
+    .await
+    .unwrap()
+    .expect("the server started");
+    Some(servers)
+}
+
+/// A provider over the OpenAI wire to the fake on 127.0.0.1.
+fn fake_provider(llm: &noesis_testkit::FakeServer) -> Arc<dyn noesis_llm::Provider> {
+    let mut cfg = noesis_llm::EndpointConfig::openai("gpt-test");
+    cfg.base_url = llm.base_url();
+    cfg.api_key = Some("sk-test".into());
+    cfg.http.retry = noesis_llm::RetryPolicy::none();
+    Arc::new(noesis_llm::OpenAiCompatible::new(cfg).unwrap())
+}
+
+/// A run's MCP server asks for a completion mid-call (`summarize`): the
+/// host lends every run its router, so the run's own provider (OpenAI
+/// wire, the fake on 127.0.0.1) answers, and the call's spend carries the
+/// tokens for the run's budget.
+#[test]
+fn a_runs_mcp_server_is_answered_by_the_runs_provider_and_the_call_carries_the_spend() {
+    let rt = rt();
+    rt.block_on(async {
+        let f = fixture().await;
+        let workspace = Workspace::new(&f.there).unwrap();
+        let Some(servers) = full_server("a_runs_mcp_server_is_answered", &workspace).await else { return };
+        let llm = noesis_testkit::FakeServer::start(vec![noesis_testkit::Reply::Chat("short".into())]).unwrap();
+        let host = host(&f, Reach::Bound { workspace, mcp: Some(Arc::clone(&servers)) });
+        let mut run = run_over("r1", &f.there);
+        run.host["mcp_servers"] = json!(["full"]);
+        let equipped = host.equip(&run, fake_provider(&llm)).await.unwrap();
+        let call = noesis_agent::Invocation {
+            call_id: "c1".into(),
+            tool: "full__summarize".into(),
+            arguments: json!({"text": "a long story"}),
+        };
+        let out = Arc::clone(&equipped.tools).run_async(call).await;
+        assert_eq!((out.is_error, out.content.as_str()), (false, "fake-model says: short"));
+        let spent = out.spent.expect("the model call is the call's spend");
+        assert_eq!((spent.calls, spent.input_tokens, spent.output_tokens), (1, 11, 7));
+        assert_eq!(llm.received()[0].json()["messages"][1]["content"], "Summarize: a long story");
+        servers.shutdown().await;
+    });
+}
+
+/// A front end that answers an MCP server's question with `answer` (none:
+/// the default, which declines) and keeps what it was asked.
+struct Asking {
+    answer: Option<noesis_mcp::Elicited>,
+    asked: std::sync::Mutex<Vec<(String, String)>>,
+}
+
+impl noesis_host::drive::Front for Asking {
+    fn event(&self, _: &noesis_agent::events::Event) {}
+
+    fn decide(&self, _: &[noesis_agent::Pending]) -> Result<Option<Vec<noesis_agent::Decision>>, String> {
+        Ok(None)
+    }
+
+    fn warn(&self, _: &str) {}
+
+    fn elicit(&self, server: &str, question: &noesis_mcp::Elicitation) -> noesis_mcp::Elicited {
+        self.asked.lock().unwrap().push((server.to_owned(), question.message.clone()));
+        self.answer.clone().unwrap_or(noesis_mcp::Elicited::Decline)
+    }
+}
+
+/// A question an MCP server asks mid-call (`deploy`) reaches the front end
+/// that drives the run, and its answer reaches the server; a run equipped
+/// but not driven, or a front end with nobody to ask, declines.
+#[test]
+fn a_servers_question_mid_call_is_put_to_the_front_end_that_drives_the_run() {
+    let rt = rt();
+    rt.block_on(async {
+        let f = fixture().await;
+        let workspace = Workspace::new(&f.there).unwrap();
+        let Some(servers) = full_server("a_servers_question_mid_call", &workspace).await else { return };
+        let host = host(&f, Reach::Bound { workspace: workspace.clone(), mcp: Some(Arc::clone(&servers)) });
+        let mut content = serde_json::Map::new();
+        content.insert("name".into(), json!("ada"));
+        content.insert("confirm".into(), json!(true));
+        for (i, (answer, said)) in
+            [(Some(noesis_mcp::Elicited::Accept(content)), "deployed by ada"), (None, "deploy: decline")]
+                .into_iter()
+                .enumerate()
+        {
+            let llm = noesis_testkit::FakeServer::start(vec![
+                noesis_testkit::Reply::Status(
+                    200,
+                    noesis_testkit::tool_call_completion("c1", "full__deploy", &json!({})).to_string(),
+                    vec![],
+                ),
+                noesis_testkit::Reply::Chat("Done.".into()),
+            ])
+            .unwrap();
+            let new = noesis_host::NewRun {
+                id: format!("q{i}"),
+                task: "Deploy".into(),
+                remembered: String::new(),
+                workspace: workspace.clone(),
+                config: RunConfig { approval: noesis_agent::ApprovalPolicy::Auto, ..RunConfig::default() },
+                provider: fake_provider(&llm),
+                sandbox: noesis_sandbox::Settings::default(),
+                mcp: Some(Arc::clone(&servers)),
+                owns_mcp: false,
+                record: serde_json::Map::new(),
+            };
+            let (mut run, equipped) = host.start(new, 0).unwrap();
+            if i == 0 {
+                // Equipped, not driven: nobody listens, the question is declined.
+                let call = noesis_agent::Invocation {
+                    call_id: "c0".into(),
+                    tool: "full__deploy".into(),
+                    arguments: json!({}),
+                };
+                let out = Arc::clone(&equipped.tools).run_async(call).await;
+                assert_eq!(out.content, "deploy: decline");
+            }
+            let front = Asking { answer, asked: std::sync::Mutex::new(Vec::new()) };
+            let drive = noesis_host::drive::Drive {
+                host: &host,
+                equipped: &equipped,
+                project_id: f.project.project_id.clone(),
+                tool_timeout: std::time::Duration::from_secs(60),
+                cancel: noesis_runtime::CancellationToken::new(),
+                from_step: None,
+                holder: "test",
+                lease_ttl: noesis_host::hold::LEASE_TTL,
+                stream: false,
+            };
+            noesis_host::drive::to_end(drive, &mut run, &front).await.unwrap();
+            assert_eq!(run.calls[0].result.as_deref(), Some(said), "{:?}", run.calls);
+            assert_eq!(
+                front.asked.lock().unwrap().as_slice(),
+                [("full".to_owned(), "Deploy to production?".to_owned())]
+            );
+        }
+        servers.shutdown().await;
+    });
+}

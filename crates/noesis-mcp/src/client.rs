@@ -14,11 +14,24 @@
 //! server that is gone are each a tool error the model sees, with the kind
 //! on record ([`noesis_agent::ToolEvidence::Mcp`]).
 //!
-//! `notifications/tools/list_changed` makes the server's tools be listed
-//! again; the run offers the new list from its next model call. A server
-//! that stops is started again once; if it stops again its tools answer
-//! with an error saying so.
+//! A server's resources and prompts are offered as two read-only tools of
+//! its own, `SERVER__read_resource` and `SERVER__get_prompt`, their lists in
+//! the tools' descriptions (see `context`). The client declares `roots` (the
+//! workspace and the folders a program server's command line names, as
+//! `file://` URIs), `sampling` and `elicitation`: a server's
+//! model call or question made during a tool call is answered with what the
+//! run that made the call lent it ([`Answers`], through
+//! [`McpServers::for_run`]): its router, metered to it as the call's spend,
+//! and its person. Without them a model call is refused and a question
+//! declined (see `asks`).
+//!
+//! `notifications/tools/list_changed` (and its resources and prompts
+//! kin) makes the server's tools be listed again; the run offers the new
+//! list from its next model call. A server that stops is started again
+//! once; if it stops again its tools answer with an error saying so.
 
+mod asks;
+mod context;
 mod names;
 
 use std::collections::BTreeMap;
@@ -29,10 +42,20 @@ use std::time::Duration;
 
 use noesis_agent::{Effects, McpOutcome, ToolDecl, ToolEvidence, ToolFuture, ToolOutput, ToolSource};
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult,
+    ElicitationAction, GetPromptRequestParams, Implementation, ReadResourceRequestParams,
+};
+#[expect(
+    deprecated,
+    reason = "sampling and roots are deprecated from protocol 2026-07-28 (SEP-2577); the versions servers speak today have them"
+)]
+use rmcp::model::{CreateMessageRequestParams, CreateMessageResult, ListRootsResult};
+use rmcp::service::RequestContext;
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceError};
-use serde_json::Value;
+use serde_json::{Value, json};
 
+pub use asks::{Answers, Elicitation, Elicited, Elicitor, RouterSampler, SAMPLING_ROLE, Sampled, Sampler};
 pub use names::{check_server_name, prefixed, split_prefixed};
 
 /// How long starting a server and its handshake may take.
@@ -171,24 +194,131 @@ pub enum McpError {
     },
 }
 
-/// Notices the server's notifications: a changed tool list marks the
-/// server for listing again.
+/// Answers the server's requests and notices its notifications: a changed
+/// list marks the server for listing again.
 #[derive(Clone)]
+#[expect(
+    deprecated,
+    reason = "sampling and roots are deprecated from protocol 2026-07-28 (SEP-2577); the versions servers speak today have them"
+)]
 struct Handler {
+    server: String,
     stale: Arc<AtomicBool>,
     wake: Arc<tokio::sync::Notify>,
+    in_flight: Arc<asks::InFlight>,
+    /// What `roots/list` answers: the workspace.
+    roots: ListRootsResult,
 }
 
-impl rmcp::ClientHandler for Handler {
-    fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) -> impl Future<Output = ()> + Send + '_ {
+impl Handler {
+    fn changed(&self) -> impl Future<Output = ()> + Send + '_ {
         self.stale.store(true, Ordering::SeqCst);
         self.wake.notify_one();
         std::future::ready(())
     }
+}
+
+#[expect(
+    deprecated,
+    reason = "sampling and roots are deprecated from protocol 2026-07-28 (SEP-2577); the versions servers speak today have them"
+)]
+impl rmcp::ClientHandler for Handler {
+    fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) -> impl Future<Output = ()> + Send + '_ {
+        self.changed()
+    }
+
+    fn on_resource_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.changed()
+    }
+
+    fn on_prompt_list_changed(
+        &self,
+        _context: NotificationContext<RoleClient>,
+    ) -> impl Future<Output = ()> + Send + '_ {
+        self.changed()
+    }
+
+    fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> impl Future<Output = Result<ListRootsResult, rmcp::ErrorData>> + Send + '_ {
+        std::future::ready(Ok(self.roots.clone()))
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, rmcp::ErrorData> {
+        let params = serde_json::to_value(&params).map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
+        let refused = |why: String| rmcp::ErrorData::invalid_request(format!("sampling refused: {why}"), None);
+        let result = self.in_flight.sample(&self.server, params).await.map_err(refused)?;
+        serde_json::from_value(result).map_err(|e| rmcp::ErrorData::internal_error(e.to_string(), None))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        let params = serde_json::to_value(&request).unwrap_or(Value::Null);
+        Ok(match self.in_flight.elicit(&self.server, &params).await {
+            Elicited::Accept(content) => {
+                ElicitResult::new(ElicitationAction::Accept).with_content(Value::Object(content))
+            }
+            Elicited::Decline => ElicitResult::new(ElicitationAction::Decline),
+            Elicited::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
+    }
 
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("noesis", env!("CARGO_PKG_VERSION")))
+        // Declared for every run the connection serves: whether a run lent
+        // a model or a person is known only when its request arrives.
+        let capabilities: ClientCapabilities = serde_json::from_value(json!({
+            "roots": {"listChanged": false},
+            "sampling": {},
+            "elicitation": {"form": {}},
+        }))
+        .unwrap_or_default();
+        ClientConfig::new(capabilities, Implementation::new("noesis", env!("CARGO_PKG_VERSION")))
     }
+}
+
+/// `roots/list`'s answer: the workspace, then each folder the server's
+/// command line names (an absolute path to a folder), as `file://` URIs. A
+/// server that serves its roots (the reference filesystem server replaces
+/// its own folders with them) keeps the folders it was configured with and
+/// gains the workspace.
+#[expect(
+    deprecated,
+    reason = "sampling and roots are deprecated from protocol 2026-07-28 (SEP-2577); the versions servers speak today have them"
+)]
+fn roots_of(workspace: &std::path::Path, transport: &Transport) -> ListRootsResult {
+    let uri = |path: &std::path::Path| {
+        let mut uri = String::from("file://");
+        for b in path.to_string_lossy().bytes() {
+            if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+                uri.push(char::from(b));
+            } else {
+                uri.push_str(&format!("%{b:02X}"));
+            }
+        }
+        uri
+    };
+    let mut roots = vec![json!({"uri": uri(workspace), "name": "workspace"})];
+    if let Transport::Command { args, .. } = transport {
+        for a in args {
+            let p = std::path::Path::new(a);
+            if p.is_absolute() && p.is_dir() && p != workspace {
+                let name = p.file_name().map_or_else(|| a.clone(), |n| n.to_string_lossy().into_owned());
+                roots.push(json!({"uri": uri(p), "name": name}));
+            }
+        }
+    }
+    serde_json::from_value(json!({ "roots": roots })).unwrap_or_default()
 }
 
 type Client = RunningService<RoleClient, Handler>;
@@ -218,7 +348,12 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
         async move {
             let message = next.await;
             if let Some(rmcp::model::JsonRpcMessage::Notification(n)) = &message
-                && matches!(n.notification, rmcp::model::ServerNotification::ToolListChangedNotification(_))
+                && matches!(
+                    n.notification,
+                    rmcp::model::ServerNotification::ToolListChangedNotification(_)
+                        | rmcp::model::ServerNotification::ResourceListChangedNotification(_)
+                        | rmcp::model::ServerNotification::PromptListChangedNotification(_)
+                )
             {
                 stale.store(true, Ordering::SeqCst);
             }
@@ -231,12 +366,34 @@ impl<T: rmcp::transport::Transport<RoleClient>> rmcp::transport::Transport<RoleC
     }
 }
 
-/// A remote tool as offered: the run's declaration and the server's name
-/// for it.
+/// A remote tool as offered: the run's declaration and what it asks of
+/// the server.
 #[derive(Debug, Clone)]
 struct Offered {
     decl: ToolDecl,
-    remote: String,
+    remote: Remote,
+}
+
+/// What an offered tool asks of its server.
+#[derive(Debug, Clone, PartialEq)]
+enum Remote {
+    /// `tools/call` of the server's tool of this name.
+    Tool(String),
+    /// `resources/read`.
+    ReadResource,
+    /// `prompts/get`.
+    GetPrompt,
+}
+
+impl Remote {
+    /// The name evidence and errors give it: the tool's, or the method's.
+    fn name(&self) -> &str {
+        match self {
+            Remote::Tool(name) => name,
+            Remote::ReadResource => "resources/read",
+            Remote::GetPrompt => "prompts/get",
+        }
+    }
 }
 
 struct Conn {
@@ -262,6 +419,8 @@ struct Server {
     confine: Confine,
     /// The sandbox of the running process (its folder lives as long).
     sandbox: Mutex<Option<Arc<noesis_sandbox::Sandbox>>>,
+    /// The calls in flight, whose runs answer the server's requests.
+    in_flight: Arc<asks::InFlight>,
 }
 
 /// Where and how program servers are confined.
@@ -329,7 +488,13 @@ impl Server {
     }
 
     async fn start(&self) -> Result<Client, McpError> {
-        let handler = Handler { stale: Arc::clone(&self.stale), wake: Arc::clone(&self.wake) };
+        let handler = Handler {
+            server: self.spec.name.clone(),
+            stale: Arc::clone(&self.stale),
+            wake: Arc::clone(&self.wake),
+            in_flight: Arc::clone(&self.in_flight),
+            roots: roots_of(&self.confine.workspace, &self.spec.transport),
+        };
         let connect_err = |message: String| McpError::Connect { server: self.spec.name.clone(), message };
         let started = match &self.spec.transport {
             Transport::Command { command, args, env, cwd } => {
@@ -399,14 +564,39 @@ impl Server {
         }
     }
 
-    /// Lists the server's tools through `peer` and offers them.
+    /// Lists the server's tools, resources and prompts through `peer` and
+    /// offers them.
     async fn list(&self, peer: &Peer<RoleClient>) -> Result<(), McpError> {
         let listed = tokio::time::timeout(self.spec.call_timeout, peer.list_all_tools())
             .await
             .map_err(|_| McpError::List { server: self.spec.name.clone(), message: "timed out".into() })?
             .map_err(|e| McpError::List { server: self.spec.name.clone(), message: e.to_string() })?;
-        let offered: Vec<Offered> =
-            listed.iter().map(|t| Offered { decl: declare(&self.spec, t), remote: t.name.to_string() }).collect();
+        let mut offered: Vec<Offered> = listed
+            .iter()
+            .map(|t| Offered { decl: declare(&self.spec, t), remote: Remote::Tool(t.name.to_string()) })
+            .collect();
+        let (more, problems) = context::list(peer, self.spec.call_timeout).await;
+        for p in problems {
+            // Its tools still serve; the model is not offered what could
+            // not be listed.
+            tracing::warn!(server = %self.spec.name, "MCP server: {p}");
+        }
+        let extra = [
+            more.resources
+                .as_deref()
+                .and_then(|r| context::read_resource_decl(&self.spec.name, r, &more.templates))
+                .map(|d| (d, Remote::ReadResource)),
+            more.prompts
+                .as_deref()
+                .and_then(|p| context::get_prompt_decl(&self.spec.name, p))
+                .map(|d| (d, Remote::GetPrompt)),
+        ];
+        for (decl, remote) in extra.into_iter().flatten() {
+            // A tool of the server's own under the same name keeps it.
+            if !offered.iter().any(|o| o.decl.name == decl.name) {
+                offered.push(Offered { decl, remote });
+            }
+        }
         *self.tools.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = offered;
         self.revision.fetch_add(1, Ordering::SeqCst);
         Ok(())
@@ -468,11 +658,39 @@ impl Server {
         self.tools.lock().ok()?.iter().find(|o| o.decl.name == tool).cloned()
     }
 
+    /// [`Server::call`] for `run`: a model call or question the server
+    /// makes meanwhile is answered with `answers`, and what its model calls
+    /// spent is the call's spend.
+    async fn call_for(&self, run: u64, answers: Answers, offered: Offered, arguments: Value) -> ToolOutput {
+        let id = self.in_flight.begin(run, answers);
+        // Ended however the call ends, a future dropped mid-call included.
+        struct End<'a> {
+            in_flight: &'a asks::InFlight,
+            id: u64,
+            done: bool,
+        }
+        impl Drop for End<'_> {
+            fn drop(&mut self) {
+                if !self.done {
+                    self.in_flight.end(self.id);
+                }
+            }
+        }
+        let mut guard = End { in_flight: &self.in_flight, id, done: false };
+        let out = self.call(offered, arguments).await;
+        guard.done = true;
+        match self.in_flight.end(id) {
+            Some(spent) => out.with_spent(spent),
+            None => out,
+        }
+    }
+
     async fn call(&self, offered: Offered, arguments: Value) -> ToolOutput {
         let name = &self.spec.name;
+        let remote = offered.remote.name().to_owned();
         let evidence = |outcome: McpOutcome, content: &str| ToolEvidence::Mcp {
             server: name.clone(),
-            tool: offered.remote.clone(),
+            tool: remote.clone(),
             outcome,
             result_blake3: blake3::hash(content.as_bytes()).to_hex().to_string(),
         };
@@ -483,7 +701,14 @@ impl Server {
         // The MCP attributes of the run's `execute_tool` span (declared
         // there; the conventions merge them into it, no second span).
         let span = tracing::Span::current();
-        span.record(noesis_trace::attr::MCP_METHOD_NAME, "tools/call");
+        span.record(
+            noesis_trace::attr::MCP_METHOD_NAME,
+            match offered.remote {
+                Remote::Tool(_) => "tools/call",
+                Remote::ReadResource => "resources/read",
+                Remote::GetPrompt => "prompts/get",
+            },
+        );
         span.record("noesis.mcp.server", name.as_str());
         span.record(
             noesis_trace::attr::NETWORK_TRANSPORT,
@@ -492,9 +717,9 @@ impl Server {
                 Transport::Http { .. } => "tcp",
             },
         );
-        let arguments = match arguments {
-            Value::Object(map) => map,
-            other => return fail(McpOutcome::ProtocolError, format!("the arguments must be an object, not {other}")),
+        let request = match Request::of(&offered.remote, arguments) {
+            Ok(r) => r,
+            Err(why) => return fail(McpOutcome::ProtocolError, why),
         };
         let mut attempts = 0;
         loop {
@@ -508,19 +733,17 @@ impl Server {
             {
                 span.record(noesis_trace::attr::MCP_PROTOCOL_VERSION, info.protocol_version.to_string().as_str());
             }
-            let params = CallToolRequestParams::new(offered.remote.clone()).with_arguments(arguments.clone());
-            match tokio::time::timeout(self.spec.call_timeout, peer.call_tool(params)).await {
+            match tokio::time::timeout(self.spec.call_timeout, request.send(&peer)).await {
                 Err(_) => {
                     return fail(
                         McpOutcome::Timeout,
                         format!(
-                            "`{}` on the MCP server `{name}` did not answer within {} s",
-                            offered.remote,
+                            "`{remote}` on the MCP server `{name}` did not answer within {} s",
                             self.spec.call_timeout.as_secs()
                         ),
                     );
                 }
-                Ok(Ok(result)) => {
+                Ok(Ok((content, is_error))) => {
                     // A server that changed its tools during the call said
                     // so before answering: list them now, so the run's next
                     // request offers what the result may refer to.
@@ -529,7 +752,6 @@ impl Server {
                     if self.stale.swap(false, Ordering::SeqCst) {
                         let _ = self.list(&peer).await;
                     }
-                    let (content, is_error) = render(&result);
                     let outcome = if is_error { McpOutcome::ToolError } else { McpOutcome::Ok };
                     let e = evidence(outcome, &content);
                     let out = if is_error { ToolOutput::error(content) } else { ToolOutput::ok(content) };
@@ -579,6 +801,66 @@ impl Server {
             if let Some(peer) = peer {
                 // A failure leaves the old list; the next call finds out.
                 let _ = server.list(&peer).await;
+            }
+        }
+    }
+}
+
+/// One request of an offered tool, its arguments checked.
+enum Request {
+    Call(CallToolRequestParams),
+    Read(ReadResourceRequestParams),
+    Prompt(GetPromptRequestParams),
+}
+
+impl Request {
+    fn of(remote: &Remote, arguments: Value) -> Result<Request, String> {
+        let Value::Object(arguments) = arguments else {
+            return Err(format!("the arguments must be an object, not {arguments}"));
+        };
+        let text = |key: &str| match arguments.get(key) {
+            Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+            _ => Err(format!("`{key}` must be given, as a string")),
+        };
+        Ok(match remote {
+            Remote::Tool(name) => Request::Call(CallToolRequestParams::new(name.clone()).with_arguments(arguments)),
+            Remote::ReadResource => Request::Read(ReadResourceRequestParams::new(text("uri")?)),
+            Remote::GetPrompt => {
+                let p = GetPromptRequestParams::new(text("name")?);
+                let args = match arguments.get("arguments") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Object(args)) => {
+                        // The protocol's arguments are strings: a number or a
+                        // flag the model gave is sent as its JSON text.
+                        let strings = args
+                            .iter()
+                            .map(|(k, v)| {
+                                (k.clone(), Value::String(v.as_str().map_or_else(|| v.to_string(), str::to_owned)))
+                            })
+                            .collect();
+                        Some(strings)
+                    }
+                    Some(other) => return Err(format!("`arguments` must be an object, not {other}")),
+                };
+                Request::Prompt(match args {
+                    Some(a) => p.with_arguments(a),
+                    None => p,
+                })
+            }
+        })
+    }
+
+    /// Sends it: the text the model sees, and whether it is an error.
+    async fn send(&self, peer: &Peer<RoleClient>) -> Result<(String, bool), ServiceError> {
+        match self {
+            Request::Call(p) => peer.call_tool(p.clone()).await.map(|r| render(&r)),
+            Request::Read(p) => peer.read_resource(p.clone()).await.map(|r| (context::render_resource(&r), false)),
+            Request::Prompt(p) => {
+                let result = peer.get_prompt_once(p.clone()).await?;
+                match result {
+                    rmcp::model::GetPromptResponse::Complete(r) => Ok((context::render_prompt(&r), false)),
+                    _ => Err(ServiceError::UnexpectedResponse),
+                }
             }
         }
     }
@@ -660,6 +942,13 @@ fn render(result: &CallToolResult) -> (String, bool) {
     (parts.join("\n"), result.is_error == Some(true))
 }
 
+/// The run key of calls made through [`McpServers`] itself (no run lent
+/// answers); [`McpServers::for_run`] hands out the others.
+const NO_RUN: u64 = 0;
+
+/// Run keys handed out by [`McpServers::for_run`].
+static RUNS: AtomicU64 = AtomicU64::new(NO_RUN + 1);
+
 /// The configured servers, connected, as one source of tools.
 pub struct McpServers {
     servers: Vec<Arc<Server>>,
@@ -726,6 +1015,7 @@ impl McpServers {
                     listing: tokio::sync::Mutex::new(()),
                     confine,
                     sandbox: Mutex::new(None),
+                    in_flight: Arc::new(asks::InFlight::default()),
                 });
                 let client = server.start().await?;
                 let peer = client.peer().clone();
@@ -762,6 +1052,30 @@ impl McpServers {
         }
     }
 
+    /// The servers as one run's source of tools: a model call or question
+    /// a server makes during one of its calls is answered with `answers`
+    /// (see [`Answers`]), and what those model calls spent is the call's
+    /// spend ([`noesis_agent::ToolOutput::spent`]), so the run's budget
+    /// counts it.
+    pub fn for_run(self: &Arc<Self>, answers: Answers) -> McpRun {
+        McpRun { servers: Arc::clone(self), answers, run: RUNS.fetch_add(1, Ordering::SeqCst) }
+    }
+
+    fn call_as(&self, run: u64, answers: Answers, tool: &str, arguments: Value) -> Option<ToolFuture> {
+        let (server_name, _) = split_prefixed(tool)?;
+        let server = Arc::clone(self.servers.iter().find(|s| s.spec.name == server_name)?);
+        let tool = tool.to_owned();
+        Some(Box::pin(async move {
+            match server.remote(&tool) {
+                Some(offered) => server.call_for(run, answers, offered, arguments).await,
+                None => ToolOutput::error(format!(
+                    "the MCP server `{}` offers no tool `{tool}` now (its tools changed or it stopped)",
+                    server.spec.name
+                )),
+            }
+        }))
+    }
+
     /// The process id of a child-process server's current process.
     pub fn pid(&self, server: &str) -> Option<u32> {
         let server = self.servers.iter().find(|s| s.spec.name == server)?;
@@ -784,17 +1098,33 @@ impl ToolSource for McpServers {
     }
 
     fn call(&self, tool: &str, arguments: Value) -> Option<ToolFuture> {
-        let (server_name, _) = split_prefixed(tool)?;
-        let server = Arc::clone(self.servers.iter().find(|s| s.spec.name == server_name)?);
-        let tool = tool.to_owned();
-        Some(Box::pin(async move {
-            match server.remote(&tool) {
-                Some(offered) => server.call(offered, arguments).await,
-                None => ToolOutput::error(format!(
-                    "the MCP server `{}` offers no tool `{tool}` now (its tools changed or it stopped)",
-                    server.spec.name
-                )),
-            }
-        }))
+        self.call_as(NO_RUN, Answers::default(), tool, arguments)
+    }
+}
+
+/// The servers as one run's source of tools ([`McpServers::for_run`]).
+pub struct McpRun {
+    servers: Arc<McpServers>,
+    answers: Answers,
+    run: u64,
+}
+
+impl std::fmt::Debug for McpRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpRun").field("servers", &self.servers).field("answers", &self.answers).finish()
+    }
+}
+
+impl ToolSource for McpRun {
+    fn decls(&self) -> Vec<ToolDecl> {
+        self.servers.decls()
+    }
+
+    fn revision(&self) -> u64 {
+        self.servers.revision()
+    }
+
+    fn call(&self, tool: &str, arguments: Value) -> Option<ToolFuture> {
+        self.servers.call_as(self.run, self.answers.clone(), tool, arguments)
     }
 }

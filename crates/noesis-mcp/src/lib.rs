@@ -16,6 +16,6 @@ pub mod client;
 pub mod server;
 
 pub use client::{
-    CALL_TIMEOUT, CONNECT_TIMEOUT, Confine, McpError, McpServers, ServerSpec, Transport, check_server_name, prefixed,
-    split_prefixed,
+    Answers, CALL_TIMEOUT, CONNECT_TIMEOUT, Confine, Elicitation, Elicited, Elicitor, McpError, McpRun, McpServers,
+    RouterSampler, SAMPLING_ROLE, Sampled, Sampler, ServerSpec, Transport, check_server_name, prefixed, split_prefixed,
 };

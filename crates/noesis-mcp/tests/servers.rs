@@ -10,7 +10,7 @@ use noesis_agent::{
     ToolSource, Toolbox, Verdict, Workspace, drive,
 };
 use noesis_llm::{EndpointConfig, OpenAiCompatible, RetryPolicy};
-use noesis_mcp::{McpServers, ServerSpec};
+use noesis_mcp::{Answers, Elicitation, Elicited, Elicitor, McpRun, McpServers, RouterSampler, ServerSpec};
 use noesis_testkit::skip::{Dependency, missing};
 use noesis_testkit::{FakeServer, Reply, tool_call_completion};
 use serde_json::{Value, json};
@@ -337,68 +337,6 @@ async fn an_untrusted_servers_read_only_hint_approves_nothing() {
     servers.shutdown().await;
 }
 
-/// An MCP tool's `execute_tool` span carries the MCP attributes (merged
-/// into it, as the conventions ask, not a second span), and a call the
-/// server refused says so in `error.type`.
-#[test]
-fn an_mcp_tool_call_span_carries_the_mcp_attributes() {
-    use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider};
-    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "an_mcp_tool_call_span") else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    std::fs::write(root.join("in.txt"), "42\n").unwrap();
-    let llm = FakeServer::start(vec![
-        tool_call("c1", "fs__read_text_file", json!({"path": root.join("in.txt")})),
-        tool_call("c2", "fs__read_text_file", json!({"path": "/etc/hostname"})),
-        Reply::Chat("42".into()),
-    ])
-    .unwrap();
-    let exporter = InMemorySpanExporter::default();
-    let traces = SdkTracerProvider::builder().with_simple_exporter(exporter.clone()).build();
-    // The subscriber is this thread's: the runtime runs every task here.
-    let _guard = tracing::subscriber::set_default(noesis_trace::subscriber(&traces, false));
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let servers = Arc::new(
-            McpServers::connect(vec![ServerSpec::command("fs", &fs, &[root.to_str().unwrap()]).trusted()])
-                .await
-                .unwrap(),
-        );
-        let ws = tempfile::tempdir().unwrap();
-        let tools = Arc::new(
-            Toolbox::new(Workspace::new(ws.path()).unwrap(), vec![])
-                .with_source(Arc::clone(&servers) as Arc<dyn ToolSource>),
-        );
-        let config = RunConfig {
-            tools: tools.decls().into_iter().filter(|d| d.name.starts_with("fs__")).collect(),
-            approval: ApprovalPolicy::Ask,
-            ..RunConfig::default()
-        };
-        let mut run = AgentRun::new("r1", "What is in in.txt?", config, 0);
-        let action = drive(&mut run, &provider(&llm), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
-        assert_eq!(action, Action::Done(Outcome::Answer { text: "42".into() }));
-        servers.shutdown().await;
-    });
-    traces.force_flush().unwrap();
-    let spans = exporter.get_finished_spans().unwrap();
-    let tool_spans: Vec<_> = spans.iter().filter(|s| s.name == "execute_tool fs__read_text_file").collect();
-    assert_eq!(tool_spans.len(), 2, "{:?}", spans.iter().map(|s| &s.name).collect::<Vec<_>>());
-    let attr = |i: usize, k: &str| {
-        tool_spans[i].attributes.iter().find(|kv| kv.key.as_str() == k).map(|kv| kv.value.as_str().into_owned())
-    };
-    for i in 0..2 {
-        assert_eq!(attr(i, "mcp.method.name").as_deref(), Some("tools/call"));
-        assert_eq!(attr(i, "network.transport").as_deref(), Some("pipe"));
-        assert_eq!(attr(i, "noesis.mcp.server").as_deref(), Some("fs"));
-        assert_eq!(attr(i, "gen_ai.tool.name").as_deref(), Some("fs__read_text_file"));
-        // The version the server agreed to, e.g. 2025-06-18.
-        let version = attr(i, "mcp.protocol.version").unwrap_or_default();
-        assert!(version.len() == 10 && version.starts_with("20"), "{version:?}");
-    }
-    assert_eq!(attr(0, "error.type"), None);
-    assert_eq!(attr(1, "error.type").as_deref(), Some("tool_error"));
-}
-
 /// The Python the official MCP SDK is installed in (scripts/python-deps.sh).
 fn sdk_python(test: &str) -> Option<String> {
     match std::env::var("NOESIS_MCP_PYTHON").ok().filter(|p| std::path::Path::new(p).exists()) {
@@ -547,4 +485,229 @@ async fn a_server_over_streamable_http_is_listed_and_called() {
     servers.shutdown().await;
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// The SDK fixture that uses what a client offers beside tools
+/// (tests/servers/full.py), started over stdio with `workspace` as the
+/// client's workspace.
+async fn full_server(python: &str, workspace: &std::path::Path, answers: Option<Answers>) -> (Arc<McpServers>, McpRun) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/servers/full.py");
+    let confine = noesis_mcp::Confine { settings: noesis_sandbox::Settings::default(), workspace: workspace.into() };
+    let servers = Arc::new(
+        McpServers::connect_confined(
+            vec![ServerSpec::command("full", python, &[script.to_str().unwrap()]).trusted()],
+            confine,
+        )
+        .await
+        .unwrap(),
+    );
+    let run = servers.for_run(answers.unwrap_or_default());
+    (servers, run)
+}
+
+/// Resources and prompts, listed two to a page by the server, are offered
+/// as `full__read_resource` and `full__get_prompt`, read-only, every page
+/// in their descriptions; reading and getting work, and a resource or
+/// prompt the server does not have is its refusal, not a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resources_and_prompts_are_offered_as_two_read_only_tools() {
+    let Some(python) = sdk_python("resources_and_prompts_are_offered") else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let (servers, _) = full_server(&python, ws.path(), None).await;
+    let decls = servers.decls();
+    let find = |name: &str| decls.iter().find(|d| d.name == name).unwrap_or_else(|| panic!("no {name} in {decls:?}"));
+    let read = find("full__read_resource");
+    assert!(read.effects.read_only() && read.idempotent && read.source.as_deref() == Some("mcp"), "{read:?}");
+    for listed in
+        ["- notes://readme (readme, text/plain): What the project is", "- notes://todo (todo", "- notes://logo (logo"]
+    {
+        assert!(read.description.contains(listed), "{listed} not in {}", read.description);
+    }
+    let prompt = find("full__get_prompt");
+    assert!(prompt.effects.read_only(), "{prompt:?}");
+    for listed in ["- review(path, focus?): Review a file", "- greet(name): Say hello", "- plan(): Plan the work"] {
+        assert!(prompt.description.contains(listed), "{listed} not in {}", prompt.description);
+    }
+
+    let out = call(&servers, "full__read_resource", json!({"uri": "notes://todo"})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "- write the tests\n- ship"));
+    assert_eq!(mcp_evidence(&out), (McpOutcome::Ok, "resources/read".into()));
+    assert!(
+        read.description.contains("- notes://day/{day} (day, a template: fill in the braces): The notes of a day"),
+        "{}",
+        read.description
+    );
+    let out = call(&servers, "full__read_resource", json!({"uri": "notes://day/monday"})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "notes of monday"));
+    let out = call(&servers, "full__read_resource", json!({"uri": "notes://logo"})).await;
+    assert!(!out.is_error && out.content.starts_with("[binary resource notes://logo, image/png"), "{out:?}");
+    let out = call(&servers, "full__read_resource", json!({"uri": "notes://nothing"})).await;
+    assert!(out.is_error && out.content.contains("refused"), "{out:?}");
+    assert_eq!(mcp_evidence(&out).0, McpOutcome::ProtocolError);
+    let out = call(&servers, "full__read_resource", json!({})).await;
+    assert!(out.is_error && out.content.contains("`uri` must be given"), "{out:?}");
+
+    let out = call(&servers, "full__get_prompt", json!({"name": "review", "arguments": {"path": "src/lib.rs"}})).await;
+    assert_eq!(
+        (out.is_error, out.content.as_str()),
+        (false, "Review a file\n[user] Review src/lib.rs, looking for bugs.")
+    );
+    assert_eq!(mcp_evidence(&out), (McpOutcome::Ok, "prompts/get".into()));
+    let out = call(&servers, "full__get_prompt", json!({"name": "review"})).await;
+    assert!(out.is_error, "a required argument left out: {out:?}");
+    let out = call(&servers, "full__get_prompt", json!({"name": "greet", "arguments": "ada"})).await;
+    assert!(out.is_error && out.content.contains("`arguments` must be an object"), "{out:?}");
+    servers.shutdown().await;
+}
+
+/// `roots/list` answers the workspace as a `file://` URI, then the
+/// folders the server's command line names: the SDK fixture's tool says
+/// so, and the reference filesystem server (npm), which serves its roots in
+/// place of its own folders, serves the workspace and keeps the folder it
+/// was configured with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_is_given_the_workspace_and_its_own_folders_as_roots() {
+    let Some(python) = sdk_python("a_server_is_given_the_workspace") else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path().canonicalize().unwrap();
+    let (servers, _) = full_server(&python, &root, None).await;
+    let out = call(&servers, "full__roots", json!({})).await;
+    assert_eq!((out.is_error, out.content.clone()), (false, format!("file://{} workspace", root.display())));
+    servers.shutdown().await;
+
+    let Some(fs) = server("NOESIS_MCP_SERVER_FILESYSTEM", "a_server_is_given_the_workspace") else { return };
+    let elsewhere = tempfile::tempdir().unwrap();
+    let other = elsewhere.path().canonicalize().unwrap();
+    std::fs::write(root.join("in.txt"), "from the workspace").unwrap();
+    std::fs::write(other.join("in.txt"), "from its own folder").unwrap();
+    let confine = noesis_mcp::Confine { settings: noesis_sandbox::Settings::default(), workspace: root.clone() };
+    let spec = ServerSpec::command("fs", &fs, &[other.to_str().unwrap()]).trusted();
+    let servers = McpServers::connect_confined(vec![spec], confine).await.unwrap();
+    // The server asks for the roots once it is initialized, on its own time.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let out = call(&servers, "fs__list_allowed_directories", json!({})).await;
+        if out.content.contains(root.to_str().unwrap()) {
+            assert!(out.content.contains(other.to_str().unwrap()), "{out:?}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the workspace never became its root: {out:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let out = call(&servers, "fs__read_text_file", json!({"path": root.join("in.txt")})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "from the workspace"));
+    let out = call(&servers, "fs__read_text_file", json!({"path": other.join("in.txt")})).await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "from its own folder"));
+    servers.shutdown().await;
+}
+
+/// A router that sends every call to one provider, and says which roles
+/// it was asked for.
+struct OneProvider(Arc<dyn noesis_llm::Provider>, std::sync::Mutex<Vec<String>>);
+
+impl noesis_agent::ModelRouter for OneProvider {
+    fn route(
+        &self,
+        role: &str,
+        _: &noesis_llm::ChatRequest,
+    ) -> Result<(Arc<dyn noesis_llm::Provider>, String), String> {
+        self.1.lock().unwrap().push(role.to_owned());
+        Ok((Arc::clone(&self.0), "the only provider".into()))
+    }
+}
+
+fn sampler(llm: &FakeServer) -> (Arc<OneProvider>, Answers) {
+    let router = Arc::new(OneProvider(Arc::new(provider(llm)), std::sync::Mutex::new(Vec::new())));
+    let prices = noesis_llm::PriceTable::default();
+    let sampler =
+        RouterSampler { router: Arc::clone(&router) as Arc<dyn noesis_agent::ModelRouter>, prices: Arc::new(prices) };
+    (router, Answers { sampler: Some(Arc::new(sampler)), elicitor: None })
+}
+
+/// A server's model call (`sampling/createMessage`, from the SDK
+/// fixture's `summarize`) is answered through the run's router as
+/// `mcp_sampling`, over the OpenAI wire to the fake on 127.0.0.1, and its
+/// tokens are the call's spend, so the run's usage counts them. Without a
+/// run that lends a model, the call is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_model_call_is_answered_by_the_runs_router_and_metered_to_the_run() {
+    let Some(python) = sdk_python("a_servers_model_call_is_answered") else { return };
+    let llm = FakeServer::start(vec![
+        tool_call("c1", "full__summarize", json!({"text": "a long story"})),
+        Reply::Chat("a short story".into()),
+        Reply::Chat("It is a short story.".into()),
+    ])
+    .unwrap();
+    let (router, answers) = sampler(&llm);
+    let ws = tempfile::tempdir().unwrap();
+    let (servers, run_source) = full_server(&python, ws.path(), Some(answers)).await;
+
+    // No run lent a model: refused, and nothing was sent to a model.
+    let out = call(&servers, "full__summarize", json!({"text": "x"})).await;
+    assert!(out.is_error && out.spent.is_none(), "{out:?}");
+    assert!(llm.received().is_empty());
+
+    let tools = Arc::new(
+        Toolbox::new(Workspace::new(ws.path()).unwrap(), vec![])
+            .with_source(Arc::new(run_source) as Arc<dyn ToolSource>),
+    );
+    let config = RunConfig {
+        tools: tools.decls().into_iter().filter(|d| d.name == "full__summarize").collect(),
+        ..RunConfig::default()
+    };
+    let mut run = AgentRun::new("r1", "Summarize a long story", config, 0);
+    let action = drive(&mut run, &provider(&llm), &tools, &|| 0, &|_| 0.0, &mut |_: &AgentRun| {}).await.unwrap();
+    assert_eq!(action, Action::Done(Outcome::Answer { text: "It is a short story.".into() }));
+    assert_eq!(run.calls[0].result.as_deref(), Some("fake-model says: a short story"));
+    assert_eq!(router.1.lock().unwrap().as_slice(), ["mcp_sampling"]);
+    let sampled = llm.received()[1].json();
+    assert_eq!(sampled["messages"][0], json!({"role": "system", "content": "Be brief."}));
+    assert_eq!(sampled["messages"][1]["content"], "Summarize: a long story");
+    assert_eq!(sampled["max_tokens"].as_u64().or(sampled["max_completion_tokens"].as_u64()), Some(50));
+    // Two turns of the run and one model call of the server, each 11 in
+    // and 7 out (the fake's usage).
+    assert_eq!((run.usage.input_tokens, run.usage.output_tokens), (33, 21), "{:?}", run.usage);
+    servers.shutdown().await;
+}
+
+/// Answers every question with what it was made with, and keeps them.
+struct Person(Elicited, std::sync::Mutex<Vec<Elicitation>>);
+
+impl Elicitor for Person {
+    fn elicit<'a>(&'a self, _server: &'a str, request: Elicitation) -> futures_util::future::BoxFuture<'a, Elicited> {
+        self.1.lock().unwrap().push(request);
+        Box::pin(std::future::ready(self.0.clone()))
+    }
+}
+
+/// A server's question (`elicitation/create`, from the SDK fixture's
+/// `deploy`) is declined when no person was lent, and otherwise put to the
+/// person, whose answer (accepted with content, declined, cancelled) the
+/// server gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_question_is_declined_without_a_person_and_put_to_one() {
+    let Some(python) = sdk_python("a_servers_question_is_declined") else { return };
+    let ws = tempfile::tempdir().unwrap();
+    let (servers, nobody) = full_server(&python, ws.path(), None).await;
+    let out = nobody.call("full__deploy", json!({})).unwrap().await;
+    assert_eq!((out.is_error, out.content.as_str()), (false, "deploy: decline"));
+    let mut content = serde_json::Map::new();
+    content.insert("name".into(), json!("ada"));
+    content.insert("confirm".into(), json!(true));
+    for (answer, said) in [
+        (Elicited::Accept(content), "deployed by ada"),
+        (Elicited::Decline, "deploy: decline"),
+        (Elicited::Cancel, "deploy: cancel"),
+    ] {
+        let person = Arc::new(Person(answer, std::sync::Mutex::new(Vec::new())));
+        let run = servers.for_run(Answers { sampler: None, elicitor: Some(Arc::clone(&person) as Arc<dyn Elicitor>) });
+        let out = run.call("full__deploy", json!({})).unwrap().await;
+        assert_eq!((out.is_error, out.content.as_str()), (false, said));
+        let asked = person.1.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].message, "Deploy to production?");
+        let fields = asked[0].schema["properties"].as_object().unwrap();
+        assert!(fields.contains_key("name") && fields.contains_key("confirm"), "{}", asked[0].schema);
+    }
+    servers.shutdown().await;
 }

@@ -235,6 +235,9 @@ fn drive_to_end(rt: &tokio::runtime::Runtime, ctx: &Ctx, mut run: AgentRun) -> a
         quiet: ctx.quiet,
         mid_line: std::sync::atomic::AtomicBool::new(false),
         interactive,
+        // A server's question waits for a person only where every call
+        // would: under `auto` (and `never`) the run goes on unattended.
+        questions: interactive && run.config.approval == ApprovalPolicy::Ask,
         spinner: Spinner::new(!ctx.quiet && std::io::stderr().is_terminal()),
     };
     rt.block_on(async {
@@ -274,6 +277,8 @@ struct Terminal {
     /// Streamed text was written and its line is not ended yet.
     mid_line: std::sync::atomic::AtomicBool,
     interactive: bool,
+    /// MCP servers' questions are put to the person (else declined).
+    questions: bool,
     spinner: Spinner,
 }
 
@@ -311,6 +316,88 @@ impl Front for Terminal {
     fn warn(&self, message: &str) {
         out::note(message);
     }
+
+    fn elicit(&self, server: &str, question: &noesis_mcp::Elicitation) -> noesis_mcp::Elicited {
+        if !self.questions {
+            return noesis_mcp::Elicited::Decline;
+        }
+        self.spinner.stop();
+        ask_question(server, question).unwrap_or_else(|e| {
+            out::note(&format!("{e:#}; the question is declined"));
+            noesis_mcp::Elicited::Decline
+        })
+    }
+}
+
+/// An MCP server's question put to the person at the terminal: whether to
+/// answer it, then each field its schema asks for, read as its type says.
+fn ask_question(server: &str, question: &noesis_mcp::Elicitation) -> anyhow::Result<noesis_mcp::Elicited> {
+    use noesis_mcp::Elicited;
+    fn read(line: &mut String) -> anyhow::Result<&str> {
+        line.clear();
+        if std::io::stdin().read_line(line)? == 0 {
+            bail!("stdin closed while an MCP server's question was asked");
+        }
+        Ok(line.trim())
+    }
+    out::note(&format!("the MCP server `{server}` asks: {}", question.message));
+    let mut line = String::new();
+    loop {
+        out::note("answer? [y]es / [n]o (decline) / [c]ancel");
+        match read(&mut line)? {
+            "y" | "yes" => break,
+            "n" | "no" => return Ok(Elicited::Decline),
+            "c" | "cancel" => return Ok(Elicited::Cancel),
+            _ => {}
+        }
+    }
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_owned).collect()
+    };
+    let required = strings(&question.schema["required"]);
+    let mut content = serde_json::Map::new();
+    for (name, field) in question.schema["properties"].as_object().into_iter().flatten() {
+        let kind = field["type"].as_str().unwrap_or("string");
+        let choices = strings(&field["enum"]);
+        let must = required.contains(name);
+        let mut prompt = format!("{name} ({kind}");
+        if !choices.is_empty() {
+            prompt.push_str(&format!(": one of {}", choices.join(", ")));
+        }
+        if !must {
+            prompt.push_str("; empty to leave out");
+        }
+        prompt.push(')');
+        if let Some(about) = field["description"].as_str().or(field["title"].as_str()) {
+            prompt.push_str(&format!(" {about}"));
+        }
+        loop {
+            out::note(&format!("{prompt}:"));
+            let text = read(&mut line)?;
+            if text.is_empty() && !must {
+                break;
+            }
+            let value = match kind {
+                "boolean" => match text {
+                    "y" | "yes" | "true" => Some(Value::Bool(true)),
+                    "n" | "no" | "false" => Some(Value::Bool(false)),
+                    _ => None,
+                },
+                "integer" => text.parse::<i64>().ok().map(Value::from),
+                "number" => text.parse::<f64>().ok().and_then(serde_json::Number::from_f64).map(Value::Number),
+                _ => (!text.is_empty() && (choices.is_empty() || choices.iter().any(|c| c == text)))
+                    .then(|| Value::String(text.to_owned())),
+            };
+            match value {
+                Some(v) => {
+                    content.insert(name.clone(), v);
+                    break;
+                }
+                None => out::note(&format!("not a {kind} this question accepts")),
+            }
+        }
+    }
+    Ok(Elicited::Accept(content))
 }
 
 /// A one-line spinner on a terminal's stderr while the model or a tool
