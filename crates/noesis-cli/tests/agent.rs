@@ -1138,3 +1138,29 @@ fn a_run_past_the_configured_window_is_compacted_and_keeps_its_facts() {
     assert!(shown.stdout.contains("compacted (window): the turns above were summarised"), "{}", shown.stdout);
     assert!(shown.stdout.contains("  fact: read f0.txt (blake3 "), "{}", shown.stdout);
 }
+
+/// An MCP server's question mid-call (elicitation) is put to the person at
+/// the terminal under `--approve ask`: they choose to answer, then fill in
+/// each field its schema asks for, and the server gets the answer.
+#[test]
+fn an_mcp_servers_question_is_put_to_the_person_at_the_terminal() {
+    let Some(python) = crate::mcp::client_python() else { return };
+    let work = Work::new();
+    let ws = ws(&work);
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../noesis-mcp/tests/servers/full.py");
+    let full = full.canonicalize().unwrap();
+    let server = FakeServer::start(vec![tool_loop("full__deploy", 1, |_| json!({}), "Deployed.")]).unwrap();
+    // The call is approved, then the question answered: yes, the name, confirmed.
+    let o = in_terminal(
+        &work,
+        &server,
+        &format!("'Deploy' --workspace {ws} --mcp full='{} {}'", python.display(), full.display()),
+        "y\ny\nada\ny\n",
+    );
+    assert_eq!(o.code, 0, "{}{}", o.stdout, o.stderr);
+    assert!(o.stdout.contains("the MCP server `full` asks: Deploy to production?"), "{}", o.stdout);
+    assert!(o.stdout.contains("Deployed."), "{}", o.stdout);
+    let results = tool_messages(&server, 1);
+    assert_eq!(results.len(), 1);
+    assert!(results[0]["content"].as_str().unwrap().contains("deployed by ada"), "{results:?}\n{}", o.stdout);
+}

@@ -12,7 +12,7 @@ use crate::support::{Work, assert_valid_envelope};
 
 /// The Python that has the SDK; without it the test fails, or is skipped
 /// with `NOESIS_SKIP_MCP_SDK` set.
-fn client_python() -> Option<PathBuf> {
+pub(crate) fn client_python() -> Option<PathBuf> {
     let named = std::env::var_os("NOESIS_MCP_PYTHON").map(PathBuf::from);
     // scripts/python-deps.sh's default, for a run of cargo test after test.sh.
     let cached = std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/noesis/mcp-client/bin/python"));
