@@ -48,6 +48,16 @@ pub fn replay(from: AgentRun, record: &AgentRun) -> Replayed {
                     diverged = Some(format!("the record has no model reply for turn {}", turn + 1));
                     break;
                 };
+                if reply.role.as_deref() == Some("compact") && run.role() != "compact" {
+                    // The record compacted here because the provider refused
+                    // the request as too long: a refusal is no reply, so it
+                    // is played again.
+                    steps.push(format!("model turn {}: refused as too long", turn + 1));
+                    if run.on_context_overflow() != Ok(true) {
+                        diverged = Some(format!("turn {}: the refusal the record compacted on ends the run", turn + 1));
+                    }
+                    continue;
+                }
                 steps.push(format!(
                     "model turn {}: {} call(s){}",
                     turn + 1,

@@ -256,3 +256,31 @@ fn a_cut_with_nothing_left_to_compact_stops_the_run_saying_so() {
     assert_eq!(reason, StopReason::Provider);
     assert!(detail.contains("read only 1024 of about") && detail.contains("num_ctx"), "{detail}");
 }
+
+#[test]
+fn a_replay_follows_a_run_compacted_on_a_refusal_and_on_its_window() {
+    // On a refusal: the refusal is played again where the record compacted.
+    let start = AgentRun::new("r", "THE TASK", config(None), 0);
+    let mut run = start.clone();
+    six_reads(&mut run);
+    let Action::CallModel(_) = run.next(0) else { panic!() };
+    assert_eq!(run.on_context_overflow(), Ok(true));
+    let Action::CallModel(_) = run.next(0) else { panic!() };
+    run.on_model_reply(&text("Six files read."), 0.0).unwrap();
+    let Action::CallModel(_) = run.next(0) else { panic!() };
+    run.on_model_reply(&text("done"), 0.0).unwrap();
+    assert!(matches!(run.next(0), Action::Done(Outcome::Answer { .. })));
+    // On its window: the same compactions come at the same turns.
+    let windowed = AgentRun::new("w", "Read the files.", config(Some(1_500)), 0);
+    let mut wrun = windowed.clone();
+    let mut replies: Vec<ChatResponse> = (0..8).map(|i| read(&format!("c{i}"), &format!("f{i}.rs"))).collect();
+    replies.push(text("done"));
+    drive(&mut wrun, replies, &|_| "Read some files.".to_owned());
+    assert!(wrun.compactions() >= 2);
+    for (start, record) in [(start, &run), (windowed, &wrun)] {
+        let replayed = noesis_agent::replay(start, record);
+        assert_eq!(replayed.diverged, None, "{:?}", replayed.steps);
+        assert!(replayed.matches, "{:?}", replayed.steps);
+        assert_eq!(replayed.run.compactions(), record.compactions());
+    }
+}
