@@ -395,6 +395,14 @@ impl Provider for LocalModel {
     async fn chat_stream(&self, request: &ChatRequest, on_text: TextSink<'_>) -> Result<ChatResponse, ProviderError> {
         self.call(request, Some(on_text)).await
     }
+
+    /// What the file says it was trained for, once loaded; before, the
+    /// built-in table's entry for its name (a run starts compacting by
+    /// it; any other model is caught by the engine's overflow error).
+    fn context_window(&self) -> Option<u64> {
+        let loaded = self.inner.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        loaded.map(|l| u64::from(l.engine.context_size())).or_else(|| noesis_llm::context_window(&self.model))
+    }
 }
 
 #[cfg(test)]
@@ -445,5 +453,13 @@ mod tests {
     fn model_name_is_the_file_stem() {
         let m = LocalModel::new(LocalConfig::new("/x/SmolLM2-135M-Instruct.Q4_1.gguf"));
         assert_eq!((m.name(), m.model()), ("local", "SmolLM2-135M-Instruct.Q4_1"));
+    }
+
+    #[test]
+    fn before_it_is_loaded_the_window_is_the_tables_by_name() {
+        let m = LocalModel::new(LocalConfig::new("/x/SmolLM2-360M-Instruct.Q8_0.gguf"));
+        assert_eq!(m.context_window(), Some(8_192));
+        let other = LocalModel::new(LocalConfig::new("/x/mystery-7b.gguf"));
+        assert_eq!(other.context_window(), None);
     }
 }

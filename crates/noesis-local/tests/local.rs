@@ -603,6 +603,11 @@ fn the_next_turn_prefills_only_what_is_new_and_answers_the_same() {
     };
     let first = generate(&kept, &turn);
     assert_eq!(first.reused_tokens, 0, "nothing was kept before");
+    // Loaded, the provider's window is what the file was trained for.
+    let provider = LocalModel::new(LocalConfig::new(model_path()));
+    provider.load().unwrap();
+    assert_eq!(provider.context_window(), Some(u64::from(kept.context_size())));
+    assert!(kept.context_size() >= 2_048, "{}", kept.context_size());
     turn.push(Message::assistant(first.text.clone()));
     turn.push(Message::user("And of Italy?"));
     let second = generate(&kept, &turn);
